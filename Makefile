@@ -1,0 +1,38 @@
+# Thin wrapper around CMake. `make test` and `make run` work on a fresh Debian 12
+# machine as root: missing Debian packages are installed first.
+BUILD    ?= build
+ASAN_DIR ?= build-asan
+JOBS     ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
+               libopenmpi-dev openmpi-bin libjansson-dev libxxhash-dev
+
+.PHONY: all deps build test asan run bench clean
+
+all: build
+
+deps:
+	@tools/install_deps.sh $(DEB_PACKAGES)
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure -j $(JOBS)
+
+# The same suite built with AddressSanitizer + UBSan (used by CI).
+asan: deps
+	cmake -S . -B $(ASAN_DIR) -DCMAKE_BUILD_TYPE=Debug -DSLAPO_SANITIZE=ON $(CMAKE_FLAGS)
+	cmake --build $(ASAN_DIR) -j $(JOBS)
+	ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	LSAN_OPTIONS=suppressions=$(CURDIR)/tools/lsan.supp:print_suppressions=0 \
+	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
+
+bench: build
+	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
+
+clean:
+	rm -rf $(BUILD) $(ASAN_DIR)

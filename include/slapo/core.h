@@ -1,0 +1,208 @@
+/* slapo/core.h - status codes and messages, allocator and log hooks, arenas,
+ * the Philox4x32-10 counter-based RNG and hashing.
+ * Layer: core (depends on libc only).
+ * Philox: Salmon, Moraes, Dror, Shaw, "Parallel Random Numbers: As Easy as
+ * 1, 2, 3", SC'11, with the known-answer vectors of the Random123 library. */
+#ifndef SLAPO_CORE_H
+#define SLAPO_CORE_H
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Every error a user can cause is one of these; the readable message of the
+ * most recent error on the calling thread is slapo_last_error(). */
+#define SLAPO_STATUS_LIST(X)                                                   \
+  X(OK, "ok")                                                                  \
+  X(NOMEM, "out of memory")                                                    \
+  X(INVALID_ARG, "invalid argument")                                           \
+  X(SHAPE, "shape mismatch")                                                   \
+  X(DTYPE, "dtype mismatch")                                                   \
+  X(NOT_FOUND, "not found")                                                    \
+  X(NO_MATCH, "no match")                                                      \
+  X(UNSUPPORTED, "unsupported")                                                \
+  X(PRECOND, "precondition failed")                                            \
+  X(STATE, "invalid state")                                                    \
+  X(LIMIT, "limit exceeded")                                                   \
+  X(COMPILE, "compile error")                                                  \
+  X(IO, "i/o error")                                                           \
+  X(COMM, "communication error")                                               \
+  X(VERIFY, "verification failed")                                             \
+  X(PARSE, "parse error")
+
+typedef enum slapo_status {
+#define SLAPO__STATUS_ENUM(name, text) SLAPO_##name,
+  SLAPO_STATUS_LIST(SLAPO__STATUS_ENUM)
+#undef SLAPO__STATUS_ENUM
+  SLAPO_STATUS_COUNT
+} slapo_status;
+
+/* Short lowercase name of a status ("shape", "not_found"); "unknown" for a
+ * value outside the list. Returned string is static. */
+const char *slapo_status_name(slapo_status s);
+
+/* One-phrase description of a status ("shape mismatch"). Static string. */
+const char *slapo_status_text(slapo_status s);
+
+/* Message of the most recent error set on this thread, "" if none.
+ * Borrowed: valid until the next slapo call on this thread that sets one. */
+const char *slapo_last_error(void);
+
+/* Sets this thread's error message (printf format) and returns `s`, so a
+ * call site is one line: `return slapo_error(SLAPO_SHAPE, "...", ...);`.
+ * Messages longer than 1023 bytes are truncated. */
+slapo_status slapo_error(slapo_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+slapo_status slapo_verror(slapo_status s, const char *fmt, va_list ap);
+
+/* Clears this thread's error message. */
+void slapo_error_clear(void);
+
+/* ------------------------------------------------------------------------ */
+/* Allocator hook                                                            */
+/* ------------------------------------------------------------------------ */
+
+/* All library memory goes through these three functions. `ud` is passed
+ * back unchanged. realloc(NULL, n) must behave as malloc(n); free(NULL) is a
+ * no-op. A failing malloc/realloc returns NULL; the library then returns
+ * SLAPO_NOMEM and leaks nothing. */
+typedef struct slapo_allocator {
+  void *(*malloc)(size_t nbytes, void *ud);
+  void *(*realloc)(void *ptr, size_t nbytes, void *ud);
+  void (*free)(void *ptr, void *ud);
+  void *ud;
+} slapo_allocator;
+
+/* Installs `a` (copied) for all threads; NULL restores the libc allocator.
+ * Not thread-safe with respect to concurrent allocation: call it while the
+ * library is idle (tests inject failures this way). */
+void slapo_set_allocator(const slapo_allocator *a);
+
+/* Library allocation entry points. slapo_malloc(0) returns a unique
+ * non-NULL pointer or NULL on failure; slapo_calloc checks n*size overflow. */
+void *slapo_malloc(size_t nbytes);
+void *slapo_calloc(size_t n, size_t size);
+void *slapo_realloc(void *ptr, size_t nbytes);
+void slapo_free(void *ptr);
+/* Owned copy of `s` (NULL on allocation failure or when s is NULL). */
+char *slapo_strdup(const char *s);
+
+/* Aligned allocation for tensor data (64-byte alignment for AVX-512). Memory
+ * comes from the allocator hook; release with slapo_aligned_free. */
+void *slapo_aligned_alloc(size_t nbytes);
+void slapo_aligned_free(void *ptr);
+
+/* ------------------------------------------------------------------------ */
+/* Log hook                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Log sink: `level` 1 phases, 2 schedule trees, 3 rewrite matches,
+ * 4 generated code. `msg` is borrowed for the call only. */
+typedef void (*slapo_log_fn)(int level, const char *msg, void *ud);
+
+/* Installs a sink. The default sink is silent unless the environment variable
+ * SLAPO_DEBUG is > 0, in which case messages with level <= SLAPO_DEBUG go to
+ * stderr. slapo_set_log(NULL, NULL) restores the default. */
+void slapo_set_log(slapo_log_fn fn, void *ud);
+
+/* Current debug level (SLAPO_DEBUG, read once; 0 when unset). */
+int slapo_debug_level(void);
+
+/* Emits a message at `level` if the sink accepts it. */
+void slapo_logf(int level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ------------------------------------------------------------------------ */
+/* Arenas                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* A growable region: allocations are freed all at once by slapo_arena_free or
+ * slapo_arena_reset. Blocks grow geometrically; an allocation larger than a
+ * block gets a block of its own. Not thread-safe. */
+typedef struct slapo_arena slapo_arena;
+
+/* Creates an arena whose first block holds `block_nbytes` (0: 4 KiB).
+ * Errors: SLAPO_NOMEM. *out is owned by the caller. */
+slapo_status slapo_arena_new(size_t block_nbytes, slapo_arena **out);
+void slapo_arena_free(slapo_arena *a); /* NULL is fine */
+/* Frees every allocation but keeps the first block for reuse. */
+void slapo_arena_reset(slapo_arena *a);
+
+/* Returns `nbytes` of zeroed memory aligned to `align` (a power of two <= 4096;
+ * 0 means 16), or NULL on allocation failure (the thread's error is set to
+ * SLAPO_NOMEM). Borrowed: valid until the arena is freed or reset. */
+void *slapo_arena_alloc(slapo_arena *a, size_t nbytes, size_t align);
+char *slapo_arena_strdup(slapo_arena *a, const char *s);
+char *slapo_arena_printf(slapo_arena *a, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Total bytes handed out since creation or the last reset. */
+size_t slapo_arena_used(const slapo_arena *a);
+
+/* ------------------------------------------------------------------------ */
+/* Philox4x32-10                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* One Philox4x32 block with 10 rounds: 128-bit counter `ctr`, 64-bit key
+ * `key`, 128 random bits to `out`. Pure function. */
+void slapo_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+
+/* The random stream used by random ops (DESIGN.md §3): element `index` of a
+ * stream identified by (`seed`, `stream` = hash of module path and op index)
+ * at step `step`. Key = seed; counter = (index/4 low, high, step low, stream
+ * mixed with step high). Each call returns one uniform float in [0, 1) built
+ * from the top 24 bits of word index%4. Pure function: the same arguments
+ * always give the same value, whatever the tiling. */
+float slapo_rng_uniform(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index);
+
+/* Standard normal N(0, 1) via Box-Muller on a pair of uniforms from the same
+ * Philox block; pure function of its arguments like slapo_rng_uniform. */
+float slapo_rng_normal(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index);
+
+/* ------------------------------------------------------------------------ */
+/* Hashing                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* 64-bit hash of `nbytes` bytes (XXH3-64 with `seed`). */
+uint64_t slapo_hash64(const void *data, size_t nbytes, uint64_t seed);
+/* 64-bit hash of a NUL-terminated string (seed 0). */
+uint64_t slapo_hash_str(const char *s);
+/* Combines two hashes (order-sensitive). */
+uint64_t slapo_hash_combine(uint64_t h, uint64_t v);
+
+/* ------------------------------------------------------------------------ */
+/* String map                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Open-addressing hash map from NUL-terminated string keys to pointers.
+ * Keys are copied into the map; values are borrowed (the map never frees
+ * them). Iteration order is insertion order. */
+typedef struct slapo_map slapo_map;
+
+/* Errors: SLAPO_NOMEM. *out owned (slapo_map_free). */
+slapo_status slapo_map_new(slapo_map **out);
+void slapo_map_free(slapo_map *m); /* NULL is fine */
+/* Inserts or overwrites. Errors: SLAPO_NOMEM (map unchanged). */
+slapo_status slapo_map_set(slapo_map *m, const char *key, void *value);
+/* Value for key, or NULL when absent (store non-NULL values to tell apart). */
+void *slapo_map_get(const slapo_map *m, const char *key);
+bool slapo_map_has(const slapo_map *m, const char *key);
+/* Removes key if present; returns whether it was. */
+bool slapo_map_remove(slapo_map *m, const char *key);
+size_t slapo_map_count(const slapo_map *m);
+/* The i-th live entry in insertion order, 0 <= i < count. Borrowed key. */
+const char *slapo_map_key_at(const slapo_map *m, size_t i);
+void *slapo_map_value_at(const slapo_map *m, size_t i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLAPO_CORE_H */

@@ -1,0 +1,76 @@
+/* slapo/exec.h - memory planner and executor for a graph with known shapes,
+ * per-node timing, a debug allocation mode, and a one-op eager helper.
+ * Layer: exec (depends on ops). */
+#ifndef SLAPO_EXEC_H
+#define SLAPO_EXEC_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "slapo/ops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct slapo_plan_opts {
+  /* Give every intermediate buffer its own allocation and fill it with NaN
+   * when its lifetime ends, so a use-after-free in planning shows as NaN.
+   * Also switched on by the environment variable SLAPO_DEBUG_MEM=1. */
+  bool debug_alloc;
+  /* Run reference kernels even where a fast kernel exists (tests). */
+  bool reference;
+  /* Record wall time per node (slapo_plan_node_ms). */
+  bool timing;
+} slapo_plan_opts;
+
+/* A compiled, runnable graph: buffer assignment and execution order. */
+typedef struct slapo_plan slapo_plan;
+
+/* Plans `g` (borrowed; must outlive the plan and not change). Values are
+ * assigned offsets in one activation arena by liveness: a buffer is freed
+ * after the last use of every view of it (views share storage); the output
+ * node's values live until the next run. `opts` may be NULL.
+ * Errors: SLAPO_STATE (graph fails lint, no output node, a call_module node
+ * is left, an op without kernel), SLAPO_NOMEM. *out owned. */
+slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
+                            slapo_plan **out);
+void slapo_plan_free(slapo_plan *p); /* NULL is fine */
+
+/* Planned peak of the activation arena in bytes (intermediates and outputs,
+ * excluding bound inputs and parameters). Known before running. */
+size_t slapo_plan_peak_nbytes(const slapo_plan *p);
+
+/* Binds a tensor to every placeholder named `name` / every param node whose
+ * path is `path`. The tensor is borrowed until the plan is freed or rebound;
+ * its dtype and shape must match the node's (SLAPO_SHAPE / SLAPO_DTYPE with
+ * both shapes), it may be strided. Errors: SLAPO_NOT_FOUND (no such node). */
+slapo_status slapo_plan_bind_input(slapo_plan *p, const char *name, const slapo_tensor *t);
+slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_tensor *t);
+
+/* Runs every node in order. Errors: SLAPO_STATE naming the first unbound
+ * placeholder or param, SLAPO_NOMEM. */
+slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env);
+
+/* Number of values of the output node, and value i after a run. Borrowed:
+ * valid until the next run or slapo_plan_free. */
+int slapo_plan_output_count(const slapo_plan *p);
+const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i);
+
+/* Timing (opts.timing): milliseconds spent in `n` during the last run. */
+double slapo_plan_node_ms(const slapo_plan *p, const slapo_node *n);
+/* Prints total ms and share per origin module path, largest first. */
+void slapo_plan_print_timing(const slapo_plan *p, FILE *f);
+
+/* Eager helper (tests, small tools): builds a one-op graph over placeholders
+ * shaped like `in`, plans and runs it, and returns an owned contiguous copy
+ * of the result. `env` may be NULL (seed 0, step 0, training). Errors: those
+ * of slapo_op_call (SHAPE, DTYPE, NOT_FOUND for an unknown op) and NOMEM. */
+slapo_status slapo_eager(const char *op, int n_in, const slapo_tensor *const *in, int n_attrs,
+                         const slapo_attr *attrs, const slapo_kernel_env *env,
+                         const slapo_plan_opts *opts, slapo_tensor **out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

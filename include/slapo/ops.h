@@ -1,0 +1,246 @@
+/* slapo/ops.h - the op descriptor, the op registry (built-in ops from
+ * src/ops/ops.def plus run-time registration), and the graph-building API:
+ * op calls build nodes, they do not compute (the ggml way).
+ * Layer: ops (depends on ir, tensor, core). */
+#ifndef SLAPO_OPS_H
+#define SLAPO_OPS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "slapo/ir.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Building context                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* A graph under construction plus a *sticky* error: the first failing op call
+ * records its status and a message naming the op, the module path and the
+ * shapes; every later op call returns NULL at once, and the caller checks
+ * slapo_ctx_status() once at the end. */
+typedef struct slapo_ctx slapo_ctx;
+
+/* Creates a context building into `g` (borrowed; must outlive the ctx).
+ * *out owned (slapo_ctx_free). Errors: SLAPO_NOMEM. */
+slapo_status slapo_ctx_new(slapo_graph *g, slapo_ctx **out);
+void slapo_ctx_free(slapo_ctx *ctx); /* NULL is fine */
+slapo_graph *slapo_ctx_graph(const slapo_ctx *ctx);
+
+/* First error recorded (SLAPO_OK if none); its message is in
+ * slapo_ctx_message() (borrowed, lives with the ctx). */
+slapo_status slapo_ctx_status(const slapo_ctx *ctx);
+const char *slapo_ctx_message(const slapo_ctx *ctx);
+/* Records an error if none is recorded yet (sticky); also sets the thread's
+ * slapo_last_error. Returns the first recorded status. */
+slapo_status slapo_ctx_fail(slapo_ctx *ctx, slapo_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Module path stamped on new nodes as their origin (copied). Each path keeps
+ * its own op counter, stamped as node->op_seq, so a random op's stream
+ * (hash of path and op_seq) does not depend on other modules' ops.
+ * push/pop nest (module calls); the root path is "". */
+slapo_status slapo_ctx_push_origin(slapo_ctx *ctx, const char *path);
+void slapo_ctx_pop_origin(slapo_ctx *ctx);
+const char *slapo_ctx_origin(const slapo_ctx *ctx);
+
+/* Upper layers (module/) attach their own state here. */
+void slapo_ctx_set_user(slapo_ctx *ctx, void *user);
+void *slapo_ctx_user(const slapo_ctx *ctx);
+
+/* ------------------------------------------------------------------------ */
+/* Op descriptor                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* What a kernel may read besides its tensors. */
+typedef struct slapo_kernel_env {
+  uint64_t seed;  /* run seed (random ops)                               */
+  uint64_t step;  /* training step, part of the RNG counter (DESIGN §3)  */
+  bool training;  /* dropout active                                      */
+} slapo_kernel_env;
+
+/* Computes `out` from `in` for `node` (attributes via slapo_node_attr_*).
+ * Inputs may be strided unless the op sets `contiguous_inputs`; `out` is
+ * contiguous, allocated by the executor with the node's shape and dtype, and
+ * never aliases an input. Kernels do not fail: every user error is caught by
+ * shape inference at build time. Parallel with OpenMP; deterministic for a
+ * given thread count. */
+typedef void (*slapo_kernel_fn)(const slapo_node *node, const slapo_tensor *const *in,
+                                slapo_tensor *out, const slapo_kernel_env *env);
+
+/* For view ops: fills `out` (shape, strides, offset; storage shared with
+ * in[0]) without copying. */
+typedef void (*slapo_view_fn)(const slapo_node *node, const slapo_tensor *const *in,
+                              slapo_tensor *out);
+
+/* Shape/dtype inference: reads the inputs' metadata and the node's attributes
+ * and sets the node's dtype/ndim/shape (slapo_node_set_meta). Returns
+ * SLAPO_SHAPE / SLAPO_DTYPE / SLAPO_INVALID_ARG with a message naming the op
+ * and the shapes (`matmul: a [2, 3] and b [4, 5]: inner dims 3 and 4
+ * differ`); the ctx prefixes the module path. */
+typedef slapo_status (*slapo_infer_fn)(slapo_node *node);
+
+/* Backward rule: given the forward node (its inputs and its own value are
+ * available as nodes) and `dy` (gradient of the loss w.r.t. the node's
+ * value, same shape), builds nodes with `ctx` and stores in dx[i] the
+ * gradient for input i, or NULL where input i is not differentiable or
+ * `need[i]` is false. Broadcast inputs receive gradients already reduced to
+ * their own shape. Returns ctx's status. */
+typedef slapo_status (*slapo_backward_fn)(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                          const bool *need, slapo_node **dx);
+
+/* Builds a small example use of the op for the table-driven tests: declares
+ * placeholders with slapo_input (f32 ones are gradient-checked; integer ones
+ * are filled in [0, test.int_high)), calls the op and returns its node. */
+typedef slapo_node *(*slapo_example_fn)(slapo_ctx *ctx);
+
+/* Test settings (STYLE.md "Ops"). */
+typedef struct slapo_op_test {
+  slapo_example_fn example; /* NULL: the op is exempt (say why in `exempt`)  */
+  float lo, hi;             /* uniform range of f32 inputs (0,0 -> [-1, 1])  */
+  int64_t int_high;         /* integer inputs drawn in [0, int_high)         */
+  float fd_eps;             /* central-difference step (0 -> 1e-3)           */
+  float atol, rtol;         /* gradcheck tolerance (0 -> 1e-2, 1e-2)         */
+  float fast_atol;          /* fast vs reference kernel (0 -> 1e-5 relative) */
+  const char *exempt;       /* why there is no gradcheck, or NULL            */
+  const char *checked_by;   /* backward-only op: the composite it replaces   */
+} slapo_op_test;
+
+/* One op: everything about it in one place. */
+typedef struct slapo_op {
+  const char *name;         /* registry key, e.g. "matmul"                   */
+  int n_inputs;             /* exact count, or -1 for variadic (>= 1)        */
+  slapo_infer_fn infer;
+  slapo_kernel_fn ref;      /* simple reference kernel (required unless view) */
+  slapo_kernel_fn fast;     /* optimized kernel, or NULL                     */
+  slapo_view_fn view;       /* non-NULL: output is a view of in[0]           */
+  slapo_backward_fn backward; /* NULL: not differentiable (error if needed) */
+  bool contiguous_inputs;   /* executor makes strided inputs contiguous     */
+  bool random;              /* draws from Philox (dropout)                   */
+  const char *doc;          /* one line: math and source                     */
+  slapo_op_test test;
+} slapo_op;
+
+/* Descriptor for `name`, or NULL. Built-in ops come from ops.def (the table
+ * is built on first use); run-time ops from slapo_op_register. */
+const slapo_op *slapo_op_find(const char *name);
+/* Registers a run-time op (fused kernels, collectives). `op` is borrowed and
+ * must outlive every graph using it. Errors: SLAPO_INVALID_ARG (name taken,
+ * missing infer/kernel), SLAPO_NOMEM. Thread-safe. */
+slapo_status slapo_op_register(const slapo_op *op);
+/* Number of registered ops and the i-th one (built-ins first, in ops.def
+ * order, then run-time ones in registration order). */
+int slapo_op_count(void);
+const slapo_op *slapo_op_at(int i);
+
+/* ------------------------------------------------------------------------ */
+/* Generic node builders                                                     */
+/* ------------------------------------------------------------------------ */
+
+/* Graph input `name` with the given dtype and shape. NULL on error. */
+slapo_node *slapo_input(slapo_ctx *ctx, const char *name, slapo_dtype dt, int ndim,
+                        const int64_t *shape);
+/* Parameter read (target = parameter path). NULL on error. */
+slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int ndim,
+                        const int64_t *shape);
+/* Calls op `name` on inputs with attributes: looks the op up, checks the
+ * input count, creates the node, stamps origin and op_seq, runs shape
+ * inference. On any failure records a sticky error (naming the op, the
+ * origin path and the input shapes) and returns NULL; returns NULL at once
+ * when an input is NULL or the ctx already failed. */
+slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
+                          slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs);
+/* Marks `n` values as the graph's results (the output node). */
+slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values);
+
+/* ------------------------------------------------------------------------ */
+/* Typed builders (all return NULL on error; see slapo_op_call)              */
+/* Shapes use PyTorch order; x [.., C] means any leading dims.               */
+/* ------------------------------------------------------------------------ */
+
+/* Elementwise with NumPy broadcasting; f32. */
+slapo_node *slapo_add(slapo_ctx *ctx, slapo_node *a, slapo_node *b);
+slapo_node *slapo_sub(slapo_ctx *ctx, slapo_node *a, slapo_node *b);
+slapo_node *slapo_mul(slapo_ctx *ctx, slapo_node *a, slapo_node *b);
+slapo_node *slapo_div(slapo_ctx *ctx, slapo_node *a, slapo_node *b);
+slapo_node *slapo_add_scalar(slapo_ctx *ctx, slapo_node *x, double v);
+slapo_node *slapo_mul_scalar(slapo_ctx *ctx, slapo_node *x, double v);
+slapo_node *slapo_pow(slapo_ctx *ctx, slapo_node *x, double exponent);
+slapo_node *slapo_neg(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_exp(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_log(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_tanh(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_sqrt(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_rsqrt(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_relu(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_sigmoid(slapo_ctx *ctx, slapo_node *x);
+slapo_node *slapo_silu(slapo_ctx *ctx, slapo_node *x);
+/* GELU; tanh=true: the tanh approximation (GPT-2, Hendrycks & Gimpel 2016
+ * eq. 2), else the exact erf form. */
+slapo_node *slapo_gelu(slapo_ctx *ctx, slapo_node *x, bool tanh);
+
+/* a [.., M, K] @ b [.., K, N] -> [.., M, N] with broadcast batch dims;
+ * trans_a / trans_b read a as [.., K, M] / b as [.., N, K]. */
+slapo_node *slapo_matmul(slapo_ctx *ctx, slapo_node *a, slapo_node *b, bool trans_a,
+                         bool trans_b);
+/* x [.., in] @ w[out, in]^T + b [out] -> [.., out]; b may be NULL
+ * (PyTorch nn.functional.linear). */
+slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b);
+
+/* Reductions over `n_axes` axes (negative count from the end). */
+slapo_node *slapo_sum(slapo_ctx *ctx, slapo_node *x, int n_axes, const int64_t *axes,
+                      bool keepdim);
+slapo_node *slapo_mean(slapo_ctx *ctx, slapo_node *x, int n_axes, const int64_t *axes,
+                       bool keepdim);
+/* Sums x down to `shape` (the inverse of broadcasting). */
+slapo_node *slapo_sum_to(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *shape);
+/* Broadcasts x to `shape` (materialized). */
+slapo_node *slapo_broadcast_to(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *shape);
+
+/* Shape ops. reshape: one dim may be -1; a view when x is contiguous. */
+slapo_node *slapo_reshape(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *shape);
+slapo_node *slapo_permute(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *perm);
+slapo_node *slapo_transpose(slapo_ctx *ctx, slapo_node *x, int dim0, int dim1);
+slapo_node *slapo_slice(slapo_ctx *ctx, slapo_node *x, int dim, int64_t start, int64_t end);
+/* Splits x along `dim` into pieces of `sizes` (sum = x.shape[dim]); writes
+ * n node pointers to out. Returns ctx's status. */
+slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const int64_t *sizes,
+                         slapo_node **out);
+slapo_node *slapo_concat(slapo_ctx *ctx, int n, slapo_node *const *xs, int dim);
+slapo_node *slapo_contiguous(slapo_ctx *ctx, slapo_node *x);
+/* Constant tensors (no inputs). */
+slapo_node *slapo_full(slapo_ctx *ctx, int ndim, const int64_t *shape, double value);
+
+/* softmax over the last axis, numerically stable (max subtracted). causal:
+ * for x [.., T, S] entry (t, s) with s > t + (S - T) is masked to 0; a fully
+ * masked row gives zeros, not NaN. */
+slapo_node *slapo_softmax(slapo_ctx *ctx, slapo_node *x, bool causal);
+/* LayerNorm over the last axis (Ba, Kiros, Hinton 2016): biased variance,
+ * eps inside the sqrt; w, b [C] may be NULL (no affine). */
+slapo_node *slapo_layer_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b,
+                             double eps);
+/* RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * w; w may be NULL. */
+slapo_node *slapo_rms_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, double eps);
+/* weight [V, C], idx [..] i32/i64 -> [.., C]. */
+slapo_node *slapo_embedding(slapo_ctx *ctx, slapo_node *weight, slapo_node *idx);
+/* out = base with src rows added at rows idx along dim 0:
+ * base [V, C], idx [N] int, src [N, C]. */
+slapo_node *slapo_index_add(slapo_ctx *ctx, slapo_node *base, slapo_node *idx,
+                            slapo_node *src);
+/* Inverted dropout with probability p: each element's keep decision comes
+ * from Philox keyed by (seed, hash of origin path and op_seq) at counter
+ * (step, element index); identity when not training or p == 0. */
+slapo_node *slapo_dropout(slapo_ctx *ctx, slapo_node *x, double p);
+/* Mean cross-entropy of logits [.., V] against int targets [..]; targets
+ * equal to ignore_index are skipped (mean over the rest; 0 if none). Stable
+ * for large logits (log-sum-exp with max subtracted). Returns a scalar []. */
+slapo_node *slapo_cross_entropy(slapo_ctx *ctx, slapo_node *logits, slapo_node *targets,
+                                int64_t ignore_index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLAPO_OPS_H */

@@ -1,0 +1,209 @@
+/* slapo/tensor.h - dtypes, shapes, strided tensors over refcounted storage,
+ * views (reshape, permute, slice), meta tensors, safetensors read/write.
+ * Layer: tensor (depends on core).
+ * safetensors format: https://github.com/huggingface/safetensors (8-byte
+ * little-endian header length, JSON header, then raw little-endian data). */
+#ifndef SLAPO_TENSOR_H
+#define SLAPO_TENSOR_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "slapo/core.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* dtypes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* X(ENUM, c name, size in bytes, safetensors name). f32 is the compute
+ * dtype; i32/i64 hold token ids; the others are storage dtypes (checkpoints)
+ * and room for bf16 compute later. */
+#define SLAPO_DTYPE_LIST(X)                                                    \
+  X(F32, "f32", 4, "F32")                                                      \
+  X(F64, "f64", 8, "F64")                                                      \
+  X(F16, "f16", 2, "F16")                                                      \
+  X(BF16, "bf16", 2, "BF16")                                                   \
+  X(I64, "i64", 8, "I64")                                                      \
+  X(I32, "i32", 4, "I32")                                                      \
+  X(I16, "i16", 2, "I16")                                                      \
+  X(I8, "i8", 1, "I8")                                                         \
+  X(U64, "u64", 8, "U64")                                                      \
+  X(U32, "u32", 4, "U32")                                                      \
+  X(U16, "u16", 2, "U16")                                                      \
+  X(U8, "u8", 1, "U8")                                                         \
+  X(BOOL, "bool", 1, "BOOL")
+
+typedef enum slapo_dtype {
+#define SLAPO__DTYPE_ENUM(e, n, sz, st) SLAPO_DTYPE_##e,
+  SLAPO_DTYPE_LIST(SLAPO__DTYPE_ENUM)
+#undef SLAPO__DTYPE_ENUM
+  SLAPO_DTYPE_COUNT
+} slapo_dtype;
+
+size_t slapo_dtype_size(slapo_dtype dt);          /* bytes per element */
+const char *slapo_dtype_name(slapo_dtype dt);     /* "f32"; static */
+const char *slapo_dtype_st_name(slapo_dtype dt);  /* safetensors "F32"; static */
+/* Parses a safetensors dtype name ("F32"). Errors: SLAPO_DTYPE (unknown). */
+slapo_status slapo_dtype_from_st_name(const char *name, slapo_dtype *out);
+
+/* ------------------------------------------------------------------------ */
+/* Shapes                                                                    */
+/* ------------------------------------------------------------------------ */
+
+#define SLAPO_MAX_DIMS 8
+
+/* Product of the dims (1 for ndim == 0). */
+int64_t slapo_shape_numel(int ndim, const int64_t *shape);
+/* Writes "[a, b, c]" (NUL-terminated, truncated to `cap`) into buf; returns buf. */
+char *slapo_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
+/* Row-major (contiguous) strides in elements. */
+void slapo_shape_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+bool slapo_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b);
+
+/* ------------------------------------------------------------------------ */
+/* Storage and tensors                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Refcounted byte buffer (64-byte aligned). A tensor holds one reference; a
+ * view shares it. `external` storage wraps memory the library does not own
+ * (the executor's planned buffers): freeing it does not free `data`. */
+typedef struct slapo_storage {
+  void *data;
+  size_t nbytes;
+  int refcount;
+  bool external;
+} slapo_storage;
+
+/* A strided view of a storage. Fields are public for kernels; create and
+ * change tensors only through the functions below. A *meta* tensor has
+ * storage == NULL: shape and dtype only. */
+typedef struct slapo_tensor {
+  slapo_dtype dtype;
+  int ndim;
+  int64_t shape[SLAPO_MAX_DIMS];
+  int64_t strides[SLAPO_MAX_DIMS]; /* in elements */
+  int64_t offset;                  /* in elements, into storage */
+  slapo_storage *storage;          /* NULL for a meta tensor */
+} slapo_tensor;
+
+/* New contiguous tensor with zeroed storage. ndim in [0, SLAPO_MAX_DIMS],
+ * each dim >= 0. *out owned (slapo_tensor_free).
+ * Errors: SLAPO_INVALID_ARG (ndim, negative dim), SLAPO_NOMEM. */
+slapo_status slapo_tensor_new(slapo_dtype dt, int ndim, const int64_t *shape,
+                              slapo_tensor **out);
+/* New meta tensor (no storage). Same errors as slapo_tensor_new. */
+slapo_status slapo_tensor_new_meta(slapo_dtype dt, int ndim, const int64_t *shape,
+                                   slapo_tensor **out);
+/* New contiguous tensor copying `numel * dtype size` bytes from `data`. */
+slapo_status slapo_tensor_from_data(slapo_dtype dt, int ndim, const int64_t *shape,
+                                    const void *data, slapo_tensor **out);
+/* New tensor viewing external memory `data` (not owned, not freed; must
+ * outlive the tensor), contiguous. Errors: SLAPO_INVALID_ARG, SLAPO_NOMEM. */
+slapo_status slapo_tensor_wrap(slapo_dtype dt, int ndim, const int64_t *shape,
+                               void *data, slapo_tensor **out);
+/* Releases the tensor and its storage reference. NULL is fine. */
+void slapo_tensor_free(slapo_tensor *t);
+
+/* Gives a meta tensor zeroed contiguous storage (no-op if it has storage).
+ * Errors: SLAPO_NOMEM. */
+slapo_status slapo_tensor_materialize(slapo_tensor *t);
+
+int64_t slapo_tensor_numel(const slapo_tensor *t);
+size_t slapo_tensor_nbytes(const slapo_tensor *t); /* numel * dtype size */
+bool slapo_tensor_is_meta(const slapo_tensor *t);
+bool slapo_tensor_is_contiguous(const slapo_tensor *t);
+/* Pointer to element 0 of the view (storage data + offset); NULL for meta.
+ * Borrowed: valid while the storage lives. */
+void *slapo_tensor_data(const slapo_tensor *t);
+/* Typed element read/write at a multi-index (tests and tools; slow). */
+double slapo_tensor_get(const slapo_tensor *t, const int64_t *index);
+void slapo_tensor_set(slapo_tensor *t, const int64_t *index, double v);
+
+/* Views share storage with `t` (also for meta tensors). *out owned.
+ * reshape: `t` must be contiguous; one dim may be -1. Errors: SLAPO_SHAPE
+ *   (numel differs, or t not contiguous: message gives both shapes).
+ * permute: `perm` is a permutation of 0..ndim-1. Errors: SLAPO_INVALID_ARG.
+ * slice: elements start, start+step, ... < end along `dim` (negative start/
+ *   end count from the end, clamped as in Python; step >= 1).
+ *   Errors: SLAPO_INVALID_ARG (dim out of range, step < 1). */
+slapo_status slapo_tensor_reshape(const slapo_tensor *t, int ndim, const int64_t *shape,
+                                  slapo_tensor **out);
+slapo_status slapo_tensor_permute(const slapo_tensor *t, const int *perm,
+                                  slapo_tensor **out);
+slapo_status slapo_tensor_slice(const slapo_tensor *t, int dim, int64_t start, int64_t end,
+                                int64_t step, slapo_tensor **out);
+/* New view of the same storage with identical fields (refcount + 1). */
+slapo_status slapo_tensor_view(const slapo_tensor *t, slapo_tensor **out);
+
+/* New contiguous tensor with a copy of t's elements (any strides).
+ * Errors: SLAPO_STATE (t is meta), SLAPO_NOMEM. */
+slapo_status slapo_tensor_contiguous(const slapo_tensor *t, slapo_tensor **out);
+/* Copies src's elements into dst (same shape and dtype, any strides).
+ * Errors: SLAPO_SHAPE, SLAPO_DTYPE, SLAPO_STATE (meta). */
+slapo_status slapo_tensor_copy(slapo_tensor *dst, const slapo_tensor *src);
+/* Converts element types (f32 <-> bf16/f16/f64, integer widths) into a new
+ * contiguous tensor. Errors: SLAPO_UNSUPPORTED, SLAPO_NOMEM. */
+slapo_status slapo_tensor_to_dtype(const slapo_tensor *t, slapo_dtype dt, slapo_tensor **out);
+/* True when shapes, dtypes and every element's bytes are equal. */
+bool slapo_tensor_equal(const slapo_tensor *a, const slapo_tensor *b);
+/* Prints "f32[2, 3] {1, 2, 3, ...}" (at most `max_elems` values) to f. */
+void slapo_tensor_print(const slapo_tensor *t, FILE *f, int max_elems);
+
+/* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
+float slapo_bf16_to_f32(uint16_t v);
+uint16_t slapo_f32_to_bf16(float v);
+float slapo_f16_to_f32(uint16_t v);
+uint16_t slapo_f32_to_f16(float v);
+
+/* ------------------------------------------------------------------------ */
+/* safetensors                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* A safetensors file read fully into memory and validated. */
+typedef struct slapo_safetensors slapo_safetensors;
+
+/* Reads and validates `path`. Rejects, with SLAPO_IO and a message naming the
+ * file, the tensor and the offending value: a file shorter than 8 bytes, a
+ * header length larger than the file, a header that is not a JSON object,
+ * an entry without dtype/shape/data_offsets, an unknown dtype, negative or
+ * non-integer dims, offsets out of range, begin > end, a byte count that
+ * does not match shape x dtype size, overlapping or non-covering data
+ * ranges, duplicate names, and `__metadata__` values that are not strings.
+ * *out owned (slapo_safetensors_free). Errors: SLAPO_IO, SLAPO_NOMEM. */
+slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out);
+void slapo_safetensors_free(slapo_safetensors *f);
+
+/* Number of tensors; names in file-header order is not guaranteed: they are
+ * sorted by name. Borrowed strings, valid until free. */
+int slapo_safetensors_count(const slapo_safetensors *f);
+const char *slapo_safetensors_name(const slapo_safetensors *f, int i);
+/* Metadata value for `key` from `__metadata__`, or NULL. Borrowed. */
+const char *slapo_safetensors_metadata(const slapo_safetensors *f, const char *key);
+/* Shape/dtype of tensor `name` as a meta tensor. *out owned.
+ * Errors: SLAPO_NOT_FOUND (message names the tensor and the file). */
+slapo_status slapo_safetensors_meta(const slapo_safetensors *f, const char *name,
+                                    slapo_tensor **out);
+/* Owned contiguous copy of tensor `name`. Errors: SLAPO_NOT_FOUND, SLAPO_NOMEM. */
+slapo_status slapo_safetensors_get(const slapo_safetensors *f, const char *name,
+                                   slapo_tensor **out);
+
+/* Writes `n` tensors (any strides; written contiguous, little-endian) with
+ * the given names and optional string metadata (`n_meta` key/value pairs)
+ * to `path` atomically: a temporary file in the same directory, fsync, then
+ * rename. Names must be unique and non-empty.
+ * Errors: SLAPO_INVALID_ARG (duplicate/empty name, meta tensor), SLAPO_IO
+ * (message names the path and errno text), SLAPO_NOMEM. */
+slapo_status slapo_safetensors_write(const char *path, int n, const char *const *names,
+                                     const slapo_tensor *const *tensors, int n_meta,
+                                     const char *const *meta_keys,
+                                     const char *const *meta_values);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLAPO_TENSOR_H */

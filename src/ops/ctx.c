@@ -1,0 +1,92 @@
+/* ops/ctx.c - the graph-building context: target graph, sticky error, the
+ * origin-path stack and per-path op counters (for op_seq, which keys the
+ * RNG streams of random ops, DESIGN.md §3). Layer: ops. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/ops.h"
+
+struct slapo_ctx {
+  slapo_graph *g;
+  slapo_status status;
+  char message[1024];
+  char **origins; /* stack of owned paths; origins[0] = "" */
+  int n_origins, cap_origins;
+  slapo_map *op_counts; /* path -> (intptr_t) next op_seq */
+  void *user;
+};
+
+slapo_status slapo_ctx_new(slapo_graph *g, slapo_ctx **out) {
+  *out = NULL;
+  slapo_ctx *c = slapo_calloc(1, sizeof *c);
+  if (!c) return slapo_error(SLAPO_NOMEM, "ctx: out of memory");
+  c->g = g;
+  if (slapo_map_new(&c->op_counts) != SLAPO_OK) {
+    slapo_free(c);
+    return SLAPO_NOMEM;
+  }
+  if (slapo_ctx_push_origin(c, "") != SLAPO_OK) {
+    slapo_ctx_free(c);
+    return SLAPO_NOMEM;
+  }
+  *out = c;
+  return SLAPO_OK;
+}
+
+void slapo_ctx_free(slapo_ctx *c) {
+  if (!c) return;
+  for (int i = 0; i < c->n_origins; i++) slapo_free(c->origins[i]);
+  slapo_free(c->origins);
+  slapo_map_free(c->op_counts);
+  slapo_free(c);
+}
+
+slapo_graph *slapo_ctx_graph(const slapo_ctx *c) { return c->g; }
+slapo_status slapo_ctx_status(const slapo_ctx *c) { return c->status; }
+const char *slapo_ctx_message(const slapo_ctx *c) { return c->message; }
+
+slapo_status slapo_ctx_fail(slapo_ctx *c, slapo_status s, const char *fmt, ...) {
+  if (c->status != SLAPO_OK) return c->status;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->message, sizeof c->message, fmt, ap);
+  va_end(ap);
+  c->status = s;
+  slapo_error(s, "%s", c->message);
+  return s;
+}
+
+slapo_status slapo_ctx_push_origin(slapo_ctx *c, const char *path) {
+  if (c->n_origins == c->cap_origins) {
+    int cap = c->cap_origins ? 2 * c->cap_origins : 8;
+    char **o = slapo_realloc(c->origins, (size_t)cap * sizeof *o);
+    if (!o) return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
+    c->origins = o;
+    c->cap_origins = cap;
+  }
+  char *p = slapo_strdup(path);
+  if (!p) return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
+  c->origins[c->n_origins++] = p;
+  return SLAPO_OK;
+}
+
+void slapo_ctx_pop_origin(slapo_ctx *c) {
+  SLAPO_ASSERT(c->n_origins > 1);
+  slapo_free(c->origins[--c->n_origins]);
+}
+
+const char *slapo_ctx_origin(const slapo_ctx *c) { return c->origins[c->n_origins - 1]; }
+
+void slapo_ctx_set_user(slapo_ctx *c, void *user) { c->user = user; }
+void *slapo_ctx_user(const slapo_ctx *c) { return c->user; }
+
+/* Next op index within the current origin path (internal to ops/). */
+int slapo__ctx_next_op_seq(slapo_ctx *c) {
+  const char *path = slapo_ctx_origin(c);
+  intptr_t n = (intptr_t)slapo_map_get(c->op_counts, path);
+  /* Stored as n+1 so that a present entry is never NULL. */
+  int seq = n ? (int)(n - 1) : 0;
+  if (slapo_map_set(c->op_counts, path, (void *)(intptr_t)(seq + 2)) != SLAPO_OK) return -1;
+  return seq;
+}

@@ -1,0 +1,61 @@
+/* ops/internal.h - helpers shared by op files: descriptor declaration,
+ * shape-inference helpers (broadcasting, axes), builder shorthands and
+ * gradient helpers. Layer: ops (internal; other layers use slapo/ops.h). */
+#ifndef SLAPO_OPS_INTERNAL_H
+#define SLAPO_OPS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/assert.h"
+#include "slapo/ops.h"
+
+/* Descriptor of built-in op `name` (defined in its file, listed in ops.def). */
+#define SLAPO_OP_DESCRIPTOR(name) const slapo_op slapo__op_##name
+
+/* Next op index for the ctx's current origin path; -1 on allocation failure. */
+int slapo__ctx_next_op_seq(slapo_ctx *ctx);
+
+/* Shape inference helpers. Each returns SLAPO_OK or sets a message naming
+ * `node->target` and the offending shapes. */
+/* NumPy broadcasting of a's and b's shapes into (ndim, shape). */
+slapo_status slapo__broadcast_shapes(const char *op, int na, const int64_t *a, int nb,
+                                     const int64_t *b, int *ndim, int64_t *shape);
+/* Normalizes axis (negative counts from the end) for a rank-`ndim` value;
+ * SLAPO_INVALID_ARG when out of range. */
+slapo_status slapo__norm_axis(const char *op, int64_t axis, int ndim, int *out);
+/* Requires input i of node to have dtype dt (SLAPO_DTYPE otherwise). */
+slapo_status slapo__want_dtype(const slapo_node *node, int i, slapo_dtype dt);
+/* Requires input i to have an integer dtype (I32 or I64). */
+slapo_status slapo__want_index(const slapo_node *node, int i);
+/* Sets node meta to input i's dtype and shape. */
+slapo_status slapo__same_as_input(slapo_node *node, int i);
+/* "[2, 3]" for node n's shape (thread-local rotating buffers, 8 slots). */
+const char *slapo__shape_of(const slapo_node *n);
+
+/* Builder shorthands. */
+slapo_node *slapo__call1(slapo_ctx *ctx, const char *op, slapo_node *x, int n_attrs,
+                         const slapo_attr *attrs);
+slapo_node *slapo__call2(slapo_ctx *ctx, const char *op, slapo_node *a, slapo_node *b,
+                         int n_attrs, const slapo_attr *attrs);
+/* Builds a node with the same op and attributes as `like` on new inputs
+ * (backward rules reuse forward attributes, e.g. dropout's RNG stream). */
+slapo_node *slapo__call_like(slapo_ctx *ctx, const slapo_node *like, int n_inputs,
+                             slapo_node *const *inputs);
+
+/* Gradient helper: reduces g (the gradient of a broadcast result) to the
+ * shape of `input` (sum over broadcast axes), or returns g unchanged when
+ * the shapes already agree. */
+slapo_node *slapo__grad_to(slapo_ctx *ctx, slapo_node *g, const slapo_node *input);
+
+/* Elementwise loop helpers for kernels: for out of shape (ndim, shape)
+ * contiguous, the element offset into an input of shape (in_ndim, in_shape)
+ * with strides `in_strides`, broadcast NumPy style. */
+void slapo__broadcast_strides(int ndim, const int64_t *shape, const slapo_tensor *in,
+                              int64_t *strides_out);
+
+/* Number of OpenMP threads worth using for `work` elementwise operations
+ * (1 for small tensors: thread start-up costs more than it saves). */
+int slapo__threads_for(int64_t work);
+
+#endif
