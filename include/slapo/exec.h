@@ -40,16 +40,23 @@ void slapo_plan_free(slapo_plan *p); /* NULL is fine */
 /* Planned peak of the activation arena in bytes (intermediates and outputs,
  * excluding bound inputs and parameters). Known before running. */
 size_t slapo_plan_peak_nbytes(const slapo_plan *p);
+/* Measured peak: the high-water mark of live intermediate and output bytes
+ * during the last run (a buffer is live from the node that writes it until
+ * its last reader, views included); 0 before the first run. At most the
+ * planned peak, which also counts fragmentation of the arena. */
+size_t slapo_plan_measured_peak_nbytes(const slapo_plan *p);
 
 /* Binds a tensor to every placeholder named `name` / every param node whose
  * path is `path`. The tensor is borrowed until the plan is freed or rebound;
  * its dtype and shape must match the node's (SLAPO_SHAPE / SLAPO_DTYPE with
- * both shapes), it may be strided. Errors: SLAPO_NOT_FOUND (no such node). */
+ * both shapes), it may be strided. Errors: SLAPO_NOT_FOUND (no such node),
+ * SLAPO_INVALID_ARG (NULL or meta tensor); on error nothing is bound. */
 slapo_status slapo_plan_bind_input(slapo_plan *p, const char *name, const slapo_tensor *t);
 slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_tensor *t);
 
-/* Runs every node in order. Errors: SLAPO_STATE naming the first unbound
- * placeholder or param, SLAPO_NOMEM. */
+/* Runs every node in order. `env` may be NULL (seed 0, step 0, training).
+ * Errors: SLAPO_STATE naming the first unbound placeholder or param,
+ * SLAPO_NOMEM. */
 slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env);
 
 /* Number of values of the output node, and value i after a run. Borrowed:
@@ -57,7 +64,8 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env);
 int slapo_plan_output_count(const slapo_plan *p);
 const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i);
 
-/* Timing (opts.timing): milliseconds spent in `n` during the last run. */
+/* Timing (opts.timing): milliseconds spent in `n` during the last run; 0
+ * when timing is off or n is not a node of the planned graph. */
 double slapo_plan_node_ms(const slapo_plan *p, const slapo_node *n);
 /* Prints total ms and share per origin module path, largest first. */
 void slapo_plan_print_timing(const slapo_plan *p, FILE *f);

@@ -94,12 +94,15 @@ void slapo_graph_free(slapo_graph *g); /* NULL is fine */
 /* The graph's arena (for passes that keep data as long as the graph). */
 slapo_arena *slapo_graph_arena(slapo_graph *g);
 
+/* Iteration: first/last node (NULL if empty or g is NULL), then n->next /
+ * n->prev. Returned nodes are borrowed: valid until the graph is freed (an
+ * erased node's fields stay readable, with graph == NULL). */
 slapo_node *slapo_graph_first(const slapo_graph *g); /* NULL if empty */
 slapo_node *slapo_graph_last(const slapo_graph *g);
 int slapo_graph_count(const slapo_graph *g);
 /* The output node, or NULL. */
 slapo_node *slapo_graph_output(const slapo_graph *g);
-/* Node with the given unique name, or NULL. */
+/* Live node with the given unique name, or NULL (also for erased names). */
 slapo_node *slapo_graph_find(const slapo_graph *g, const char *name);
 /* Sets node->id to each node's position. */
 void slapo_graph_renumber(slapo_graph *g);
@@ -108,11 +111,11 @@ void slapo_graph_renumber(slapo_graph *g);
  * node once there is one, so the output stays last), or just before / after
  * `n`. The insertion point persists until changed; inserting "after n"
  * advances so that consecutive inserts keep their order. insert_before(g,
- * NULL) inserts at the beginning of the graph; insert_after(g, NULL) is the
- * same as insert_at_end. An insertion point whose node is erased moves to the
- * erased node's neighbour. A node outside g is reported by the next
- * constructor (SLAPO_INVALID_ARG); inserting after the output node is
- * SLAPO_STATE. */
+ * NULL) inserts before the current first node (at the beginning; at the end
+ * when the graph is empty); insert_after(g, NULL) is insert_at_end. An
+ * insertion point whose node is erased moves to the erased node's
+ * neighbour. A node outside g is reported by the next constructor
+ * (SLAPO_INVALID_ARG); inserting after the output node is SLAPO_STATE. */
 void slapo_graph_insert_at_end(slapo_graph *g);
 void slapo_graph_insert_before(slapo_graph *g, slapo_node *n);
 void slapo_graph_insert_after(slapo_graph *g, slapo_node *n);

@@ -71,7 +71,9 @@ bool slapo_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *
 
 /* Refcounted byte buffer (64-byte aligned). A tensor holds one reference; a
  * view shares it. `external` storage wraps memory the library does not own
- * (the executor's planned buffers): freeing it does not free `data`. */
+ * (the executor's planned buffers): freeing it does not free `data`. The
+ * refcount is a plain int: create and free views of one storage from one
+ * thread at a time. */
 typedef struct slapo_storage {
   void *data;
   size_t nbytes;
@@ -99,7 +101,8 @@ slapo_status slapo_tensor_new(slapo_dtype dt, int ndim, const int64_t *shape,
 /* New meta tensor (no storage). Same errors as slapo_tensor_new. */
 slapo_status slapo_tensor_new_meta(slapo_dtype dt, int ndim, const int64_t *shape,
                                    slapo_tensor **out);
-/* New contiguous tensor copying `numel * dtype size` bytes from `data`. */
+/* New contiguous tensor copying `numel * dtype size` bytes from `data`.
+ * Errors: as slapo_tensor_new; SLAPO_INVALID_ARG (data NULL). */
 slapo_status slapo_tensor_from_data(slapo_dtype dt, int ndim, const int64_t *shape,
                                     const void *data, slapo_tensor **out);
 /* New tensor viewing external memory `data` (not owned, not freed; must
@@ -109,8 +112,9 @@ slapo_status slapo_tensor_wrap(slapo_dtype dt, int ndim, const int64_t *shape,
 /* Releases the tensor and its storage reference. NULL is fine. */
 void slapo_tensor_free(slapo_tensor *t);
 
-/* Gives a meta tensor zeroed contiguous storage (no-op if it has storage).
- * Errors: SLAPO_NOMEM. */
+/* Gives a meta tensor zeroed contiguous storage (no-op if it has storage);
+ * its strides become contiguous and its offset 0. Other views of the same
+ * meta tensor stay meta. Errors: SLAPO_NOMEM. */
 slapo_status slapo_tensor_materialize(slapo_tensor *t);
 
 int64_t slapo_tensor_numel(const slapo_tensor *t);
@@ -120,13 +124,17 @@ bool slapo_tensor_is_contiguous(const slapo_tensor *t);
 /* Pointer to element 0 of the view (storage data + offset); NULL for meta.
  * Borrowed: valid while the storage lives. */
 void *slapo_tensor_data(const slapo_tensor *t);
-/* Typed element read/write at a multi-index (tests and tools; slow). */
+/* Typed element read/write at a multi-index (tests and tools; slow). `t`
+ * must have storage and every index[i] must lie in [0, shape[i]) (asserted).
+ * set converts like a C cast (bool: v != 0). */
 double slapo_tensor_get(const slapo_tensor *t, const int64_t *index);
 void slapo_tensor_set(slapo_tensor *t, const int64_t *index, double v);
 
-/* Views share storage with `t` (also for meta tensors). *out owned.
+/* Views share storage with `t` (also for meta tensors). *out owned; every
+ * view function may also fail with SLAPO_NOMEM.
  * reshape: `t` must be contiguous; one dim may be -1. Errors: SLAPO_SHAPE
- *   (numel differs, or t not contiguous: message gives both shapes).
+ *   (numel differs, -1 not inferable, or t not contiguous: message gives
+ *   both shapes), SLAPO_INVALID_ARG (ndim, dim < -1, more than one -1).
  * permute: `perm` is a permutation of 0..ndim-1. Errors: SLAPO_INVALID_ARG.
  * slice: elements start, start+step, ... < end along `dim` (negative start/
  *   end count from the end, clamped as in Python; step >= 1).
@@ -143,15 +151,24 @@ slapo_status slapo_tensor_view(const slapo_tensor *t, slapo_tensor **out);
 /* New contiguous tensor with a copy of t's elements (any strides).
  * Errors: SLAPO_STATE (t is meta), SLAPO_NOMEM. */
 slapo_status slapo_tensor_contiguous(const slapo_tensor *t, slapo_tensor **out);
-/* Copies src's elements into dst (same shape and dtype, any strides).
+/* Copies src's elements into dst (same shape and dtype, any strides). dst
+ * and src must not partially overlap in memory.
  * Errors: SLAPO_SHAPE, SLAPO_DTYPE, SLAPO_STATE (meta). */
 slapo_status slapo_tensor_copy(slapo_tensor *dst, const slapo_tensor *src);
-/* Converts element types (f32 <-> bf16/f16/f64, integer widths) into a new
- * contiguous tensor. Errors: SLAPO_UNSUPPORTED, SLAPO_NOMEM. */
+/* Converts element types into a new contiguous tensor: float <-> float
+ * (f16/bf16 round to nearest even; from f64 they round through f32),
+ * integer/bool <-> integer/bool (wrapping like C casts; bool is v != 0) and
+ * integer -> float. Float -> integer needs a rounding rule and is refused.
+ * dt == t->dtype gives a contiguous copy.
+ * Errors: SLAPO_UNSUPPORTED (float -> integer/bool), SLAPO_STATE (meta),
+ * SLAPO_INVALID_ARG (dt), SLAPO_NOMEM. */
 slapo_status slapo_tensor_to_dtype(const slapo_tensor *t, slapo_dtype dt, slapo_tensor **out);
-/* True when shapes, dtypes and every element's bytes are equal. */
+/* True when shapes, dtypes and every element's bytes are equal (so -0.0 !=
+ * 0.0 and identical NaNs are equal). Two meta tensors compare shape and
+ * dtype only; a meta tensor never equals one with storage. */
 bool slapo_tensor_equal(const slapo_tensor *a, const slapo_tensor *b);
-/* Prints "f32[2, 3] {1, 2, 3, ...}" (at most `max_elems` values) to f. */
+/* Prints "f32[2, 3] {1, 2, 3, ...}" (at most `max_elems` values, row-major)
+ * to f; a meta tensor prints as "f32[2, 3] (meta)". */
 void slapo_tensor_print(const slapo_tensor *t, FILE *f, int max_elems);
 
 /* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
@@ -174,18 +191,19 @@ typedef struct slapo_safetensors slapo_safetensors;
  * non-integer dims, offsets out of range, begin > end, a byte count that
  * does not match shape x dtype size, overlapping or non-covering data
  * ranges, duplicate names, and `__metadata__` values that are not strings.
- * *out owned (slapo_safetensors_free). Errors: SLAPO_IO, SLAPO_NOMEM. */
+ * *out owned (slapo_safetensors_free).
+ * Errors: SLAPO_IO, SLAPO_NOMEM, SLAPO_INVALID_ARG (path NULL). */
 slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out);
 void slapo_safetensors_free(slapo_safetensors *f);
 
-/* Number of tensors; names in file-header order is not guaranteed: they are
- * sorted by name. Borrowed strings, valid until free. */
+/* Number of tensors, and the i-th name (0 <= i < count) in strcmp order,
+ * not file-header order. Borrowed strings, valid until free. */
 int slapo_safetensors_count(const slapo_safetensors *f);
 const char *slapo_safetensors_name(const slapo_safetensors *f, int i);
 /* Metadata value for `key` from `__metadata__`, or NULL. Borrowed. */
 const char *slapo_safetensors_metadata(const slapo_safetensors *f, const char *key);
 /* Shape/dtype of tensor `name` as a meta tensor. *out owned.
- * Errors: SLAPO_NOT_FOUND (message names the tensor and the file). */
+ * Errors: SLAPO_NOT_FOUND (message names the tensor and the file), SLAPO_NOMEM. */
 slapo_status slapo_safetensors_meta(const slapo_safetensors *f, const char *name,
                                     slapo_tensor **out);
 /* Owned contiguous copy of tensor `name`. Errors: SLAPO_NOT_FOUND, SLAPO_NOMEM. */
@@ -195,9 +213,13 @@ slapo_status slapo_safetensors_get(const slapo_safetensors *f, const char *name,
 /* Writes `n` tensors (any strides; written contiguous, little-endian) with
  * the given names and optional string metadata (`n_meta` key/value pairs)
  * to `path` atomically: a temporary file in the same directory, fsync, then
- * rename. Names must be unique and non-empty.
- * Errors: SLAPO_INVALID_ARG (duplicate/empty name, meta tensor), SLAPO_IO
- * (message names the path and errno text), SLAPO_NOMEM. */
+ * rename (mode 0644). Tensors are stored sorted by name; the JSON header is
+ * padded with spaces so the data starts 8-byte aligned. Names must be
+ * unique, non-empty, valid UTF-8 and not "__metadata__"; metadata keys must
+ * be unique. Arguments are checked before anything touches the disk, and a
+ * failed write leaves an existing `path` unchanged and no temporary file.
+ * Errors: SLAPO_INVALID_ARG (duplicate/empty/reserved name, meta tensor, bad
+ * counts), SLAPO_IO (message names the path and errno text), SLAPO_NOMEM. */
 slapo_status slapo_safetensors_write(const char *path, int n, const char *const *names,
                                      const slapo_tensor *const *tensors, int n_meta,
                                      const char *const *meta_keys,

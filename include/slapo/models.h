@@ -1,0 +1,66 @@
+/* slapo/models.h - the model zoo: GPT-2 with Hugging Face parameter names,
+ * its configs, and checkpoint import/export in the Hugging Face layout.
+ * Layer: models (depends on apply and everything below). */
+#ifndef SLAPO_MODELS_H
+#define SLAPO_MODELS_H
+
+#include "slapo/module.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* GPT-2 hyper-parameters (Radford et al. 2019; Hugging Face GPT2Config
+ * names in comments). */
+typedef struct slapo_gpt2_config {
+  int n_layer;        /* n_layer                                   */
+  int n_head;         /* n_head                                    */
+  int64_t n_embd;     /* n_embd (C)                                */
+  int64_t n_ctx;      /* n_positions: longest sequence             */
+  int64_t vocab_size; /* 256 for the byte configs, 50257 for GPT-2 */
+  double dropout;     /* embd_pdrop = attn_pdrop = resid_pdrop     */
+  double ln_eps;      /* layer_norm_epsilon (1e-5)                 */
+} slapo_gpt2_config;
+
+/* Fills `out` for a named config: "tiny" (4 layers, 128 wide, 4 heads,
+ * context 64, bytes), "small" (6, 384, 6, 256, bytes), and the released
+ * GPT-2 sizes "124M", "355M", "774M", "1.5B" (context 1024, vocab 50257).
+ * Byte configs use dropout 0, the GPT-2 sizes 0.1 (as Hugging Face).
+ * Errors: SLAPO_NOT_FOUND listing the known names. */
+slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out);
+/* Names of the known configs, NULL-terminated. Static. */
+const char *const *slapo_gpt2_config_names(void);
+
+/* Builds GPT2LMHeadModel as a module tree with meta parameters:
+ *   transformer.{wte, wpe, drop, h.N.{ln_1, attn.{c_attn, c_proj,
+ *   attn_dropout, resid_dropout}, ln_2, mlp.{c_fc, act, c_proj, dropout}},
+ *   ln_f}, lm_head (weight tied to transformer.wte.weight).
+ * Linear weights are [out, in] (PyTorch nn.Linear; Hugging Face's Conv1D
+ * stores [in, out]: checkpoint import/export transposes). Init as GPT-2:
+ * N(0, 0.02), residual projections (c_proj) N(0, 0.02/sqrt(2 n_layer)),
+ * biases 0, LayerNorm weight 1.
+ * Forward: (idx [B, T] i32) -> logits [B, T, V]; (idx, targets [B, T] i32)
+ * -> mean cross-entropy loss [] (targets equal to -100, PyTorch's
+ * ignore_index, are skipped).
+ * Errors: SLAPO_INVALID_ARG (n_embd not divisible by n_head, sizes <= 0),
+ * NOMEM. *out owned. */
+slapo_status slapo_gpt2_new(const slapo_gpt2_config *cfg, slapo_module **out);
+
+/* Loads a Hugging Face GPT-2 safetensors file into a materialized model:
+ * accepts names with or without the "transformer." prefix, transposes the
+ * Conv1D weights, ignores the attention-mask buffers (attn.bias,
+ * attn.masked_bias) and lm_head.weight (tied). Every model parameter must be
+ * present with the right shape. Errors: SLAPO_IO (unreadable or malformed
+ * file), SLAPO_NOT_FOUND (missing tensor, named), SLAPO_SHAPE (wrong shape,
+ * both shapes named), NOMEM. */
+slapo_status slapo_gpt2_load(slapo_module *model, const char *path);
+/* Saves the model's parameters to `path` atomically in the Hugging Face
+ * layout (names "transformer.…", Conv1D weights [in, out], lm_head omitted
+ * as tied, metadata format=pt) plus the given extra metadata pairs. */
+slapo_status slapo_gpt2_save(slapo_module *model, const char *path, int n_meta,
+                             const char *const *keys, const char *const *values);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

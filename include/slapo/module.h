@@ -1,0 +1,210 @@
+/* slapo/module.h - module types (a vtable), module instances with named
+ * parameters and ordered named children, dotted paths, materialization of
+ * meta parameters, built-in layers, and slapo_step: build forward + backward
+ * for a model and inputs, cache the plan, run it.
+ * Layer: module (depends on autograd, exec). */
+#ifndef SLAPO_MODULE_H
+#define SLAPO_MODULE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "slapo/autograd.h"
+#include "slapo/exec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct slapo_module slapo_module;
+
+/* ------------------------------------------------------------------------ */
+/* Parameters                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* How a parameter is initialized when materialized. */
+typedef enum slapo_init_kind {
+  SLAPO_INIT_ZEROS,
+  SLAPO_INIT_ONES,
+  SLAPO_INIT_NORMAL /* N(0, std^2) */
+} slapo_init_kind;
+
+/* A parameter: its value (meta until materialized), its gradient (allocated
+ * with the value, zeroed), and key/value tags (annotate). Shared between
+ * modules when tied (GPT-2's lm_head.weight is transformer.wte.weight): one
+ * storage, one gradient, visited once by the optimizer. Refcounted; owned
+ * by the modules that hold it. */
+typedef struct slapo_parameter {
+  slapo_tensor *value;  /* f32, meta until materialized                  */
+  slapo_tensor *grad;   /* same shape; NULL until materialized           */
+  char *path;           /* canonical path: where it was first registered */
+  slapo_init_kind init;
+  float std;            /* for SLAPO_INIT_NORMAL                         */
+  bool no_weight_decay; /* AdamW skips it (biases, norms, 1-D params)    */
+  int refcount;
+} slapo_parameter;
+
+/* ------------------------------------------------------------------------ */
+/* Module types                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Forward function: builds the module's computation on `in` (n_in nodes)
+ * with op calls and child calls (slapo_call), and returns its output node,
+ * or NULL after recording an error on ctx. */
+typedef slapo_node *(*slapo_forward_fn)(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                        slapo_node *const *in);
+
+typedef struct slapo_module_type {
+  const char *name;        /* PyTorch-style class name: "Linear"          */
+  slapo_forward_fn forward;
+  /* Extra text for the repr, e.g. "in_features=768, out_features=3072";
+   * may be NULL. Writes at most cap bytes. */
+  void (*describe)(const slapo_module *self, char *buf, size_t cap);
+  /* Frees type-specific config (self->config); NULL: slapo_free. */
+  void (*free_config)(void *config);
+} slapo_module_type;
+
+/* A module instance. Fields are readable; change them through the API. */
+struct slapo_module {
+  const slapo_module_type *type;
+  char *name;               /* name in the parent ("c_fc", "3"); "" for root */
+  slapo_module *parent;     /* borrowed; NULL for the root               */
+  int n_children;
+  slapo_module **children;  /* ordered; owned                            */
+  int n_params;
+  char **param_names;       /* local names ("weight")                    */
+  slapo_parameter **params; /* one reference each                        */
+  void *config;             /* type-specific, owned                      */
+  /* Schedule state that slapo_call obeys (primitives set it). */
+  bool checkpoint;          /* activations recomputed in backward        */
+};
+
+/* Creates a module of `type` with owned `config` (taken even on error).
+ * *out owned (slapo_module_free, which frees children). Errors: NOMEM. */
+slapo_status slapo_module_new(const slapo_module_type *type, void *config, slapo_module **out);
+void slapo_module_free(slapo_module *m); /* NULL is fine */
+
+/* Appends `child` (consumed, also on error) under `name`.
+ * Errors: SLAPO_INVALID_ARG (name empty, contains '.', or taken), NOMEM. */
+slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_module *child);
+/* Declares a new f32 meta parameter `name` [shape] with an init rule.
+ * Errors: SLAPO_INVALID_ARG (name taken), NOMEM. */
+slapo_status slapo_module_add_param(slapo_module *m, const char *name, int ndim,
+                                    const int64_t *shape, slapo_init_kind init, float std);
+/* Makes m's parameter `name` refer to `p` (tying; p's refcount + 1),
+ * replacing any parameter of that name. Errors: NOMEM. */
+slapo_status slapo_module_tie_param(slapo_module *m, const char *name, slapo_parameter *p);
+
+/* Child named `name` (one segment), or NULL. */
+slapo_module *slapo_module_child(const slapo_module *m, const char *name);
+/* Parameter by local name, or NULL. */
+slapo_parameter *slapo_module_param(const slapo_module *m, const char *name);
+/* Module at dotted `path` below m ("transformer.h.3.mlp"; "" is m).
+ * Errors: SLAPO_NOT_FOUND naming the deepest existing prefix and its
+ * children. */
+slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_module **out);
+/* Full dotted path of m from its root ("" for the root). Owned string. */
+char *slapo_module_path(const slapo_module *m);
+
+/* Visits every parameter once (tied parameters once, at their first
+ * position in tree pre-order), with its full path at that position. */
+typedef void (*slapo_param_visit_fn)(slapo_parameter *p, const char *path, void *ud);
+slapo_status slapo_module_visit_params(slapo_module *m, slapo_param_visit_fn fn, void *ud);
+/* Number of distinct parameter elements. */
+int64_t slapo_module_numel(slapo_module *m);
+
+/* Allocates and initializes every meta parameter below m. Values depend only
+ * on (seed, parameter path, element index) via Philox, not on order.
+ * Errors: NOMEM. */
+slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed);
+
+/* PyTorch-style repr of the tree with parameter counts, to f. Consecutive
+ * identical children of a list are folded ("(0-5): 6 x Block"). */
+void slapo_module_print(const slapo_module *m, FILE *f);
+
+/* ------------------------------------------------------------------------ */
+/* Calling modules inside forward functions                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Calls the descendant `name` of self ("c_fc", or "h.3" through a list) on
+ * inputs: looks it up at call time (so
+ * `replace` only swaps a table entry), stamps its path as the origin of the
+ * nodes it emits, and obeys its schedule state. NULL on error (recorded on
+ * ctx, naming the path). */
+slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
+                       slapo_node *const *in);
+/* Shorthand for one input. */
+slapo_node *slapo_call1(slapo_ctx *ctx, slapo_module *self, const char *name, slapo_node *x);
+/* Node reading self's parameter `name` (one node per parameter per graph,
+ * so tied uses accumulate one gradient). NULL on error. */
+slapo_node *slapo_weight(slapo_ctx *ctx, slapo_module *self, const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Built-in layers (PyTorch names and semantics)                             */
+/* ------------------------------------------------------------------------ */
+
+/* nn.Linear: weight [out, in] N(0, std), bias [out] zeros (optional). */
+slapo_status slapo_linear_new(int64_t in_features, int64_t out_features, bool bias, float std,
+                              slapo_module **out);
+/* nn.LayerNorm over the last dim: weight ones, bias zeros. */
+slapo_status slapo_layernorm_new(int64_t dim, double eps, slapo_module **out);
+/* nn.Embedding: weight [num, dim] N(0, std). */
+slapo_status slapo_embedding_new(int64_t num, int64_t dim, float std, slapo_module **out);
+slapo_status slapo_dropout_new(double p, slapo_module **out);
+/* nn.GELU(approximate="tanh" if tanh else "none"). */
+slapo_status slapo_gelu_new(bool tanh, slapo_module **out);
+slapo_status slapo_relu_new(slapo_module **out);
+/* nn.ModuleList: children named "0", "1", … added with add_child. */
+slapo_status slapo_modulelist_new(slapo_module **out);
+
+/* ------------------------------------------------------------------------ */
+/* Steps                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef enum slapo_step_mode {
+  SLAPO_STEP_TRAIN, /* forward + backward, dropout on; output 0 = loss  */
+  SLAPO_STEP_EVAL   /* forward only, dropout off                         */
+} slapo_step_mode;
+
+/* A model ready to run: the root module plus the cache of built steps. */
+typedef struct slapo_runner slapo_runner;
+
+/* Creates a runner for `root` (borrowed; must outlive the runner). The model
+ * must be materialized before the first step. *out owned.
+ * Errors: NOMEM. */
+slapo_status slapo_runner_new(slapo_module *root, const slapo_plan_opts *opts,
+                              slapo_runner **out);
+void slapo_runner_free(slapo_runner *r);
+
+/* Bumps the model version: the next step rebuilds its graph (called by every
+ * primitive and weight load). */
+void slapo_runner_invalidate(slapo_runner *r);
+
+/* Runs one step on inputs (e.g. idx [B, T] i32 and targets [B, T] i32): the
+ * root forward receives one placeholder per input ("in0", "in1", ...).
+ * TRAIN: the root's output must be a scalar loss; gradients are *added* to
+ * each parameter's grad (so micro-batches accumulate; zero them with
+ * slapo_module_zero_grad). The built step is cached by (model version,
+ * input shapes and dtypes, mode); SLAPO_DEBUG_STEP=1 rebuilds every step
+ * and checks the rebuilt graph prints the same as the cached one.
+ * `out` (may be NULL) receives the root's output value, borrowed until
+ * the next step. Errors: those of building (ctx message naming op, module
+ * path and shapes), SLAPO_STATE (not materialized), NOMEM. */
+slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                        slapo_step_mode mode, const slapo_kernel_env *env,
+                        const slapo_tensor **out);
+/* Planned activation peak of the most recent step, in bytes. */
+size_t slapo_runner_peak_nbytes(const slapo_runner *r);
+/* The plan of the most recent step (timing), borrowed. */
+const slapo_plan *slapo_runner_plan(const slapo_runner *r);
+/* The graph of the most recent step, borrowed. */
+const slapo_graph *slapo_runner_graph(const slapo_runner *r);
+
+/* Sets every parameter gradient below m to zero. */
+void slapo_module_zero_grad(slapo_module *m);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLAPO_MODULE_H */

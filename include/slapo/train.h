@@ -1,0 +1,146 @@
+/* slapo/train.h - training: AdamW, learning-rate schedule, gradient
+ * clipping, token data sets (text via a byte tokenizer, llm.c token files),
+ * text sampling, training checkpoints, and the training loop.
+ * Layer: train (depends on models and everything below). */
+#ifndef SLAPO_TRAIN_H
+#define SLAPO_TRAIN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "slapo/models.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Optimizer                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* AdamW (Loshchilov & Hutter 2019, Algorithm 2; PyTorch torch.optim.AdamW):
+ *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
+ *   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr wd p
+ * with decoupled weight decay skipped for parameters marked
+ * no_weight_decay (biases, LayerNorm and other 1-D parameters). Each
+ * parameter storage is visited once (tied weights). */
+typedef struct slapo_adamw slapo_adamw;
+
+typedef struct slapo_adamw_config {
+  float beta1, beta2, eps, weight_decay; /* 0.9, 0.95, 1e-8, 0.1 */
+} slapo_adamw_config;
+
+/* Creates the optimizer over every parameter of `model` (materialized;
+ * borrowed, must outlive the optimizer). Errors: SLAPO_STATE, NOMEM. */
+slapo_status slapo_adamw_new(slapo_module *model, const slapo_adamw_config *cfg,
+                             slapo_adamw **out);
+void slapo_adamw_free(slapo_adamw *o);
+/* One update with learning rate `lr` from the parameters' gradients. */
+void slapo_adamw_step(slapo_adamw *o, float lr);
+/* Number of steps taken (t). */
+int64_t slapo_adamw_steps(const slapo_adamw *o);
+/* Saves / loads the state (m and v per parameter path, t) to / from a
+ * safetensors file; save is atomic. Errors: SLAPO_IO, SLAPO_NOT_FOUND /
+ * SLAPO_SHAPE (state does not fit the model, naming the parameter), NOMEM. */
+slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path);
+slapo_status slapo_adamw_load(slapo_adamw *o, const char *path);
+
+/* Scales all gradients so their global L2 norm is at most max_norm (PyTorch
+ * clip_grad_norm_); returns the norm before clipping. max_norm <= 0: only
+ * measures. */
+double slapo_clip_grad_norm(slapo_module *model, double max_norm);
+
+/* Learning rate at `step` (0-based): linear warmup from 0 over `warmup`
+ * steps to `max_lr`, then cosine decay to `min_lr` at `total` steps. */
+float slapo_lr_at(int64_t step, int64_t warmup, int64_t total, float max_lr, float min_lr);
+
+/* ------------------------------------------------------------------------ */
+/* Data                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A token stream split into training and held-out validation parts. */
+typedef struct slapo_dataset slapo_dataset;
+
+/* Loads `path`: an llm.c token file (header of 256 int32 with magic
+ * 20240520, version 1 and the token count, then uint16 tokens) or, for any
+ * other file, text tokenized as bytes (vocabulary 256). A directory loads
+ * every regular file in it whose name has no '.', in name order, as text
+ * (the fortunes corpus). The last `val_fraction` of tokens is held out.
+ * Errors: SLAPO_IO (unreadable, empty, truncated token file, naming the path
+ * and the sizes), NOMEM. *out owned. */
+slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dataset **out);
+void slapo_dataset_free(slapo_dataset *d);
+int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
+/* Largest token id + 1 seen in the data. */
+int64_t slapo_dataset_vocab(const slapo_dataset *d);
+
+/* Fills idx and targets [B, T] i32 (targets = idx shifted by one) with B
+ * windows whose start positions are drawn with Philox from (seed, step), so
+ * a resumed run sees the same batches. Errors: SLAPO_INVALID_ARG when the
+ * split is shorter than T + 1 tokens (naming both). */
+slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed, int64_t step,
+                                 slapo_tensor *idx, slapo_tensor *targets);
+
+/* ------------------------------------------------------------------------ */
+/* Sampling                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Appends `n_new` tokens to `tokens` (capacity >= *n + n_new; *n >= 1),
+ * sampling from softmax(logits / temperature) restricted to the top_k most
+ * likely (top_k <= 0: all), with Philox keyed by seed. The model runs in
+ * eval mode on a fixed window of the last n_ctx tokens. */
+slapo_status slapo_sample(slapo_runner *r, int64_t n_ctx, int32_t *tokens, int64_t *n,
+                          int64_t n_new, float temperature, int top_k, uint64_t seed);
+
+/* ------------------------------------------------------------------------ */
+/* Training loop                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct slapo_train_config {
+  const char *model_config; /* "tiny", "small", "124M", …                 */
+  const char *data;         /* text file, token file or directory         */
+  int64_t steps, batch, seq;
+  int64_t grad_accum;       /* micro-batches per step (>= 1)              */
+  float lr, min_lr;
+  int64_t warmup;
+  float weight_decay, grad_clip;
+  uint64_t seed;
+  double dropout;           /* < 0: the config's default                  */
+  int64_t val_every, val_batches;
+  const char *metrics;      /* JSONL path or NULL                         */
+  const char *save;         /* checkpoint path (model .safetensors) or NULL */
+  int64_t save_every;       /* 0: only at the end                         */
+  const char *resume;       /* checkpoint to continue from, or NULL       */
+  const char *init_from;    /* Hugging Face weights to start from, or NULL */
+  int64_t sample_tokens;    /* tokens to sample at the end (0: none)      */
+  float temperature;
+  int top_k;
+  int threads;              /* 0: OpenMP default                          */
+} slapo_train_config;
+
+/* Defaults (shown by `slapo train --help`). */
+void slapo_train_config_default(slapo_train_config *c);
+
+/* What the loop reports after each step (for progress output). */
+typedef struct slapo_train_event {
+  int64_t step;          /* 1-based, after the update          */
+  int64_t steps;
+  double loss, lr, grad_norm, tokens_per_s, elapsed_s;
+  bool has_val;
+  double val_loss;
+  size_t peak_nbytes;    /* planned activation peak            */
+  const char *sample;    /* final event only: sampled text     */
+  const char *message;   /* informational line, or NULL        */
+} slapo_train_event;
+
+typedef void (*slapo_train_cb)(const slapo_train_event *e, void *ud);
+
+/* Runs training as configured, calling `cb` after every step and once with
+ * a message for each phase. Errors: any of the pieces above, with their
+ * messages. */
+slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *ud);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,208 @@
+/* exec/run.c - the executor: binding inputs and parameters, running the
+ * planned nodes in graph order (fast kernel unless opts.reference, view ops
+ * fill a header over their input's storage), copying strided inputs of
+ * contiguous_inputs ops into a reused scratch buffer, per-node timing and the
+ * live-bytes high-water mark. The hot path allocates nothing except scratch
+ * growth and, in debug allocation mode, one block per buffer. Layer: exec. */
+#include <string.h>
+#include <time.h>
+
+#include "core/assert.h"
+#include "exec/internal.h"
+
+/* ------------------------------------------------------------------------ */
+/* Binding                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* Binds `t` to every node of `kind` whose target is `name`; checks them all
+ * before changing any. `what` is the caller's name for messages. */
+static slapo_status bind(slapo_plan *p, slapo_node_kind kind, const char *what, const char *name,
+                         const slapo_tensor *t) {
+  if (!p || !name) return slapo_error(SLAPO_INVALID_ARG, "%s: plan or name is NULL", what);
+  if (!t) return slapo_error(SLAPO_INVALID_ARG, "%s: tensor for '%s' is NULL", what, name);
+  if (!t->storage)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "%s: tensor for '%s' is a meta tensor (no storage); materialize it "
+                       "before binding",
+                       what, name);
+  int found = 0;
+  for (int i = 0; i < p->n_nodes; i++) {
+    const slapo_node *n = p->nodes[i].node;
+    if (n->kind != kind || strcmp(n->target, name)) continue;
+    found++;
+    bool dt_ok = t->dtype == n->dtype;
+    if (!dt_ok || !slapo_shape_equal(t->ndim, t->shape, n->ndim, n->shape)) {
+      char want[160], got[160];
+      return slapo_error(dt_ok ? SLAPO_SHAPE : SLAPO_DTYPE,
+                         "%s: '%s' (node '%s') expects %s%s, got %s%s; bind a tensor of the "
+                         "planned dtype and shape or re-plan the graph",
+                         what, name, n->name, slapo_dtype_name(n->dtype),
+                         slapo_shape_str(n->ndim, n->shape, want, sizeof want),
+                         slapo_dtype_name(t->dtype),
+                         slapo_shape_str(t->ndim, t->shape, got, sizeof got));
+    }
+  }
+  if (!found)
+    return slapo_error(SLAPO_NOT_FOUND, "%s: the graph has no %s named '%s'", what,
+                       kind == SLAPO_NODE_PLACEHOLDER ? "placeholder" : "param", name);
+  for (int i = 0; i < p->n_nodes; i++) {
+    const slapo_node *n = p->nodes[i].node;
+    if (n->kind == kind && !strcmp(n->target, name)) p->nodes[i].val = t;
+  }
+  return SLAPO_OK;
+}
+
+slapo_status slapo_plan_bind_input(slapo_plan *p, const char *name, const slapo_tensor *t) {
+  return bind(p, SLAPO_NODE_PLACEHOLDER, "plan_bind_input", name, t);
+}
+
+slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_tensor *t) {
+  return bind(p, SLAPO_NODE_PARAM, "plan_bind_param", path, t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Running                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+static size_t round_up(size_t n) { return (n + SLAPO__EXEC_ALIGN - 1) & ~(SLAPO__EXEC_ALIGN - 1); }
+
+/* Replaces strided inputs of a contiguous_inputs op in p->ins by contiguous
+ * copies in the plan's scratch buffer (valid for this node only). Only
+ * inputs that are bound tensors or views can be strided, and whether they
+ * are is known only now. Errors: SLAPO_NOMEM (growing the scratch). */
+static slapo_status make_contiguous(slapo_plan *p, exec_node *e) {
+  size_t need = 0;
+  for (int j = 0; j < e->n_in; j++)
+    if (e->maybe_strided[j] && !slapo_tensor_is_contiguous(p->ins[j]))
+      need += round_up(slapo_tensor_nbytes(p->ins[j]));
+  if (need == 0) return SLAPO_OK;
+  if (need > p->scratch_nbytes) {
+    slapo_aligned_free(p->scratch);
+    p->scratch_nbytes = 0;
+    p->scratch = slapo_aligned_alloc(need);
+    if (!p->scratch)
+      return slapo_error(SLAPO_NOMEM,
+                         "plan_run: out of memory for %zu bytes of scratch to make the inputs "
+                         "of node '%s' (op '%s') contiguous",
+                         need, e->node->name, e->node->op->name);
+    p->scratch_nbytes = need;
+  }
+  size_t off = 0;
+  for (int j = 0; j < e->n_in; j++) {
+    const slapo_tensor *src = p->ins[j];
+    if (!e->maybe_strided[j] || slapo_tensor_is_contiguous(src)) continue;
+    slapo_storage *st = &p->copy_storage[j];
+    slapo_tensor *c = &p->copies[j];
+    size_t nbytes = slapo_tensor_nbytes(src);
+    *st = (slapo_storage){.data = (char *)p->scratch + off, .nbytes = nbytes, .refcount = 1,
+                          .external = true};
+    c->dtype = src->dtype;
+    c->ndim = src->ndim;
+    memcpy(c->shape, src->shape, sizeof c->shape);
+    slapo_shape_contiguous_strides(c->ndim, c->shape, c->strides);
+    c->offset = 0;
+    c->storage = st;
+    slapo_status s = slapo_tensor_copy(c, src);
+    SLAPO_ASSERT(s == SLAPO_OK);
+    if (!e->logged_copy) {
+      char sh[160];
+      slapo_logf(1,
+                 "exec: node '%s' (op '%s'): input %d ('%s') %s is strided; copying it to "
+                 "contiguous scratch on every run",
+                 e->node->name, e->node->op->name, j, e->node->inputs[j]->name,
+                 slapo_shape_str(src->ndim, src->shape, sh, sizeof sh));
+      e->logged_copy = true;
+    }
+    p->ins[j] = c;
+    off += round_up(nbytes);
+  }
+  return SLAPO_OK;
+}
+
+/* Fills a view node's header: starts as a contiguous view of input 0's
+ * storage at its offset, then the op's view function sets shape, strides
+ * and offset. Inputs of a view are never copied to scratch (the view must
+ * alias the real storage), so a view function handles any input strides. */
+static void run_view(slapo_plan *p, exec_node *e) {
+  const slapo_tensor *in0 = p->ins[0];
+  slapo_tensor *o = &e->t;
+  slapo_storage *st = in0->storage;
+  o->dtype = e->node->dtype;
+  o->ndim = e->node->ndim;
+  memcpy(o->shape, e->node->shape, sizeof o->shape);
+  slapo_shape_contiguous_strides(o->ndim, o->shape, o->strides);
+  o->offset = in0->offset;
+  o->storage = st;
+  /* The executor owns these headers and never releases through them: a
+   * view function that takes a storage reference must not leak one. */
+  int rc = st->refcount;
+  e->node->op->view(e->node, p->ins, o);
+  SLAPO_ASSERT(o->storage == st); /* a view shares its input's storage */
+  st->refcount = rc;
+}
+
+slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
+  if (!p) return slapo_error(SLAPO_INVALID_ARG, "plan_run: plan is NULL");
+  for (int i = 0; i < p->n_nodes; i++) {
+    const exec_node *e = &p->nodes[i];
+    if (e->kind != EXEC_BOUND || e->val) continue;
+    bool ph = e->node->kind == SLAPO_NODE_PLACEHOLDER;
+    return slapo_error(SLAPO_STATE,
+                       "plan_run: %s '%s' (node '%s') is not bound; call %s(plan, \"%s\", "
+                       "tensor) before running",
+                       ph ? "placeholder" : "param", e->node->target, e->node->name,
+                       ph ? "slapo_plan_bind_input" : "slapo_plan_bind_param", e->node->target);
+  }
+  slapo_kernel_env dflt = {.seed = 0, .step = 0, .training = true};
+  if (!env) env = &dflt;
+
+  p->ran = false;
+  if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
+  size_t live = 0, peak = 0;
+  for (int i = 0; i < p->n_nodes; i++) {
+    exec_node *e = &p->nodes[i];
+    double t0 = p->opts.timing ? now_ms() : 0;
+    if (e->kind == EXEC_KERNEL || e->kind == EXEC_VIEW) {
+      for (int j = 0; j < e->n_in; j++) p->ins[j] = p->nodes[e->in[j]].val;
+    }
+    if (e->kind == EXEC_KERNEL) {
+      exec_buf *b = &p->bufs[e->buf];
+      slapo_status s = SLAPO_OK;
+      if (p->opts.debug_alloc) s = slapo__debugmem_acquire(p, b, e->node);
+      if (s == SLAPO_OK && e->any_maybe_strided) s = make_contiguous(p, e);
+      if (s != SLAPO_OK) {
+        if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
+        return s;
+      }
+      e->kernel(e->node, p->ins, &e->t, env);
+      live += b->nbytes;
+      if (live > peak) peak = live;
+    } else if (e->kind == EXEC_VIEW) {
+      run_view(p, e);
+    }
+    for (int k = 0; k < e->n_release; k++) {
+      exec_buf *b = &p->bufs[e->release[k]];
+      live -= b->nbytes;
+      if (p->opts.debug_alloc) slapo__debugmem_poison(b);
+    }
+    if (p->opts.timing) p->ms[i] = now_ms() - t0;
+  }
+  p->measured_peak_nbytes = peak;
+  p->ran = true;
+  return SLAPO_OK;
+}
+
+int slapo_plan_output_count(const slapo_plan *p) {
+  return p ? p->nodes[p->out_idx].node->n_inputs : 0;
+}
+
+const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i) {
+  if (!p || !p->ran || i < 0 || i >= slapo_plan_output_count(p)) return NULL;
+  return p->nodes[p->nodes[p->out_idx].in[i]].val;
+}

@@ -1,0 +1,63 @@
+/* module/call.c - calling child modules and reading parameters while a step
+ * graph is built. Children are looked up by name at call time, so `replace`
+ * only swaps a table entry; each parameter becomes one param node per graph,
+ * so tied uses accumulate into one gradient. Layer: module. */
+#include <stdio.h>
+#include <string.h>
+
+#include "module/internal.h"
+
+slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
+                       slapo_node *const *in) {
+  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  slapo_module *child = NULL;
+  const char *origin = slapo_ctx_origin(ctx);
+  char path[1024];
+  snprintf(path, sizeof path, "%s%s%s", origin, origin[0] ? "." : "", name);
+  if (slapo_module_at(self, name, &child) != SLAPO_OK) {
+    slapo_ctx_fail(ctx, SLAPO_NOT_FOUND, "%s: %s", origin[0] ? origin : "(root)",
+                   slapo_last_error());
+    return NULL;
+  }
+  if (slapo_ctx_push_origin(ctx, path) != SLAPO_OK) return NULL;
+  slapo_node *out = child->type->forward(ctx, child, n_in, in);
+  slapo_ctx_pop_origin(ctx);
+  if (!out && slapo_ctx_status(ctx) == SLAPO_OK)
+    slapo_ctx_fail(ctx, SLAPO_STATE, "%s: forward of %s returned no value", path,
+                   child->type->name);
+  return out;
+}
+
+slapo_node *slapo_call1(slapo_ctx *ctx, slapo_module *self, const char *name, slapo_node *x) {
+  return slapo_call(ctx, self, name, 1, &x);
+}
+
+slapo_node *slapo_weight(slapo_ctx *ctx, slapo_module *self, const char *name) {
+  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  slapo_parameter *p = slapo_module_param(self, name);
+  const char *origin = slapo_ctx_origin(ctx);
+  if (!p) {
+    slapo_ctx_fail(ctx, SLAPO_NOT_FOUND, "%s: a %s has no parameter '%s'",
+                   origin[0] ? origin : "(root)", self->type->name, name);
+    return NULL;
+  }
+  slapo__build_state *bs = slapo_ctx_user(ctx);
+  if (!p->path) {
+    slapo_ctx_fail(ctx, SLAPO_STATE, "%s.%s: parameter is not materialized", origin, name);
+    return NULL;
+  }
+  if (bs) {
+    slapo_node *n = slapo_map_get(bs->param_nodes, p->path);
+    if (n) return n;
+  }
+  slapo_node *n = slapo_param(ctx, p->path, p->value->dtype, p->value->ndim, p->value->shape);
+  if (n && bs && slapo_map_set(bs->param_nodes, p->path, n) != SLAPO_OK) {
+    slapo_ctx_fail(ctx, SLAPO_NOMEM, "out of memory");
+    return NULL;
+  }
+  if (n && bs && slapo_map_set(bs->param_objs, p->path, p) != SLAPO_OK) {
+    slapo_ctx_fail(ctx, SLAPO_NOMEM, "out of memory");
+    return NULL;
+  }
+  return n;
+}

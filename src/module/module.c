@@ -1,0 +1,348 @@
+/* module/module.c - module instances: children, parameters (refcounted, so
+ * tied weights share one value and one gradient), dotted paths, parameter
+ * visiting, materialization of meta parameters, and the PyTorch-style repr.
+ * Layer: module. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/module.h"
+
+slapo_status slapo_module_new(const slapo_module_type *type, void *config, slapo_module **out) {
+  *out = NULL;
+  slapo_module *m = slapo_calloc(1, sizeof *m);
+  char *name = slapo_strdup("");
+  if (!m || !name) {
+    slapo_free(m);
+    slapo_free(name);
+    if (type->free_config) type->free_config(config);
+    else slapo_free(config);
+    return slapo_error(SLAPO_NOMEM, "module: out of memory creating a %s", type->name);
+  }
+  m->type = type;
+  m->name = name;
+  m->config = config;
+  *out = m;
+  return SLAPO_OK;
+}
+
+static void param_unref(slapo_parameter *p) {
+  if (!p || --p->refcount > 0) return;
+  slapo_tensor_free(p->value);
+  slapo_tensor_free(p->grad);
+  slapo_free(p->path);
+  slapo_free(p);
+}
+
+void slapo_module_free(slapo_module *m) {
+  if (!m) return;
+  for (int i = 0; i < m->n_children; i++) slapo_module_free(m->children[i]);
+  for (int i = 0; i < m->n_params; i++) {
+    param_unref(m->params[i]);
+    slapo_free(m->param_names[i]);
+  }
+  slapo_free(m->children);
+  slapo_free(m->params);
+  slapo_free(m->param_names);
+  if (m->type->free_config) m->type->free_config(m->config);
+  else slapo_free(m->config);
+  slapo_free(m->name);
+  slapo_free(m);
+}
+
+slapo_module *slapo_module_child(const slapo_module *m, const char *name) {
+  for (int i = 0; i < m->n_children; i++)
+    if (!strcmp(m->children[i]->name, name)) return m->children[i];
+  return NULL;
+}
+
+slapo_parameter *slapo_module_param(const slapo_module *m, const char *name) {
+  for (int i = 0; i < m->n_params; i++)
+    if (!strcmp(m->param_names[i], name)) return m->params[i];
+  return NULL;
+}
+
+slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_module *child) {
+  if (!name[0] || strchr(name, '.') || slapo_module_child(m, name) || slapo_module_param(m, name)) {
+    slapo_module_free(child);
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "module: cannot add child '%s' to a %s: the name is empty, contains "
+                       "'.', or is taken",
+                       name, m->type->name);
+  }
+  char *n = slapo_strdup(name);
+  slapo_module **c = slapo_realloc(m->children, (size_t)(m->n_children + 1) * sizeof *c);
+  if (c) m->children = c;
+  if (!n || !c) {
+    slapo_free(n);
+    slapo_module_free(child);
+    return slapo_error(SLAPO_NOMEM, "module: out of memory adding child '%s'", name);
+  }
+  slapo_free(child->name);
+  child->name = n;
+  child->parent = m;
+  m->children[m->n_children++] = child;
+  return SLAPO_OK;
+}
+
+/* Appends (name, p) taking one reference to p. */
+static slapo_status append_param(slapo_module *m, const char *name, slapo_parameter *p) {
+  char *n = slapo_strdup(name);
+  slapo_parameter **ps = slapo_realloc(m->params, (size_t)(m->n_params + 1) * sizeof *ps);
+  if (ps) m->params = ps;
+  char **ns = slapo_realloc(m->param_names, (size_t)(m->n_params + 1) * sizeof *ns);
+  if (ns) m->param_names = ns;
+  if (!n || !ps || !ns) {
+    slapo_free(n);
+    return slapo_error(SLAPO_NOMEM, "module: out of memory adding parameter '%s'", name);
+  }
+  m->params[m->n_params] = p;
+  m->param_names[m->n_params++] = n;
+  p->refcount++;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_module_add_param(slapo_module *m, const char *name, int ndim,
+                                    const int64_t *shape, slapo_init_kind init, float std) {
+  if (slapo_module_param(m, name) || slapo_module_child(m, name))
+    return slapo_error(SLAPO_INVALID_ARG, "module: a %s already has a member named '%s'",
+                       m->type->name, name);
+  slapo_parameter *p = slapo_calloc(1, sizeof *p);
+  if (!p) return slapo_error(SLAPO_NOMEM, "module: out of memory adding parameter '%s'", name);
+  slapo_status s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, ndim, shape, &p->value);
+  if (s == SLAPO_OK) {
+    p->init = init;
+    p->std = std;
+    p->no_weight_decay = ndim < 2;
+    s = append_param(m, name, p);
+  }
+  if (s != SLAPO_OK) {
+    slapo_tensor_free(p->value);
+    slapo_free(p);
+  }
+  return s;
+}
+
+slapo_status slapo_module_tie_param(slapo_module *m, const char *name, slapo_parameter *p) {
+  for (int i = 0; i < m->n_params; i++) {
+    if (!strcmp(m->param_names[i], name)) {
+      p->refcount++;
+      param_unref(m->params[i]);
+      m->params[i] = p;
+      return SLAPO_OK;
+    }
+  }
+  return append_param(m, name, p);
+}
+
+char *slapo_module_path(const slapo_module *m) {
+  /* Segments joined by '.': sum of (length + 1) covers the dots and the NUL. */
+  size_t n = 0;
+  for (const slapo_module *x = m; x->parent; x = x->parent) n += strlen(x->name) + 1;
+  char *s = slapo_malloc(n ? n : 1);
+  if (!s) return NULL;
+  size_t end = n ? n - 1 : 0;
+  s[end] = '\0';
+  for (const slapo_module *x = m; x->parent; x = x->parent) {
+    size_t k = strlen(x->name);
+    end -= k;
+    memcpy(s + end, x->name, k);
+    if (x->parent->parent) s[--end] = '.';
+  }
+  return s;
+}
+
+slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_module **out) {
+  *out = NULL;
+  const slapo_module *cur = m;
+  const char *p = path;
+  char seg[256];
+  while (*p) {
+    const char *dot = strchr(p, '.');
+    size_t len = dot ? (size_t)(dot - p) : strlen(p);
+    if (len >= sizeof seg) len = sizeof seg - 1;
+    memcpy(seg, p, len);
+    seg[len] = '\0';
+    const slapo_module *next = slapo_module_child(cur, seg);
+    if (!next) {
+      char kids[512] = "";
+      size_t used = 0;
+      for (int i = 0; i < cur->n_children && used + 1 < sizeof kids; i++)
+        used += (size_t)snprintf(kids + used, sizeof kids - used, "%s%s", i ? ", " : "",
+                                 cur->children[i]->name);
+      int prefix = (int)(p - path) - (p > path ? 1 : 0);
+      return slapo_error(SLAPO_NOT_FOUND,
+                         "no module '%s': '%.*s' (a %s) has no child '%s'; its children: %s",
+                         path, prefix, path, cur->type->name, seg,
+                         cur->n_children ? kids : "(none)");
+    }
+    cur = next;
+    p = dot ? dot + 1 : p + len;
+  }
+  *out = (slapo_module *)cur;
+  return SLAPO_OK;
+}
+
+/* ---- parameter visiting ---- */
+
+typedef struct visit_state {
+  slapo_parameter **seen;
+  int n_seen, cap_seen;
+  slapo_param_visit_fn fn;
+  void *ud;
+  slapo_status status;
+} visit_state;
+
+static bool seen_before(visit_state *v, slapo_parameter *p) {
+  for (int i = 0; i < v->n_seen; i++)
+    if (v->seen[i] == p) return true;
+  if (v->n_seen == v->cap_seen) {
+    int cap = v->cap_seen ? 2 * v->cap_seen : 64;
+    slapo_parameter **s = slapo_realloc(v->seen, (size_t)cap * sizeof *s);
+    if (!s) {
+      v->status = slapo_error(SLAPO_NOMEM, "module: out of memory visiting parameters");
+      return true;
+    }
+    v->seen = s;
+    v->cap_seen = cap;
+  }
+  v->seen[v->n_seen++] = p;
+  return false;
+}
+
+static void visit(slapo_module *m, const char *prefix, visit_state *v) {
+  char path[1024];
+  for (int i = 0; i < m->n_params && v->status == SLAPO_OK; i++) {
+    if (seen_before(v, m->params[i])) continue;
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", m->param_names[i]);
+    v->fn(m->params[i], path, v->ud);
+  }
+  for (int i = 0; i < m->n_children && v->status == SLAPO_OK; i++) {
+    snprintf(path, sizeof path, "%s%s%s", prefix, prefix[0] ? "." : "", m->children[i]->name);
+    visit(m->children[i], path, v);
+  }
+}
+
+slapo_status slapo_module_visit_params(slapo_module *m, slapo_param_visit_fn fn, void *ud) {
+  visit_state v = {.fn = fn, .ud = ud};
+  char *prefix = slapo_module_path(m);
+  if (!prefix) return slapo_error(SLAPO_NOMEM, "module: out of memory");
+  visit(m, prefix, &v);
+  slapo_free(prefix);
+  slapo_free(v.seen);
+  return v.status;
+}
+
+static void count_numel(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  *(int64_t *)ud += slapo_tensor_numel(p->value);
+}
+
+int64_t slapo_module_numel(slapo_module *m) {
+  int64_t n = 0;
+  slapo_module_visit_params(m, count_numel, &n);
+  return n;
+}
+
+typedef struct init_state {
+  uint64_t seed;
+  slapo_status status;
+} init_state;
+
+static void init_param(slapo_parameter *p, const char *path, void *ud) {
+  init_state *st = ud;
+  if (st->status != SLAPO_OK) return;
+  if (!p->path && !(p->path = slapo_strdup(path))) {
+    st->status = slapo_error(SLAPO_NOMEM, "materialize: out of memory");
+    return;
+  }
+  if (!slapo_tensor_is_meta(p->value)) return;
+  slapo_status s = slapo_tensor_materialize(p->value);
+  if (s == SLAPO_OK && !p->grad)
+    s = slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &p->grad);
+  if (s != SLAPO_OK) {
+    st->status = slapo_error(SLAPO_NOMEM, "materialize: out of memory for %s", path);
+    return;
+  }
+  float *w = slapo_tensor_data(p->value); /* [numel] */
+  int64_t n = slapo_tensor_numel(p->value);
+  uint64_t stream = slapo_hash_str(path);
+  for (int64_t i = 0; i < n; i++) {
+    switch (p->init) {
+    case SLAPO_INIT_ZEROS: w[i] = 0.0f; break;
+    case SLAPO_INIT_ONES: w[i] = 1.0f; break;
+    case SLAPO_INIT_NORMAL: w[i] = p->std * slapo_rng_normal(st->seed, stream, 0, (uint64_t)i); break;
+    }
+  }
+}
+
+slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed) {
+  init_state st = {seed, SLAPO_OK};
+  slapo_status s = slapo_module_visit_params(m, init_param, &st);
+  return s != SLAPO_OK ? s : st.status;
+}
+
+static void zero_grad(slapo_parameter *p, const char *path, void *ud) {
+  (void)path, (void)ud;
+  if (p->grad) memset(slapo_tensor_data(p->grad), 0, slapo_tensor_nbytes(p->grad));
+}
+
+void slapo_module_zero_grad(slapo_module *m) { slapo_module_visit_params(m, zero_grad, NULL); }
+
+/* ---- repr ---- */
+
+static int64_t own_numel(const slapo_module *m) {
+  int64_t n = 0;
+  for (int i = 0; i < m->n_params; i++) n += slapo_tensor_numel(m->params[i]->value);
+  for (int i = 0; i < m->n_children; i++) n += own_numel(m->children[i]);
+  return n;
+}
+
+static void fmt_count(int64_t n, char *buf, size_t cap) {
+  if (n >= 1000000) snprintf(buf, cap, "%.2fM", (double)n / 1e6);
+  else if (n >= 1000) snprintf(buf, cap, "%.1fK", (double)n / 1e3);
+  else snprintf(buf, cap, "%lld", (long long)n);
+}
+
+/* Two subtrees print identically (same types, configs and shapes). */
+static bool same_tree(const slapo_module *a, const slapo_module *b) {
+  if (a->type != b->type || a->n_children != b->n_children || a->n_params != b->n_params)
+    return false;
+  char da[256] = "", db[256] = "";
+  if (a->type->describe) a->type->describe(a, da, sizeof da), b->type->describe(b, db, sizeof db);
+  if (strcmp(da, db)) return false;
+  for (int i = 0; i < a->n_children; i++)
+    if (strcmp(a->children[i]->name, b->children[i]->name) ||
+        !same_tree(a->children[i], b->children[i]))
+      return false;
+  return true;
+}
+
+static void print_rec(const slapo_module *m, FILE *f, int indent, const char *label) {
+  char desc[256] = "", cnt[32];
+  if (m->type->describe) m->type->describe(m, desc, sizeof desc);
+  fmt_count(own_numel(m), cnt, sizeof cnt);
+  fprintf(f, "%*s%s%s%s(%s)", indent, "", label, label[0] ? ": " : "", m->type->name, desc);
+  if (!m->n_children) {
+    fprintf(f, "  # %s params\n", cnt);
+    return;
+  }
+  fprintf(f, "  # %s params\n", cnt);
+  for (int i = 0; i < m->n_children;) {
+    int j = i + 1;
+    while (j < m->n_children && same_tree(m->children[i], m->children[j])) j++;
+    char lab[128];
+    if (j - i > 1) {
+      snprintf(lab, sizeof lab, "(%s-%s): %d x", m->children[i]->name, m->children[j - 1]->name,
+               j - i);
+      fprintf(f, "%*s%s\n", indent + 2, "", lab);
+      print_rec(m->children[i], f, indent + 4, "");
+    } else {
+      snprintf(lab, sizeof lab, "(%s)", m->children[i]->name);
+      print_rec(m->children[i], f, indent + 2, lab);
+    }
+    i = j;
+  }
+}
+
+void slapo_module_print(const slapo_module *m, FILE *f) { print_rec(m, f, 0, ""); }

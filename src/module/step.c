@@ -1,0 +1,228 @@
+/* module/step.c - slapo_step: build the step graph by calling the root
+ * forward, derive the backward (autograd/), plan memory and run (exec/); the
+ * built step is cached by (model version, input shapes and dtypes, mode).
+ * Layer: module. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "module/internal.h"
+
+typedef struct built_step {
+  slapo_graph *g;
+  slapo_plan *plan;
+  slapo_step_mode mode;
+  uint64_t version;
+  int n_in;
+  slapo_dtype dtypes[8];
+  int ndims[8];
+  int64_t shapes[8][SLAPO_MAX_DIMS];
+  int n_params;              /* TRAIN: outputs 1..n_params are gradients */
+  slapo_parameter **params;  /* borrowed from the model                   */
+  char *text;                /* printed graph (SLAPO_DEBUG_STEP)          */
+} built_step;
+
+struct slapo_runner {
+  slapo_module *root;
+  slapo_plan_opts opts;
+  uint64_t version;
+  built_step cur;
+  bool have;
+};
+
+slapo_status slapo_runner_new(slapo_module *root, const slapo_plan_opts *opts,
+                              slapo_runner **out) {
+  *out = NULL;
+  slapo_runner *r = slapo_calloc(1, sizeof *r);
+  if (!r) return slapo_error(SLAPO_NOMEM, "runner: out of memory");
+  r->root = root;
+  if (opts) r->opts = *opts;
+  *out = r;
+  return SLAPO_OK;
+}
+
+static void step_clear(built_step *b) {
+  slapo_plan_free(b->plan);
+  slapo_graph_free(b->g);
+  slapo_free(b->params);
+  slapo_free(b->text);
+  memset(b, 0, sizeof *b);
+}
+
+void slapo_runner_free(slapo_runner *r) {
+  if (!r) return;
+  step_clear(&r->cur);
+  slapo_free(r);
+}
+
+void slapo_runner_invalidate(slapo_runner *r) { r->version++; }
+
+static bool key_matches(const built_step *b, uint64_t version, int n_in,
+                        const slapo_tensor *const *in, slapo_step_mode mode) {
+  if (b->version != version || b->mode != mode || b->n_in != n_in) return false;
+  for (int i = 0; i < n_in; i++)
+    if (b->dtypes[i] != in[i]->dtype ||
+        !slapo_shape_equal(b->ndims[i], b->shapes[i], in[i]->ndim, in[i]->shape))
+      return false;
+  return true;
+}
+
+static char *graph_text(const slapo_graph *g) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  if (!f) return NULL;
+  slapo_graph_print(g, f);
+  fclose(f);
+  /* open_memstream allocates with libc; copy into our allocator. */
+  char *s = slapo_strdup(buf);
+  free(buf);
+  return s;
+}
+
+static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                          slapo_step_mode mode, built_step *b) {
+  memset(b, 0, sizeof *b);
+  b->mode = mode;
+  b->version = r->version;
+  b->n_in = n_in;
+  for (int i = 0; i < n_in; i++) {
+    b->dtypes[i] = in[i]->dtype;
+    b->ndims[i] = in[i]->ndim;
+    memcpy(b->shapes[i], in[i]->shape, sizeof b->shapes[i]);
+  }
+  slapo_ctx *ctx = NULL;
+  slapo__build_state bs = {0};
+  slapo_node **wrt = NULL, **outs = NULL;
+  slapo_status s = slapo_graph_new(&b->g);
+  if (s == SLAPO_OK) s = slapo_ctx_new(b->g, &ctx);
+  if (s == SLAPO_OK) s = slapo_map_new(&bs.param_nodes);
+  if (s == SLAPO_OK) s = slapo_map_new(&bs.param_objs);
+  if (s != SLAPO_OK) goto done;
+  slapo_ctx_set_user(ctx, &bs);
+
+  slapo_node *ins[8];
+  for (int i = 0; i < n_in; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    ins[i] = slapo_input(ctx, name, in[i]->dtype, in[i]->ndim, in[i]->shape);
+  }
+  slapo_node *y = slapo_ctx_status(ctx) == SLAPO_OK
+                      ? r->root->type->forward(ctx, r->root, n_in, ins)
+                      : NULL;
+  if ((s = slapo_ctx_status(ctx)) != SLAPO_OK) goto done;
+  if (!y) {
+    s = slapo_error(SLAPO_STATE, "step: the %s forward returned no value", r->root->type->name);
+    goto done;
+  }
+  int n = (int)slapo_map_count(bs.param_nodes);
+  if (mode == SLAPO_STEP_TRAIN) {
+    if (y->ndim != 0) {
+      s = slapo_error(SLAPO_INVALID_ARG,
+                      "step: train mode needs a scalar loss from the %s forward, got shape %s",
+                      r->root->type->name, slapo_shape_str(y->ndim, y->shape, (char[64]){0}, 64));
+      goto done;
+    }
+    wrt = slapo_calloc((size_t)n + 1, sizeof *wrt);
+    outs = slapo_calloc((size_t)n + 1, sizeof *outs);
+    b->params = slapo_calloc((size_t)n + 1, sizeof *b->params);
+    if (!wrt || !outs || !b->params) {
+      s = slapo_error(SLAPO_NOMEM, "step: out of memory");
+      goto done;
+    }
+    for (int i = 0; i < n; i++) {
+      wrt[i] = slapo_map_value_at(bs.param_nodes, (size_t)i);
+      b->params[i] = slapo_map_value_at(bs.param_objs, (size_t)i);
+    }
+    b->n_params = n;
+    outs[0] = y;
+    s = slapo_backward(ctx, y, NULL, n, wrt, outs + 1);
+    if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
+  } else {
+    if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
+  }
+  if (s != SLAPO_OK) goto done;
+  slapo_logf(1, "step: built %s graph with %d nodes, %d parameters",
+             mode == SLAPO_STEP_TRAIN ? "train" : "eval", slapo_graph_count(b->g), n);
+  s = slapo_plan_new(b->g, &r->opts, &b->plan);
+  for (int i = 0; s == SLAPO_OK && i < n; i++) {
+    slapo_parameter *p = slapo_map_value_at(bs.param_objs, (size_t)i);
+    s = slapo_plan_bind_param(b->plan, p->path, p->value);
+  }
+  if (s == SLAPO_OK && getenv("SLAPO_DEBUG_STEP") && !(b->text = graph_text(b->g)))
+    s = slapo_error(SLAPO_NOMEM, "step: out of memory");
+done:
+  slapo_free(wrt);
+  slapo_free(outs);
+  slapo_map_free(bs.param_nodes);
+  slapo_map_free(bs.param_objs);
+  slapo_ctx_free(ctx);
+  if (s != SLAPO_OK) step_clear(b);
+  return s;
+}
+
+static void materialized_check(slapo_parameter *p, const char *path, void *ud) {
+  if (slapo_tensor_is_meta(p->value) && !*(const char **)ud) *(const char **)ud = path;
+}
+
+slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                        slapo_step_mode mode, const slapo_kernel_env *env,
+                        const slapo_tensor **out) {
+  if (out) *out = NULL;
+  if (n_in < 0 || n_in > 8)
+    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
+  bool debug = getenv("SLAPO_DEBUG_STEP") != NULL;
+  if (!r->have || debug || !key_matches(&r->cur, r->version, n_in, in, mode)) {
+    const char *meta = NULL;
+    SLAPO_TRY(slapo_module_visit_params(r->root, materialized_check, &meta));
+    if (meta)
+      return slapo_error(SLAPO_STATE, "step: parameter %s is not materialized "
+                         "(call slapo_module_materialize or load a checkpoint first)", meta);
+    built_step nb;
+    SLAPO_TRY(build(r, n_in, in, mode, &nb));
+    if (debug && r->have && key_matches(&r->cur, nb.version, n_in, in, mode) && r->cur.text &&
+        strcmp(r->cur.text, nb.text)) {
+      step_clear(&nb);
+      return slapo_error(SLAPO_STATE, "step: rebuilt graph differs from the cached one "
+                                      "(SLAPO_DEBUG_STEP); the model changed without "
+                                      "slapo_runner_invalidate");
+    }
+    step_clear(&r->cur);
+    r->cur = nb;
+    r->have = true;
+  }
+  built_step *b = &r->cur;
+  for (int i = 0; i < n_in; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    SLAPO_TRY(slapo_plan_bind_input(b->plan, name, in[i]));
+  }
+  slapo_kernel_env e = env ? *env : (slapo_kernel_env){0};
+  e.training = mode == SLAPO_STEP_TRAIN && (!env || env->training);
+  SLAPO_TRY(slapo_plan_run(b->plan, &e));
+  if (mode == SLAPO_STEP_TRAIN) {
+    for (int i = 0; i < b->n_params; i++) {
+      const slapo_tensor *g = slapo_plan_output(b->plan, i + 1);
+      slapo_tensor *acc = b->params[i]->grad, *tmp = NULL;
+      if (!slapo_tensor_is_contiguous(g)) {
+        SLAPO_TRY(slapo_tensor_contiguous(g, &tmp));
+        g = tmp;
+      }
+      const float *src = slapo_tensor_data(g); /* [numel] */
+      float *dst = slapo_tensor_data(acc);     /* [numel] */
+      int64_t numel = slapo_tensor_numel(acc);
+#pragma omp parallel for schedule(static) if (numel > 65536)
+      for (int64_t j = 0; j < numel; j++) dst[j] += src[j];
+      slapo_tensor_free(tmp);
+    }
+  }
+  if (out) *out = slapo_plan_output(b->plan, 0);
+  return SLAPO_OK;
+}
+
+size_t slapo_runner_peak_nbytes(const slapo_runner *r) {
+  return r->have ? slapo_plan_peak_nbytes(r->cur.plan) : 0;
+}
+const slapo_plan *slapo_runner_plan(const slapo_runner *r) { return r->have ? r->cur.plan : NULL; }
+const slapo_graph *slapo_runner_graph(const slapo_runner *r) { return r->have ? r->cur.g : NULL; }

@@ -1,0 +1,317 @@
+/* ops/gemm_dnnl.c - the fast path of the batched GEMM (ops/gemm.h): a oneDNN
+ * matmul primitive (oneDNN 2.6 C API) whose memory descriptors carry the
+ * operands' strides, so transposes and broadcast batch dims cost nothing.
+ * Batch dims are simplified first (size-1 dims dropped, contiguous ones
+ * merged, a weight shared by every batch entry folded into M) so the common
+ * x [B, T, C] @ w [C, N] case becomes one 2-D GEMM. Creating a primitive
+ * takes tens of microseconds, so created primitives are kept in a small
+ * mutex-protected cache keyed by the simplified problem. Layer: ops. */
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "ops/gemm.h"
+#include "ops/internal.h"
+
+/* ---- one engine and stream for the process, created on first use ---- */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static bool g_ready;
+
+static void init_engine(void) {
+  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
+  /* A CPU stream under the OpenMP runtime executes synchronously and holds
+   * no per-call state, so concurrent callers may share it. */
+  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) {
+    dnnl_engine_destroy(g_engine);
+    g_engine = NULL;
+    return;
+  }
+  g_ready = true;
+}
+
+/* ---- the simplified problem, which is also the cache key ---- */
+
+/* dnnl's view: src [.., M, K], weights [.., K, N], dst [.., M, N] with the
+ * same ndims; a batch dim of size 1 in src or weights broadcasts. Zeroed
+ * before filling, so it can be hashed and compared as bytes. */
+typedef struct key {
+  int nd;
+  int has_bias;
+  int64_t a_dims[SLAPO_MAX_DIMS], a_str[SLAPO_MAX_DIMS];
+  int64_t b_dims[SLAPO_MAX_DIMS], b_str[SLAPO_MAX_DIMS];
+  int64_t c_dims[SLAPO_MAX_DIMS];
+  int64_t bias_sn;
+} key;
+
+/* Chooses the free stride of a size-1 matrix dim so that the operand reads
+ * as row-major (inner stride 1) or column-major; returns false when neither
+ * of the two strides is 1 (or the other is too small to be a leading dim),
+ * a layout the fast kernels do not take. rows/cols: logical dims;
+ * sr/sc: their strides. */
+static bool plain_layout(int64_t rows, int64_t cols, int64_t *sr, int64_t *sc) {
+  if (rows == 1) *sr = *sc == 1 ? cols : 1;
+  if (cols == 1) *sc = *sr == 1 ? rows : 1;
+  return (*sc == 1 && *sr >= cols) || (*sr == 1 && *sc >= rows);
+}
+
+/* Stride for a broadcast (size-1) batch dim: past everything inside it, the
+ * value a dense layout would have. Never read, but keeps dnnl's
+ * descriptors ordinary. */
+static int64_t extent(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
+  int64_t e1 = rows * sr, e2 = cols * sc;
+  return e1 > e2 ? e1 : e2;
+}
+
+/* Fills k from g; false when the problem is not for dnnl. */
+static bool make_key(const slapo__gemm *g, key *k) {
+  memset(k, 0, sizeof *k);
+  int64_t M = g->M, N = g->N, K = g->K;
+  int64_t a_sm = g->a_sm, a_sk = g->a_sk, b_sk = g->b_sk, b_sn = g->b_sn;
+
+  /* Batch dims: drop size-1 ones, then merge an inner dim into the one
+   * outside it when every operand is either broadcast along both or laid out
+   * contiguously across both (C always is). */
+  int nb = 0;
+  int64_t bt[SLAPO_MAX_DIMS], as[SLAPO_MAX_DIMS], bs[SLAPO_MAX_DIMS];
+  for (int i = 0; i < g->nb; i++) {
+    int64_t n = g->batch[i], sa = g->a_bs[i], sb = g->b_bs[i];
+    if (n == 1) continue;
+    /* Broadcast along both inputs: C repeats one matrix; rare, left to ref. */
+    if (sa == 0 && sb == 0) return false;
+    if (nb > 0) {
+      bool ma = (as[nb - 1] == 0 && sa == 0) || (sa != 0 && as[nb - 1] == sa * n);
+      bool mb = (bs[nb - 1] == 0 && sb == 0) || (sb != 0 && bs[nb - 1] == sb * n);
+      if (ma && mb) {
+        bt[nb - 1] *= n;
+        as[nb - 1] = sa;
+        bs[nb - 1] = sb;
+        continue;
+      }
+    }
+    bt[nb] = n, as[nb] = sa, bs[nb] = sb;
+    nb++;
+  }
+  /* A weight shared by all batch entries and an A whose batch entries follow
+   * each other row after row: fold the batch into M (one 2-D GEMM). */
+  if (nb == 1 && bs[0] == 0 && (as[0] == a_sm * M || M == 1)) {
+    if (M == 1) a_sm = as[0];
+    M *= bt[0];
+    nb = 0;
+  }
+
+  if (!plain_layout(M, K, &a_sm, &a_sk) || !plain_layout(K, N, &b_sk, &b_sn)) return false;
+
+  int nd = nb + 2;
+  k->nd = nd;
+  int64_t ea = extent(M, K, a_sm, a_sk), eb = extent(K, N, b_sk, b_sn);
+  for (int i = nb - 1; i >= 0; i--) {
+    k->a_dims[i] = as[i] ? bt[i] : 1;
+    k->a_str[i] = as[i] ? as[i] : ea;
+    if (k->a_str[i] * k->a_dims[i] > ea) ea = k->a_str[i] * k->a_dims[i];
+    k->b_dims[i] = bs[i] ? bt[i] : 1;
+    k->b_str[i] = bs[i] ? bs[i] : eb;
+    if (k->b_str[i] * k->b_dims[i] > eb) eb = k->b_str[i] * k->b_dims[i];
+    k->c_dims[i] = bt[i];
+  }
+  k->a_dims[nb] = M, k->a_dims[nb + 1] = K;
+  k->a_str[nb] = a_sm, k->a_str[nb + 1] = a_sk;
+  k->b_dims[nb] = K, k->b_dims[nb + 1] = N;
+  k->b_str[nb] = b_sk, k->b_str[nb + 1] = b_sn;
+  k->c_dims[nb] = M, k->c_dims[nb + 1] = N;
+  if (g->bias) {
+    k->has_bias = 1;
+    k->bias_sn = N == 1 ? 1 : g->bias_sn;
+    if (k->bias_sn <= 0) return false;
+  }
+  return true;
+}
+
+/* ---- primitives ---- */
+
+enum { MEM_A, MEM_B, MEM_BIAS, MEM_C, N_MEM };
+
+typedef struct entry {
+  uint64_t hash;
+  key k;
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[N_MEM]; /* descriptors only; handles set per call */
+  bool busy;                /* in use by one caller (memory handles) */
+  uint64_t last_use;
+} entry;
+
+static void entry_destroy(entry *e) {
+  for (int i = 0; i < N_MEM; i++)
+    if (e->mem[i]) dnnl_memory_destroy(e->mem[i]);
+  if (e->prim) dnnl_primitive_destroy(e->prim);
+  memset(e, 0, sizeof *e);
+}
+
+static bool entry_create(entry *e, const key *k) {
+  memset(e, 0, sizeof *e);
+  e->k = *k;
+  int nd = k->nd;
+  dnnl_dims_t ad, as, bd, bs, cd, cs, zd, zs;
+  for (int i = 0; i < nd; i++) {
+    ad[i] = k->a_dims[i], as[i] = k->a_str[i];
+    bd[i] = k->b_dims[i], bs[i] = k->b_str[i];
+    cd[i] = k->c_dims[i];
+    zd[i] = 1;
+  }
+  /* C is contiguous. */
+  cs[nd - 1] = 1;
+  for (int i = nd - 2; i >= 0; i--) cs[i] = cs[i + 1] * cd[i + 1];
+  zd[nd - 1] = cd[nd - 1];
+  for (int i = 0; i < nd; i++) zs[i] = i == nd - 1 ? k->bias_sn : k->bias_sn * cd[nd - 1];
+
+  dnnl_memory_desc_t amd, bmd, cmd, zmd;
+  if (dnnl_memory_desc_init_by_strides(&amd, nd, ad, dnnl_f32, as) != dnnl_success ||
+      dnnl_memory_desc_init_by_strides(&bmd, nd, bd, dnnl_f32, bs) != dnnl_success ||
+      dnnl_memory_desc_init_by_strides(&cmd, nd, cd, dnnl_f32, cs) != dnnl_success ||
+      (k->has_bias &&
+       dnnl_memory_desc_init_by_strides(&zmd, nd, zd, dnnl_f32, zs) != dnnl_success))
+    return false;
+  dnnl_matmul_desc_t md;
+  if (dnnl_matmul_desc_init(&md, &amd, &bmd, k->has_bias ? &zmd : NULL, &cmd) != dnnl_success)
+    return false;
+  dnnl_primitive_desc_t pd;
+  if (dnnl_primitive_desc_create(&pd, &md, NULL, g_engine, NULL) != dnnl_success) return false;
+  dnnl_status_t st = dnnl_primitive_create(&e->prim, pd);
+  dnnl_primitive_desc_destroy(pd);
+  if (st != dnnl_success) {
+    e->prim = NULL;
+    return false;
+  }
+  const dnnl_memory_desc_t *mds[N_MEM] = {&amd, &bmd, k->has_bias ? &zmd : NULL, &cmd};
+  for (int i = 0; i < N_MEM; i++) {
+    if (!mds[i]) continue;
+    if (dnnl_memory_create(&e->mem[i], mds[i], g_engine, DNNL_MEMORY_NONE) != dnnl_success) {
+      e->mem[i] = NULL;
+      entry_destroy(e);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* ---- the cache ---- */
+
+/* Enough for every distinct GEMM of a GPT-2 training step (forward and
+ * backward) several times over; the least recently used idle entry goes. */
+#define CACHE_CAP 128
+
+/* Static, so LSan sees the primitives as reachable; never freed. */
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static entry g_cache[CACHE_CAP];
+static int g_n;
+static uint64_t g_clock;
+
+/* Returns a cached idle entry for k marked busy, or NULL. */
+static entry *lookup(const key *k, uint64_t h) {
+  entry *hit = NULL;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_n; i++) {
+    entry *e = &g_cache[i];
+    if (e->hash == h && !e->busy && !memcmp(&e->k, k, sizeof *k)) {
+      e->busy = true;
+      e->last_use = ++g_clock;
+      hit = e;
+      break;
+    }
+  }
+  pthread_mutex_unlock(&g_lock);
+  return hit;
+}
+
+/* Moves a fresh entry into the cache (marked busy) and returns its slot, or
+ * NULL when every slot is busy (the caller then uses and destroys it). */
+static entry *insert(const entry *fresh) {
+  entry evicted = {0}, *slot = NULL;
+  pthread_mutex_lock(&g_lock);
+  if (g_n < CACHE_CAP) {
+    slot = &g_cache[g_n++];
+  } else {
+    for (int i = 0; i < CACHE_CAP; i++)
+      if (!g_cache[i].busy && (!slot || g_cache[i].last_use < slot->last_use)) slot = &g_cache[i];
+    if (slot) evicted = *slot;
+  }
+  if (slot) {
+    *slot = *fresh;
+    slot->busy = true;
+    slot->last_use = ++g_clock;
+  }
+  pthread_mutex_unlock(&g_lock);
+  if (evicted.prim) entry_destroy(&evicted);
+  return slot;
+}
+
+static void release(entry *e) {
+  pthread_mutex_lock(&g_lock);
+  e->busy = false;
+  pthread_mutex_unlock(&g_lock);
+}
+
+int slapo__gemm_dnnl_cache_count(void) {
+  pthread_mutex_lock(&g_lock);
+  int n = g_n;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+/* ---- the fast path ---- */
+
+/* C = bias (or 0) broadcast over rows: the K == 0 case, where there is
+ * nothing to multiply. */
+static void fill_bias(const slapo__gemm *g, int64_t rows) {
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t n = 0; n < g->N; n++) g->c[r * g->N + n] = g->bias ? g->bias[n * g->bias_sn] : 0.0f;
+}
+
+bool slapo__gemm_dnnl(const slapo__gemm *g) {
+  int64_t rows = g->M;
+  for (int i = 0; i < g->nb; i++) rows *= g->batch[i];
+  if (rows == 0 || g->N == 0) return true;
+  if (g->K == 0) {
+    fill_bias(g, rows);
+    return true;
+  }
+  pthread_once(&g_once, init_engine);
+  if (!g_ready) return false;
+
+  key k;
+  if (!make_key(g, &k)) return false;
+  uint64_t h = slapo_hash64(&k, sizeof k, 0);
+
+  entry *e = lookup(&k, h), local;
+  bool cached = e != NULL;
+  if (!e) {
+    if (!entry_create(&local, &k)) return false;
+    local.hash = h;
+    e = insert(&local);
+    cached = e != NULL;
+    if (!e) e = &local;
+  }
+
+  /* dnnl reads but never writes src, weights and bias. */
+  dnnl_memory_set_data_handle(e->mem[MEM_A], (void *)g->a);
+  dnnl_memory_set_data_handle(e->mem[MEM_B], (void *)g->b);
+  dnnl_memory_set_data_handle(e->mem[MEM_C], g->c);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem[MEM_A]},
+                             {DNNL_ARG_WEIGHTS, e->mem[MEM_B]},
+                             {DNNL_ARG_DST, e->mem[MEM_C]},
+                             {DNNL_ARG_BIAS, e->mem[MEM_BIAS]}};
+  int nargs = 3;
+  if (k.has_bias) {
+    dnnl_memory_set_data_handle(e->mem[MEM_BIAS], (void *)g->bias);
+    nargs = 4;
+  }
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, g_stream, nargs, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(g_stream);
+  if (cached) release(e);
+  else entry_destroy(e);
+  /* Execution of a created primitive on host memory does not fail short of
+   * a bug; should it, the reference recomputes every element. */
+  return st == dnnl_success;
+}

@@ -1,0 +1,292 @@
+/* ops/layernorm.c - LayerNorm over the last axis (Ba, Kiros, Hinton 2016;
+ * PyTorch nn.LayerNorm: biased variance, eps inside the sqrt) with or without
+ * the affine weight/bias, and its fused input gradient "layer_norm_backward".
+ * Layer: ops. Math follows llm.c layernorm_forward/layernorm_backward:
+ *   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), y = xhat * w + b
+ *   dx = rstd * (dyw - mean(dyw) - xhat * mean(dyw * xhat)), dyw = dy * w
+ * (derivation in docs/nn_backward.md); dw and db are built from other ops. */
+#include <math.h>
+
+#include "ops/internal.h"
+
+#define LN_EPS_DEFAULT 1e-5
+
+/* Requires input i to be f32 [C], the size of x's last axis. */
+static slapo_status want_channel_vector(const slapo_node *node, int i, const char *what) {
+  SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *v = node->inputs[i];
+  int64_t C = x->shape[x->ndim - 1];
+  if (v->ndim != 1 || v->shape[0] != C)
+    return slapo_error(SLAPO_SHAPE,
+                       "%s: %s %s does not match x %s: expected [%lld] (the size of x's last "
+                       "axis)",
+                       node->target, what, slapo__shape_of(v), slapo__shape_of(x),
+                       (long long)C);
+  return SLAPO_OK;
+}
+
+/* Common checks: x f32 with a last axis, eps >= 0. */
+static slapo_status want_rows(const slapo_node *node) {
+  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0];
+  if (x->ndim < 1)
+    return slapo_error(SLAPO_SHAPE, "%s: x %s is a scalar; it needs a last axis to normalise",
+                       node->target, slapo__shape_of(x));
+  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  if (!(eps >= 0))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: eps = %g; it must be >= 0 (e.g. 1e-5)",
+                       node->target, eps);
+  return SLAPO_OK;
+}
+
+/* x [R, C]: C and R of a contiguous input. */
+static void row_dims(const slapo_tensor *x, int64_t *R, int64_t *C) {
+  *C = x->shape[x->ndim - 1];
+  *R = *C ? slapo_tensor_numel(x) / *C : 0;
+}
+
+/* ---- forward ---- */
+
+static slapo_status layer_norm_infer(slapo_node *node) {
+  if (node->n_inputs != 1 && node->n_inputs != 3)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "layer_norm: expects 1 input (x) or 3 (x, weight, bias), got %d; pass "
+                       "both weight and bias or neither",
+                       node->n_inputs);
+  SLAPO_TRY(want_rows(node));
+  if (node->n_inputs == 3) {
+    SLAPO_TRY(want_channel_vector(node, 1, "weight"));
+    SLAPO_TRY(want_channel_vector(node, 2, "bias"));
+  }
+  return slapo__same_as_input(node, 0);
+}
+
+static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in,
+                           slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]);                            /* x [R, C] */
+  const float *w = node->n_inputs == 3 ? slapo_tensor_data(in[1]) : NULL; /* w [C] */
+  const float *b = node->n_inputs == 3 ? slapo_tensor_data(in[2]) : NULL; /* b [C] */
+  float *y = slapo_tensor_data(out);                                    /* y [R, C] */
+  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; c++) mean += xr[c];
+    mean /= (double)C;
+    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
+    var /= (double)C;
+    double rstd = 1.0 / sqrt(var + eps);
+    for (int64_t c = 0; c < C; c++) {
+      double v = (xr[c] - mean) * rstd;
+      y[r * C + c] = (float)(w ? v * w[c] + b[c] : v);
+    }
+  }
+}
+
+/* Mean and 1/std of one row in float, two passes (a one-pass E[x^2] - E[x]^2
+ * loses precision when |mean| >> std). */
+static void row_stats(const float *xr, int64_t C, float eps, float *mean, float *rstd) {
+  float m = 0.0f, v = 0.0f;
+  for (int64_t c = 0; c < C; c++) m += xr[c];
+  m /= (float)C;
+  for (int64_t c = 0; c < C; c++) v += (xr[c] - m) * (xr[c] - m);
+  v /= (float)C;
+  *mean = m;
+  *rstd = 1.0f / sqrtf(v + eps);
+}
+
+static void layer_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
+                            slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]);                            /* x [R, C] */
+  const float *w = node->n_inputs == 3 ? slapo_tensor_data(in[1]) : NULL; /* w [C] */
+  const float *b = node->n_inputs == 3 ? slapo_tensor_data(in[2]) : NULL; /* b [C] */
+  float *y = slapo_tensor_data(out);                                    /* y [R, C] */
+  float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    float *yr = y + r * C;
+    float mean, rstd;
+    row_stats(xr, C, eps, &mean, &rstd);
+    if (w) {
+      for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
+    } else {
+      for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd;
+    }
+  }
+}
+
+static slapo_status layer_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                             const bool *need, slapo_node **dx) {
+  slapo_node *x = node->inputs[0];
+  bool affine = node->n_inputs == 3;
+  slapo_attr eps = slapo_attr_float("eps", slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT));
+  for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
+  if (need[0]) {
+    slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
+    dx[0] = slapo_op_call(ctx, "layer_norm_backward", affine ? 3 : 2, in, 1, &eps);
+  }
+  if (affine && need[1]) {
+    /* dw = sum over leading axes of dy * xhat; xhat is recomputed rather than
+     * derived as (y - b) / w, which divides by weights that may be 0. */
+    slapo_node *xhat = slapo_op_call(ctx, "layer_norm", 1, &x, 1, &eps);
+    dx[1] = slapo__grad_to(ctx, slapo__call2(ctx, "mul", dy, xhat, 0, NULL), node->inputs[1]);
+  }
+  if (affine && need[2]) dx[2] = slapo__grad_to(ctx, dy, node->inputs[2]);
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_node *layer_norm_example(slapo_ctx *ctx) {
+  int64_t xs[3] = {2, 3, 7}, cs[1] = {7};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, xs);
+  slapo_node *w = slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs);
+  slapo_node *b = slapo_input(ctx, "b", SLAPO_DTYPE_F32, 1, cs);
+  return slapo_layer_norm(ctx, x, w, b, 1e-5);
+}
+
+SLAPO_OP_DESCRIPTOR(layer_norm) = {
+    .name = "layer_norm",
+    .n_inputs = -1,
+    .infer = layer_norm_infer,
+    .ref = layer_norm_ref,
+    .fast = layer_norm_fast,
+    .backward = layer_norm_backward_rule,
+    .contiguous_inputs = true,
+    .doc = "(x [.., C][, w [C], b [C]]) -> (x - mean) / sqrt(var + eps) [* w + b] over the "
+           "last axis, biased variance (Ba et al. 2016; PyTorch nn.LayerNorm); attr eps",
+    /* Inputs in [-1, 1] over 7 channels can have a small variance (rstd ~ 5):
+     * the default tolerances still hold with the 1e-3 step. */
+    .test = {.example = layer_norm_example},
+};
+
+/* ---- fused backward: dx ---- */
+
+static slapo_status layer_norm_backward_infer(slapo_node *node) {
+  if (node->n_inputs != 2 && node->n_inputs != 3)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "layer_norm_backward: expects (x, dy) or (x, weight, dy), got %d inputs",
+                       node->n_inputs);
+  SLAPO_TRY(want_rows(node));
+  int idy = node->n_inputs - 1;
+  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
+  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
+    return slapo_error(SLAPO_SHAPE, "layer_norm_backward: x %s and dy %s must have one shape",
+                       slapo__shape_of(x), slapo__shape_of(dy));
+  if (node->n_inputs == 3) SLAPO_TRY(want_channel_vector(node, 1, "weight"));
+  return slapo__same_as_input(node, 0);
+}
+
+static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
+                                    slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  bool affine = node->n_inputs == 3;
+  const float *x = slapo_tensor_data(in[0]);                        /* x  [R, C] */
+  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;        /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]);      /* dy [R, C] */
+  float *dx = slapo_tensor_data(out);                               /* dx [R, C] */
+  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; c++) mean += xr[c];
+    mean /= (double)C;
+    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
+    var /= (double)C;
+    double rstd = 1.0 / sqrt(var + eps);
+    double mean_dyw = 0, mean_dyw_xhat = 0;
+    for (int64_t c = 0; c < C; c++) {
+      double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
+      mean_dyw += dyw;
+      mean_dyw_xhat += dyw * (xr[c] - mean) * rstd;
+    }
+    mean_dyw /= (double)C;
+    mean_dyw_xhat /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+      double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
+      double xhat = (xr[c] - mean) * rstd;
+      dx[r * C + c] = (float)(rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat));
+    }
+  }
+}
+
+static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
+                                     slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  bool affine = node->n_inputs == 3;
+  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
+  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
+  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    float *dxr = dx + r * C;
+    float mean, rstd;
+    row_stats(xr, C, eps, &mean, &rstd);
+    float sum_dyw = 0.0f, sum_dyw_xhat = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      sum_dyw += dyw;
+      sum_dyw_xhat += dyw * (xr[c] - mean) * rstd;
+    }
+    float mean_dyw = sum_dyw / (float)C, mean_dyw_xhat = sum_dyw_xhat / (float)C;
+    for (int64_t c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      float xhat = (xr[c] - mean) * rstd;
+      dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+    }
+  }
+}
+
+static slapo_node *layer_norm_backward_example(slapo_ctx *ctx) {
+  int64_t xs[2] = {3, 7}, cs[1] = {7};
+  slapo_node *in[3] = {slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, xs),
+                       slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs),
+                       slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, xs)};
+  slapo_attr eps = slapo_attr_float("eps", 1e-5);
+  return slapo_op_call(ctx, "layer_norm_backward", 3, in, 1, &eps);
+}
+
+SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
+    .name = "layer_norm_backward",
+    .n_inputs = -1,
+    .infer = layer_norm_backward_infer,
+    .ref = layer_norm_backward_ref,
+    .fast = layer_norm_backward_fast,
+    .contiguous_inputs = true,
+    .doc = "(x, [w,] dy) -> dx of layer_norm, recomputing mean/rstd per row (llm.c "
+           "layernorm_backward): one pass per row instead of ~12 composite ops and their "
+           "[.., C] temporaries, and no stored mean/rstd; attr eps",
+    .test = {.example = layer_norm_backward_example, .checked_by = "layer_norm composite"},
+};
+
+/* ---- typed builder ---- */
+
+slapo_node *slapo_layer_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b,
+                             double eps) {
+  slapo_attr a = slapo_attr_float("eps", eps);
+  if (!w && !b) return slapo__call1(ctx, "layer_norm", x, 1, &a);
+  if (!w || !b) {
+    /* A NULL left by an earlier failure keeps that (sticky) error. */
+    const char *o = slapo_ctx_origin(ctx);
+    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG,
+                   "%s%slayer_norm: weight is %s but bias is %s; pass both or neither (use a "
+                   "zero bias for a weight-only LayerNorm)",
+                   o, o[0] ? ": " : "", w ? "given" : "NULL", b ? "given" : "NULL");
+    return NULL;
+  }
+  slapo_node *in[3] = {x, w, b};
+  return slapo_op_call(ctx, "layer_norm", 3, in, 1, &a);
+}

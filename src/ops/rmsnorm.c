@@ -1,0 +1,236 @@
+/* ops/rmsnorm.c - RMSNorm over the last axis (Zhang & Sennrich 2019, eq. 4;
+ * as LLaMA's RMSNorm: eps inside the sqrt, optional weight, no bias) and its
+ * fused input gradient "rms_norm_backward". Layer: ops.
+ *   rstd = 1 / sqrt(mean(x^2) + eps), xhat = x * rstd, y = xhat * w
+ *   dx = rstd * (dyw - xhat * mean(dyw * xhat)), dyw = dy * w
+ * (the LayerNorm formula without the mean terms; docs/nn_backward.md). */
+#include <math.h>
+
+#include "ops/internal.h"
+
+#define RMS_EPS_DEFAULT 1e-6
+
+static slapo_status want_rows(const slapo_node *node) {
+  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0];
+  if (x->ndim < 1)
+    return slapo_error(SLAPO_SHAPE, "%s: x %s is a scalar; it needs a last axis to normalise",
+                       node->target, slapo__shape_of(x));
+  double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  if (!(eps >= 0))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: eps = %g; it must be >= 0 (e.g. 1e-6)",
+                       node->target, eps);
+  return SLAPO_OK;
+}
+
+static slapo_status want_weight(const slapo_node *node) {
+  SLAPO_TRY(slapo__want_dtype(node, 1, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *w = node->inputs[1];
+  int64_t C = x->shape[x->ndim - 1];
+  if (w->ndim != 1 || w->shape[0] != C)
+    return slapo_error(SLAPO_SHAPE,
+                       "%s: weight %s does not match x %s: expected [%lld] (the size of x's "
+                       "last axis)",
+                       node->target, slapo__shape_of(w), slapo__shape_of(x), (long long)C);
+  return SLAPO_OK;
+}
+
+static void row_dims(const slapo_tensor *x, int64_t *R, int64_t *C) {
+  *C = x->shape[x->ndim - 1];
+  *R = *C ? slapo_tensor_numel(x) / *C : 0;
+}
+
+/* ---- forward ---- */
+
+static slapo_status rms_norm_infer(slapo_node *node) {
+  if (node->n_inputs != 1 && node->n_inputs != 2)
+    return slapo_error(SLAPO_INVALID_ARG, "rms_norm: expects (x) or (x, weight), got %d inputs",
+                       node->n_inputs);
+  SLAPO_TRY(want_rows(node));
+  if (node->n_inputs == 2) SLAPO_TRY(want_weight(node));
+  return slapo__same_as_input(node, 0);
+}
+
+static void rms_norm_ref(const slapo_node *node, const slapo_tensor *const *in,
+                         slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]);                            /* x [R, C] */
+  const float *w = node->n_inputs == 2 ? slapo_tensor_data(in[1]) : NULL; /* w [C] */
+  float *y = slapo_tensor_data(out);                                    /* y [R, C] */
+  double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    double ss = 0;
+    for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+    double rstd = 1.0 / sqrt(ss / (double)C + eps);
+    for (int64_t c = 0; c < C; c++) y[r * C + c] = (float)(xr[c] * rstd * (w ? w[c] : 1.0));
+  }
+}
+
+static void rms_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
+                          slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]);                            /* x [R, C] */
+  const float *w = node->n_inputs == 2 ? slapo_tensor_data(in[1]) : NULL; /* w [C] */
+  float *y = slapo_tensor_data(out);                                    /* y [R, C] */
+  float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    float *yr = y + r * C;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
+    float rstd = 1.0f / sqrtf(ss / (float)C + eps);
+    if (w) {
+      for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd * w[c];
+    } else {
+      for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd;
+    }
+  }
+}
+
+static slapo_status rms_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                           const bool *need, slapo_node **dx) {
+  slapo_node *x = node->inputs[0];
+  bool affine = node->n_inputs == 2;
+  slapo_attr eps = slapo_attr_float("eps", slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT));
+  for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
+  if (need[0]) {
+    slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
+    dx[0] = slapo_op_call(ctx, "rms_norm_backward", affine ? 3 : 2, in, 1, &eps);
+  }
+  if (affine && need[1]) {
+    /* dw = sum over leading axes of dy * xhat (xhat recomputed, not y / w). */
+    slapo_node *xhat = slapo_op_call(ctx, "rms_norm", 1, &x, 1, &eps);
+    dx[1] = slapo__grad_to(ctx, slapo__call2(ctx, "mul", dy, xhat, 0, NULL), node->inputs[1]);
+  }
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_node *rms_norm_example(slapo_ctx *ctx) {
+  int64_t xs[3] = {2, 3, 7}, cs[1] = {7};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, xs);
+  slapo_node *w = slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs);
+  return slapo_rms_norm(ctx, x, w, 1e-6);
+}
+
+SLAPO_OP_DESCRIPTOR(rms_norm) = {
+    .name = "rms_norm",
+    .n_inputs = -1,
+    .infer = rms_norm_infer,
+    .ref = rms_norm_ref,
+    .fast = rms_norm_fast,
+    .backward = rms_norm_backward_rule,
+    .contiguous_inputs = true,
+    .doc = "(x [.., C][, w [C]]) -> x / sqrt(mean(x^2) + eps) [* w] over the last axis "
+           "(Zhang & Sennrich 2019; LLaMA RMSNorm); attr eps",
+    .test = {.example = rms_norm_example},
+};
+
+/* ---- fused backward: dx ---- */
+
+static slapo_status rms_norm_backward_infer(slapo_node *node) {
+  if (node->n_inputs != 2 && node->n_inputs != 3)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "rms_norm_backward: expects (x, dy) or (x, weight, dy), got %d inputs",
+                       node->n_inputs);
+  SLAPO_TRY(want_rows(node));
+  int idy = node->n_inputs - 1;
+  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
+  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
+    return slapo_error(SLAPO_SHAPE, "rms_norm_backward: x %s and dy %s must have one shape",
+                       slapo__shape_of(x), slapo__shape_of(dy));
+  if (node->n_inputs == 3) SLAPO_TRY(want_weight(node));
+  return slapo__same_as_input(node, 0);
+}
+
+static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
+                                  slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  bool affine = node->n_inputs == 3;
+  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
+  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
+  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    double ss = 0;
+    for (int64_t c = 0; c < C; c++) ss += (double)xr[c] * xr[c];
+    double rstd = 1.0 / sqrt(ss / (double)C + eps);
+    double mean_dyw_xhat = 0;
+    for (int64_t c = 0; c < C; c++)
+      mean_dyw_xhat += (double)dyr[c] * (w ? w[c] : 1.0) * xr[c] * rstd;
+    mean_dyw_xhat /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+      double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
+      dx[r * C + c] = (float)(rstd * (dyw - xr[c] * rstd * mean_dyw_xhat));
+    }
+  }
+}
+
+static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
+                                   slapo_tensor *out, const slapo_kernel_env *env) {
+  (void)env;
+  bool affine = node->n_inputs == 3;
+  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
+  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
+  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  row_dims(in[0], &R, &C);
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C, *dyr = dy + r * C;
+    float *dxr = dx + r * C;
+    float ss = 0.0f, dot = 0.0f;
+    for (int64_t c = 0; c < C; c++) {
+      ss += xr[c] * xr[c];
+      dot += (w ? dyr[c] * w[c] : dyr[c]) * xr[c];
+    }
+    float rstd = 1.0f / sqrtf(ss / (float)C + eps);
+    /* mean(dyw * xhat) * rstd = dot * rstd^2 / C */
+    float k = dot * rstd * rstd / (float)C;
+    for (int64_t c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      dxr[c] = rstd * (dyw - xr[c] * k);
+    }
+  }
+}
+
+static slapo_node *rms_norm_backward_example(slapo_ctx *ctx) {
+  int64_t xs[2] = {3, 7}, cs[1] = {7};
+  slapo_node *in[3] = {slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, xs),
+                       slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs),
+                       slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, xs)};
+  slapo_attr eps = slapo_attr_float("eps", 1e-6);
+  return slapo_op_call(ctx, "rms_norm_backward", 3, in, 1, &eps);
+}
+
+SLAPO_OP_DESCRIPTOR(rms_norm_backward) = {
+    .name = "rms_norm_backward",
+    .n_inputs = -1,
+    .infer = rms_norm_backward_infer,
+    .ref = rms_norm_backward_ref,
+    .fast = rms_norm_backward_fast,
+    .contiguous_inputs = true,
+    .doc = "(x, [w,] dy) -> dx of rms_norm, recomputing rstd per row: one pass instead of "
+           "~9 composite ops and their [.., C] temporaries; attr eps",
+    .test = {.example = rms_norm_backward_example, .checked_by = "rms_norm composite"},
+};
+
+/* ---- typed builder ---- */
+
+slapo_node *slapo_rms_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, double eps) {
+  slapo_attr a = slapo_attr_float("eps", eps);
+  if (!w) return slapo__call1(ctx, "rms_norm", x, 1, &a);
+  return slapo__call2(ctx, "rms_norm", x, w, 1, &a);
+}

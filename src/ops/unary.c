@@ -1,0 +1,118 @@
+/* ops/unary.c - neg, exp, log, tanh, sqrt, rsqrt on f32: shape inference,
+ * reference kernels (double libm) and fast kernels (float libm in OpenMP
+ * loops), backward rules and typed builders. Layer: ops.
+ * Derivatives, written with the forward value y where that saves passes:
+ * exp' = y, log' = 1/x, tanh' = 1 - y^2, sqrt' = 0.5/y, rsqrt' = -0.5 y^3. */
+#include "ops/elementwise.h"
+
+EW_UNARY(neg, -x, -x)
+EW_UNARY(exp, exp(x), expf(x))
+EW_UNARY(log, log(x), logf(x))
+EW_UNARY(tanh, tanh(x), tanhf(x))
+EW_UNARY(sqrt, sqrt(x), sqrtf(x))
+EW_UNARY(rsqrt, 1.0 / sqrt(x), 1.0f / sqrtf(x))
+EW_KERNELS1(neg, 0)
+EW_KERNELS1(exp, 0)
+EW_KERNELS1(log, 0)
+EW_KERNELS1(tanh, 0)
+EW_KERNELS1(sqrt, 0)
+EW_KERNELS1(rsqrt, 0)
+
+/* ---- backward ---- */
+
+static slapo_status neg_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  if (need[0]) dx[0] = slapo_neg(ctx, dy);
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status exp_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  if (need[0]) dx[0] = slapo_mul(ctx, dy, node); /* dy * y */
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status log_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  if (need[0]) dx[0] = slapo_div(ctx, dy, node->inputs[0]); /* dy / x */
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status tanh_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                  const bool *need, slapo_node **dx) {
+  /* dy * (1 - y^2) as dy - dy * y^2: three nodes instead of four. */
+  if (need[0]) dx[0] = slapo_sub(ctx, dy, slapo_mul(ctx, dy, slapo_mul(ctx, node, node)));
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status sqrt_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                  const bool *need, slapo_node **dx) {
+  if (need[0]) dx[0] = slapo_mul_scalar(ctx, slapo_div(ctx, dy, node), 0.5); /* dy * 0.5 / y */
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status rsqrt_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                   const bool *need, slapo_node **dx) {
+  /* d/dx x^(-1/2) = -0.5 x^(-3/2) = -0.5 y^3. */
+  if (need[0])
+    dx[0] = slapo_mul_scalar(ctx, slapo_mul(ctx, dy, slapo_pow(ctx, node, 3.0)), -0.5);
+  return slapo_ctx_status(ctx);
+}
+
+/* ---- test examples ---- */
+
+static slapo_node *example_x(slapo_ctx *ctx) {
+  static const int64_t s[] = {2, 3, 4};
+  return slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, s);
+}
+static slapo_node *neg_example(slapo_ctx *ctx) { return slapo_neg(ctx, example_x(ctx)); }
+static slapo_node *exp_example(slapo_ctx *ctx) { return slapo_exp(ctx, example_x(ctx)); }
+static slapo_node *log_example(slapo_ctx *ctx) { return slapo_log(ctx, example_x(ctx)); }
+static slapo_node *tanh_example(slapo_ctx *ctx) { return slapo_tanh(ctx, example_x(ctx)); }
+static slapo_node *sqrt_example(slapo_ctx *ctx) { return slapo_sqrt(ctx, example_x(ctx)); }
+static slapo_node *rsqrt_example(slapo_ctx *ctx) { return slapo_rsqrt(ctx, example_x(ctx)); }
+
+/* ---- descriptors ---- */
+
+#define UNARY_DESCRIPTOR(NAME, DOC, ...)                                       \
+  SLAPO_OP_DESCRIPTOR(NAME) = {                                                \
+      .name = #NAME,                                                           \
+      .n_inputs = 1,                                                           \
+      .infer = ew_infer_unary,                                                 \
+      .ref = NAME##_ref_k,                                                     \
+      .fast = NAME##_fast_k,                                                   \
+      .backward = NAME##_backward,                                             \
+      .contiguous_inputs = false,                                              \
+      .doc = DOC,                                                              \
+      .test = {.example = NAME##_example, __VA_ARGS__},                        \
+  };
+
+UNARY_DESCRIPTOR(neg, "-x")
+UNARY_DESCRIPTOR(exp, "e^x")
+/* log, sqrt and rsqrt are only real (and smooth) for x > 0. */
+UNARY_DESCRIPTOR(log, "natural logarithm ln x (nan for x < 0, -inf at 0)", .lo = 0.5f,
+                 .hi = 2.0f)
+UNARY_DESCRIPTOR(tanh, "hyperbolic tangent", .lo = -2.0f, .hi = 2.0f)
+UNARY_DESCRIPTOR(sqrt, "square root (nan for x < 0)", .lo = 0.5f, .hi = 2.0f)
+UNARY_DESCRIPTOR(rsqrt, "1 / sqrt(x) (inf at 0, nan for x < 0)", .lo = 0.5f, .hi = 2.0f)
+
+/* ---- typed builders ---- */
+
+slapo_node *slapo_neg(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "neg", x, 0, NULL);
+}
+slapo_node *slapo_exp(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "exp", x, 0, NULL);
+}
+slapo_node *slapo_log(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "log", x, 0, NULL);
+}
+slapo_node *slapo_tanh(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "tanh", x, 0, NULL);
+}
+slapo_node *slapo_sqrt(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "sqrt", x, 0, NULL);
+}
+slapo_node *slapo_rsqrt(slapo_ctx *ctx, slapo_node *x) {
+  return slapo__call1(ctx, "rsqrt", x, 0, NULL);
+}

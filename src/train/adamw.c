@@ -1,0 +1,171 @@
+/* train/adamw.c - AdamW with decoupled weight decay (Loshchilov & Hutter,
+ * "Decoupled Weight Decay Regularization", ICLR 2019, Algorithm 2), matching
+ * torch.optim.AdamW; state save/load for --resume. Layer: train. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/train.h"
+
+typedef struct slot {
+  slapo_parameter *p;
+  char *path;
+  slapo_tensor *m, *v; /* same shape as p */
+} slot;
+
+struct slapo_adamw {
+  slapo_adamw_config cfg;
+  int n, cap;
+  slot *slots;
+  int64_t t;
+  slapo_status status;
+};
+
+static void add_slot(slapo_parameter *p, const char *path, void *ud) {
+  slapo_adamw *o = ud;
+  if (o->status != SLAPO_OK) return;
+  if (slapo_tensor_is_meta(p->value) || !p->grad) {
+    o->status = slapo_error(SLAPO_STATE, "adamw: parameter %s is not materialized", path);
+    return;
+  }
+  if (o->n == o->cap) {
+    int cap = o->cap ? 2 * o->cap : 64;
+    slot *s = slapo_realloc(o->slots, (size_t)cap * sizeof *s);
+    if (!s) {
+      o->status = slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+      return;
+    }
+    o->slots = s;
+    o->cap = cap;
+  }
+  slot *s = &o->slots[o->n];
+  memset(s, 0, sizeof *s);
+  s->p = p;
+  s->path = slapo_strdup(path);
+  if (!s->path ||
+      slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &s->m) != SLAPO_OK ||
+      slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &s->v) != SLAPO_OK) {
+    slapo_free(s->path);
+    slapo_tensor_free(s->m);
+    o->status = slapo_error(SLAPO_NOMEM, "adamw: out of memory for %s", path);
+    return;
+  }
+  o->n++;
+}
+
+slapo_status slapo_adamw_new(slapo_module *model, const slapo_adamw_config *cfg,
+                             slapo_adamw **out) {
+  *out = NULL;
+  slapo_adamw *o = slapo_calloc(1, sizeof *o);
+  if (!o) return slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+  o->cfg = *cfg;
+  slapo_status s = slapo_module_visit_params(model, add_slot, o);
+  if (s == SLAPO_OK) s = o->status;
+  if (s != SLAPO_OK) {
+    slapo_adamw_free(o);
+    return s;
+  }
+  *out = o;
+  return SLAPO_OK;
+}
+
+void slapo_adamw_free(slapo_adamw *o) {
+  if (!o) return;
+  for (int i = 0; i < o->n; i++) {
+    slapo_free(o->slots[i].path);
+    slapo_tensor_free(o->slots[i].m);
+    slapo_tensor_free(o->slots[i].v);
+  }
+  slapo_free(o->slots);
+  slapo_free(o);
+}
+
+int64_t slapo_adamw_steps(const slapo_adamw *o) { return o->t; }
+
+void slapo_adamw_step(slapo_adamw *o, float lr) {
+  o->t++;
+  const float b1 = o->cfg.beta1, b2 = o->cfg.beta2, eps = o->cfg.eps;
+  /* Bias corrections in double: 1 - b^t loses precision in float for large t. */
+  const float c1 = (float)(1.0 - pow(b1, (double)o->t));
+  const float c2 = (float)(1.0 - pow(b2, (double)o->t));
+  for (int i = 0; i < o->n; i++) {
+    slot *s = &o->slots[i];
+    float *w = slapo_tensor_data(s->p->value); /* [numel] */
+    const float *g = slapo_tensor_data(s->p->grad);
+    float *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);
+    const float wd = s->p->no_weight_decay ? 0.0f : o->cfg.weight_decay;
+    const int64_t n = slapo_tensor_numel(s->p->value);
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t j = 0; j < n; j++) {
+      m[j] = b1 * m[j] + (1.0f - b1) * g[j];
+      v[j] = b2 * v[j] + (1.0f - b2) * g[j] * g[j];
+      const float mh = m[j] / c1, vh = v[j] / c2;
+      w[j] -= lr * (mh / (sqrtf(vh) + eps) + wd * w[j]);
+    }
+  }
+}
+
+slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path) {
+  int n = 2 * o->n;
+  const char **names = slapo_calloc((size_t)n + 1, sizeof *names);
+  const slapo_tensor **ts = slapo_calloc((size_t)n + 1, sizeof *ts);
+  char **owned = slapo_calloc((size_t)n + 1, sizeof *owned);
+  slapo_status s = (names && ts && owned) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+  for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
+    size_t len = strlen(o->slots[i].path) + 8;
+    owned[2 * i] = slapo_malloc(len);
+    owned[2 * i + 1] = slapo_malloc(len);
+    if (!owned[2 * i] || !owned[2 * i + 1]) {
+      s = slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+      break;
+    }
+    snprintf(owned[2 * i], len, "%s.exp_avg", o->slots[i].path);
+    snprintf(owned[2 * i + 1], len, "%s.exp_avg_sq", o->slots[i].path);
+    names[2 * i] = owned[2 * i], names[2 * i + 1] = owned[2 * i + 1];
+    ts[2 * i] = o->slots[i].m, ts[2 * i + 1] = o->slots[i].v;
+  }
+  char step[32];
+  snprintf(step, sizeof step, "%lld", (long long)o->t);
+  const char *mk[1] = {"step"}, *mv[1] = {step};
+  if (s == SLAPO_OK) s = slapo_safetensors_write(path, n, names, ts, 1, mk, mv);
+  for (int i = 0; owned && i < n; i++) slapo_free(owned[i]);
+  slapo_free(owned);
+  slapo_free(names);
+  slapo_free(ts);
+  return s;
+}
+
+slapo_status slapo_adamw_load(slapo_adamw *o, const char *path) {
+  slapo_safetensors *f;
+  SLAPO_TRY(slapo_safetensors_read(path, &f));
+  slapo_status s = SLAPO_OK;
+  const char *step = slapo_safetensors_metadata(f, "step");
+  if (!step) s = slapo_error(SLAPO_IO, "adamw: %s has no 'step' metadata", path);
+  for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
+    for (int k = 0; s == SLAPO_OK && k < 2; k++) {
+      char name[1100];
+      snprintf(name, sizeof name, "%s.%s", o->slots[i].path, k ? "exp_avg_sq" : "exp_avg");
+      slapo_tensor *t = NULL;
+      s = slapo_safetensors_get(f, name, &t);
+      if (s == SLAPO_OK) {
+        slapo_tensor *dst = k ? o->slots[i].v : o->slots[i].m;
+        if (t->dtype != SLAPO_DTYPE_F32 ||
+            !slapo_shape_equal(t->ndim, t->shape, dst->ndim, dst->shape)) {
+          char a[96], b[96];
+          s = slapo_error(SLAPO_SHAPE, "adamw: %s: '%s' is %s %s, the model needs f32 %s", path,
+                          name, slapo_dtype_name(t->dtype),
+                          slapo_shape_str(t->ndim, t->shape, a, sizeof a),
+                          slapo_shape_str(dst->ndim, dst->shape, b, sizeof b));
+        } else {
+          s = slapo_tensor_copy(dst, t);
+        }
+      }
+      slapo_tensor_free(t);
+    }
+  }
+  if (s == SLAPO_OK) o->t = strtoll(step, NULL, 10);
+  slapo_safetensors_free(f);
+  return s;
+}

@@ -1,0 +1,185 @@
+/* train/dataset.c - token data: text through the byte tokenizer, llm.c
+ * token files (train_gpt2.c's format: 256 int32 header, uint16 tokens), a
+ * directory of text files (the fortunes corpus), a held-out split, and
+ * batches drawn with Philox from (seed, step). Layer: train. */
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/assert.h"
+#include "slapo/train.h"
+
+#define LLMC_MAGIC 20240520
+#define LLMC_HEADER_INTS 256
+
+struct slapo_dataset {
+  int32_t *tokens; /* [n] */
+  int64_t n, n_train, vocab;
+};
+
+/* Appends the bytes of `path` to (*buf, *len, *cap). */
+static slapo_status read_append(const char *path, unsigned char **buf, size_t *len,
+                                size_t *cap) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return slapo_error(SLAPO_IO, "data: cannot open %s: %s", path, strerror(errno));
+  unsigned char chunk[65536];
+  size_t k;
+  slapo_status s = SLAPO_OK;
+  while ((k = fread(chunk, 1, sizeof chunk, f)) > 0) {
+    if (*len + k > *cap) {
+      size_t nc = *cap ? *cap : 1 << 20;
+      while (nc < *len + k) nc *= 2;
+      unsigned char *nb = slapo_realloc(*buf, nc);
+      if (!nb) {
+        s = slapo_error(SLAPO_NOMEM, "data: out of memory reading %s", path);
+        break;
+      }
+      *buf = nb;
+      *cap = nc;
+    }
+    memcpy(*buf + *len, chunk, k);
+    *len += k;
+  }
+  if (s == SLAPO_OK && ferror(f)) s = slapo_error(SLAPO_IO, "data: error reading %s", path);
+  fclose(f);
+  return s;
+}
+
+static int cmp_str(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len, size_t *cap) {
+  DIR *d = opendir(path);
+  if (!d) return slapo_error(SLAPO_IO, "data: cannot open directory %s: %s", path, strerror(errno));
+  char **names = NULL;
+  int n = 0, capn = 0;
+  slapo_status s = SLAPO_OK;
+  struct dirent *e;
+  while (s == SLAPO_OK && (e = readdir(d))) {
+    if (strchr(e->d_name, '.')) continue; /* skips ., .., *.dat, *.u8 */
+    if (n == capn) {
+      capn = capn ? 2 * capn : 32;
+      char **nn = slapo_realloc(names, (size_t)capn * sizeof *nn);
+      if (!nn) {
+        s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+        break;
+      }
+      names = nn;
+    }
+    if (!(names[n] = slapo_strdup(e->d_name))) s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+    else n++;
+  }
+  closedir(d);
+  if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+  for (int i = 0; s == SLAPO_OK && i < n; i++) {
+    char full[4096];
+    snprintf(full, sizeof full, "%s/%s", path, names[i]);
+    struct stat st;
+    if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) s = read_append(full, buf, len, cap);
+  }
+  for (int i = 0; i < n; i++) slapo_free(names[i]);
+  slapo_free(names);
+  return s;
+}
+
+slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dataset **out) {
+  *out = NULL;
+  if (!(val_fraction >= 0 && val_fraction < 1))
+    return slapo_error(SLAPO_INVALID_ARG, "data: validation fraction %g is not in [0, 1)",
+                       val_fraction);
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return slapo_error(SLAPO_IO, "data: cannot read %s: %s", path, strerror(errno));
+  unsigned char *buf = NULL;
+  size_t len = 0, cap = 0;
+  slapo_status s = S_ISDIR(st.st_mode) ? read_dir(path, &buf, &len, &cap)
+                                       : read_append(path, &buf, &len, &cap);
+  slapo_dataset *d = NULL;
+  if (s == SLAPO_OK && len == 0) s = slapo_error(SLAPO_IO, "data: %s is empty", path);
+  if (s == SLAPO_OK && !(d = slapo_calloc(1, sizeof *d)))
+    s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+  int32_t header[LLMC_HEADER_INTS];
+  bool llmc = false;
+  if (s == SLAPO_OK && len >= sizeof header) {
+    memcpy(header, buf, sizeof header);
+    llmc = header[0] == LLMC_MAGIC;
+  }
+  if (s == SLAPO_OK && llmc) {
+    int64_t ntok = header[2];
+    size_t want = sizeof header + (size_t)ntok * 2;
+    if (header[1] != 1)
+      s = slapo_error(SLAPO_IO, "data: %s: llm.c token file version %d is not supported (want 1)",
+                      path, header[1]);
+    else if (ntok <= 0 || want != len)
+      s = slapo_error(SLAPO_IO,
+                      "data: %s: llm.c header says %lld tokens (%zu bytes) but the file has %zu "
+                      "bytes",
+                      path, (long long)ntok, want, len);
+    else if (!(d->tokens = slapo_malloc((size_t)ntok * sizeof(int32_t))))
+      s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+    else {
+      const unsigned char *p = buf + sizeof header;
+      for (int64_t i = 0; i < ntok; i++) {
+        d->tokens[i] = (int32_t)(p[2 * i] | (p[2 * i + 1] << 8)); /* little-endian uint16 */
+        if (d->tokens[i] + 1 > d->vocab) d->vocab = d->tokens[i] + 1;
+      }
+      d->n = ntok;
+    }
+  } else if (s == SLAPO_OK) {
+    /* Byte-level tokenizer: token id = byte value (vocabulary 256). */
+    if (!(d->tokens = slapo_malloc(len * sizeof(int32_t)))) {
+      s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+    } else {
+      for (size_t i = 0; i < len; i++) d->tokens[i] = buf[i];
+      d->n = (int64_t)len;
+      d->vocab = 256;
+    }
+  }
+  slapo_free(buf);
+  if (s != SLAPO_OK) {
+    slapo_dataset_free(d);
+    return s;
+  }
+  d->n_train = d->n - (int64_t)((double)d->n * val_fraction);
+  *out = d;
+  return SLAPO_OK;
+}
+
+void slapo_dataset_free(slapo_dataset *d) {
+  if (!d) return;
+  slapo_free(d->tokens);
+  slapo_free(d);
+}
+
+int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val) {
+  return val ? d->n - d->n_train : d->n_train;
+}
+
+int64_t slapo_dataset_vocab(const slapo_dataset *d) { return d->vocab; }
+
+slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed, int64_t step,
+                                 slapo_tensor *idx, slapo_tensor *targets) {
+  SLAPO_ASSERT(idx->ndim == 2 && idx->dtype == SLAPO_DTYPE_I32);
+  int64_t B = idx->shape[0], T = idx->shape[1];
+  const int32_t *base = d->tokens + (val ? d->n_train : 0);
+  int64_t len = slapo_dataset_tokens(d, val);
+  if (len < T + 1)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "data: the %s split has %lld tokens, fewer than sequence length + 1 = %lld",
+                       val ? "validation" : "training", (long long)len, (long long)(T + 1));
+  int32_t *x = slapo_tensor_data(idx), *y = slapo_tensor_data(targets); /* [B, T] */
+  for (int64_t b = 0; b < B; b++) {
+    uint32_t ctr[4] = {(uint32_t)b, (uint32_t)step, (uint32_t)((uint64_t)step >> 32), val};
+    uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32) ^ 0x5eedu}, r[4];
+    slapo_philox4x32_10(ctr, key, r);
+    uint64_t u = ((uint64_t)r[0] << 32) | r[1];
+    int64_t start = (int64_t)(u % (uint64_t)(len - T));
+    memcpy(x + b * T, base + start, (size_t)T * sizeof(int32_t));
+    memcpy(y + b * T, base + start + 1, (size_t)T * sizeof(int32_t));
+  }
+  return SLAPO_OK;
+}

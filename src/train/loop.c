@@ -1,0 +1,257 @@
+/* train/loop.c - the training loop: data, GPT-2, AdamW with warmup + cosine
+ * schedule, gradient accumulation over micro-batches, clipping, validation,
+ * metrics (JSON lines), checkpoints with resume, and a text sample at the
+ * end. Progress goes to a callback: the library never prints.
+ * Layer: train. */
+#include <errno.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/assert.h"
+#include "slapo/train.h"
+
+#define DEFAULT_CORPUS "/usr/share/games/fortunes"
+
+void slapo_train_config_default(slapo_train_config *c) {
+  *c = (slapo_train_config){
+      .model_config = "small",
+      .data = DEFAULT_CORPUS,
+      .steps = 300,
+      .batch = 4,
+      .seq = 256,
+      .grad_accum = 1,
+      .lr = 1e-3f,
+      .min_lr = 1e-4f,
+      .warmup = 30,
+      .weight_decay = 0.1f,
+      .grad_clip = 1.0f,
+      .seed = 1337,
+      .dropout = -1,
+      .val_every = 50,
+      .val_batches = 8,
+      .sample_tokens = 200,
+      .temperature = 0.8f,
+      .top_k = 40,
+  };
+}
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void say(slapo_train_cb cb, void *ud, const char *fmt, ...) {
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  slapo_train_event e = {0};
+  e.message = buf;
+  if (cb) cb(&e, ud);
+}
+
+/* Optimizer state lives beside the model file: x.safetensors -> x.optim.safetensors. */
+static void optim_path(const char *model_path, char *out, size_t cap) {
+  size_t n = strlen(model_path);
+  const char *ext = ".safetensors";
+  size_t k = strlen(ext);
+  if (n > k && !strcmp(model_path + n - k, ext))
+    snprintf(out, cap, "%.*s.optim.safetensors", (int)(n - k), model_path);
+  else
+    snprintf(out, cap, "%s.optim.safetensors", model_path);
+}
+
+static void scale_grad(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  float c = *(const float *)ud, *g = slapo_tensor_data(p->grad);
+  int64_t n = slapo_tensor_numel(p->grad);
+  for (int64_t i = 0; i < n; i++) g[i] *= c;
+}
+
+static slapo_status eval_loss(slapo_runner *r, const slapo_dataset *d, const slapo_train_config *c,
+                              slapo_tensor *x, slapo_tensor *y, double *out) {
+  double sum = 0;
+  for (int64_t b = 0; b < c->val_batches; b++) {
+    SLAPO_TRY(slapo_dataset_batch(d, true, c->seed, b, x, y));
+    const slapo_tensor *in[2] = {x, y}, *loss;
+    slapo_kernel_env env = {c->seed, (uint64_t)b, false};
+    SLAPO_TRY(slapo_step(r, 2, in, SLAPO_STEP_EVAL, &env, &loss));
+    sum += *(const float *)slapo_tensor_data(loss);
+  }
+  *out = sum / (double)(c->val_batches > 0 ? c->val_batches : 1);
+  return SLAPO_OK;
+}
+
+static void json_num(FILE *f, const char *key, double v, bool last) {
+  if (isfinite(v)) fprintf(f, "\"%s\": %.8g%s", key, v, last ? "" : ", ");
+  else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
+}
+
+static slapo_status save_checkpoint(slapo_module *model, const slapo_adamw *opt,
+                                    const slapo_train_config *c, int64_t step) {
+  char st[32], op[4200];
+  snprintf(st, sizeof st, "%lld", (long long)step);
+  const char *keys[3] = {"slapo_step", "slapo_config", "slapo_seed"};
+  char seed[32];
+  snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
+  const char *vals[3] = {st, c->model_config, seed};
+  SLAPO_TRY(slapo_gpt2_save(model, c->save, 3, keys, vals));
+  optim_path(c->save, op, sizeof op);
+  return slapo_adamw_save(opt, op);
+}
+
+slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *ud) {
+  if (c->steps < 1 || c->batch < 1 || c->seq < 1 || c->grad_accum < 1)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "train: steps (%lld), batch (%lld), seq (%lld) and grad_accum (%lld) must "
+                       "be >= 1",
+                       (long long)c->steps, (long long)c->batch, (long long)c->seq,
+                       (long long)c->grad_accum);
+  if (c->threads > 0) omp_set_num_threads(c->threads);
+  slapo_gpt2_config mc;
+  SLAPO_TRY(slapo_gpt2_config_named(c->model_config, &mc));
+  if (c->dropout >= 0) mc.dropout = c->dropout;
+  if (c->seq > mc.n_ctx)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
+                       (long long)c->seq, c->model_config, (long long)mc.n_ctx);
+
+  slapo_dataset *data = NULL;
+  slapo_module *model = NULL;
+  slapo_runner *runner = NULL;
+  slapo_adamw *opt = NULL;
+  slapo_tensor *x = NULL, *y = NULL;
+  FILE *metrics = NULL;
+  int32_t *text = NULL;
+  char *sample = NULL;
+  slapo_status s = slapo_dataset_load(c->data, 0.1, &data);
+  if (s != SLAPO_OK) goto done;
+  say(cb, ud, "data: %s: %lld training and %lld validation tokens (vocabulary %lld)", c->data,
+      (long long)slapo_dataset_tokens(data, false), (long long)slapo_dataset_tokens(data, true),
+      (long long)slapo_dataset_vocab(data));
+  if (slapo_dataset_vocab(data) > mc.vocab_size) {
+    s = slapo_error(SLAPO_INVALID_ARG,
+                    "train: %s has token ids up to %lld but the %s config's vocabulary is %lld",
+                    c->data, (long long)slapo_dataset_vocab(data) - 1, c->model_config,
+                    (long long)mc.vocab_size);
+    goto done;
+  }
+  if ((s = slapo_gpt2_new(&mc, &model)) != SLAPO_OK) goto done;
+  if ((s = slapo_module_materialize(model, c->seed)) != SLAPO_OK) goto done;
+  if (c->init_from && (s = slapo_gpt2_load(model, c->init_from)) != SLAPO_OK) goto done;
+  say(cb, ud, "model: GPT-2 %s, %d layers, %lld wide, %d heads, context %lld, %.2fM parameters",
+      c->model_config, mc.n_layer, (long long)mc.n_embd, mc.n_head, (long long)mc.n_ctx,
+      (double)slapo_module_numel(model) / 1e6);
+  if ((s = slapo_runner_new(model, NULL, &runner)) != SLAPO_OK) goto done;
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, c->weight_decay};
+  if ((s = slapo_adamw_new(model, &ac, &opt)) != SLAPO_OK) goto done;
+  int64_t start = 0;
+  if (c->resume) {
+    char op[4200];
+    optim_path(c->resume, op, sizeof op);
+    if ((s = slapo_gpt2_load(model, c->resume)) != SLAPO_OK) goto done;
+    if ((s = slapo_adamw_load(opt, op)) != SLAPO_OK) goto done;
+    start = slapo_adamw_steps(opt);
+    say(cb, ud, "resume: %s at step %lld", c->resume, (long long)start);
+  }
+  int64_t shape[2] = {c->batch, c->seq};
+  if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &x)) != SLAPO_OK) goto done;
+  if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &y)) != SLAPO_OK) goto done;
+  if (c->metrics && !(metrics = fopen(c->metrics, c->resume ? "a" : "w"))) {
+    s = slapo_error(SLAPO_IO, "train: cannot open metrics file %s: %s", c->metrics,
+                    strerror(errno));
+    goto done;
+  }
+  double t0 = now_s();
+  for (int64_t step = start; step < c->steps; step++) {
+    double ts = now_s(), loss_sum = 0;
+    slapo_module_zero_grad(model);
+    for (int64_t m = 0; m < c->grad_accum; m++) {
+      int64_t micro = step * c->grad_accum + m;
+      if ((s = slapo_dataset_batch(data, false, c->seed, micro, x, y)) != SLAPO_OK) goto done;
+      const slapo_tensor *in[2] = {x, y}, *loss;
+      slapo_kernel_env env = {c->seed, (uint64_t)micro, true};
+      if ((s = slapo_step(runner, 2, in, SLAPO_STEP_TRAIN, &env, &loss)) != SLAPO_OK) goto done;
+      loss_sum += *(const float *)slapo_tensor_data(loss);
+    }
+    /* Each micro-batch loss is a mean, so the accumulated gradient is
+     * grad_accum times the big-batch gradient. */
+    if (c->grad_accum > 1) {
+      float inv = 1.0f / (float)c->grad_accum;
+      slapo_module_visit_params(model, scale_grad, &inv);
+    }
+    double norm = slapo_clip_grad_norm(model, c->grad_clip);
+    float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
+    slapo_adamw_step(opt, lr);
+    double dt = now_s() - ts;
+    slapo_train_event e = {0};
+    e.step = step + 1;
+    e.steps = c->steps;
+    e.loss = loss_sum / (double)c->grad_accum;
+    e.lr = lr;
+    e.grad_norm = norm;
+    e.tokens_per_s = (double)(c->batch * c->seq * c->grad_accum) / dt;
+    e.elapsed_s = now_s() - t0;
+    e.peak_nbytes = slapo_runner_peak_nbytes(runner);
+    bool last = step + 1 == c->steps;
+    if ((c->val_every > 0 && (step + 1) % c->val_every == 0) || last) {
+      if ((s = eval_loss(runner, data, c, x, y, &e.val_loss)) != SLAPO_OK) goto done;
+      e.has_val = true;
+    }
+    if (metrics) {
+      fprintf(metrics, "{\"step\": %lld, ", (long long)e.step);
+      json_num(metrics, "loss", e.loss, false);
+      json_num(metrics, "lr", e.lr, false);
+      json_num(metrics, "grad_norm", e.grad_norm, false);
+      if (e.has_val) json_num(metrics, "val_loss", e.val_loss, false);
+      json_num(metrics, "tokens_per_s", e.tokens_per_s, true);
+      fprintf(metrics, "}\n");
+      fflush(metrics);
+    }
+    if (c->save && ((c->save_every > 0 && (step + 1) % c->save_every == 0) || last)) {
+      if ((s = save_checkpoint(model, opt, c, step + 1)) != SLAPO_OK) goto done;
+    }
+    if (cb) cb(&e, ud);
+  }
+  if (c->save) say(cb, ud, "saved %s", c->save);
+  if (c->sample_tokens > 0) {
+    int64_t n = 1, cap = c->sample_tokens + 1;
+    text = slapo_malloc((size_t)cap * sizeof *text);
+    sample = slapo_malloc((size_t)cap * 4 + 1);
+    if (!text || !sample) {
+      s = slapo_error(SLAPO_NOMEM, "train: out of memory");
+      goto done;
+    }
+    text[0] = '\n';
+    s = slapo_sample(runner, mc.n_ctx, text, &n, c->sample_tokens, c->temperature, c->top_k,
+                     c->seed);
+    if (s != SLAPO_OK) goto done;
+    /* Byte tokens decode to bytes; other vocabularies print ids. */
+    size_t k = 0;
+    for (int64_t i = 1; i < n; i++) {
+      if (mc.vocab_size <= 256) sample[k++] = (char)text[i];
+      else k += (size_t)snprintf(sample + k, 12, "%d ", text[i]);
+    }
+    sample[k] = '\0';
+    slapo_train_event e = {0};
+    e.step = c->steps;
+    e.steps = c->steps;
+    e.sample = sample;
+    if (cb) cb(&e, ud);
+  }
+done:
+  if (metrics) fclose(metrics);
+  slapo_free(text);
+  slapo_free(sample);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  slapo_adamw_free(opt);
+  slapo_runner_free(runner);
+  slapo_module_free(model);
+  slapo_dataset_free(data);
+  return s;
+}

@@ -1,0 +1,63 @@
+/* train/schedule.c - learning-rate schedule (linear warmup, cosine decay;
+ * Loshchilov & Hutter, "SGDR", 2017, without restarts) and clipping by the
+ * global gradient norm (Pascanu et al. 2013; torch.nn.utils.clip_grad_norm_).
+ * Layer: train. */
+#include <math.h>
+
+#include "slapo/train.h"
+
+float slapo_lr_at(int64_t step, int64_t warmup, int64_t total, float max_lr, float min_lr) {
+  if (warmup > 0 && step < warmup) return max_lr * (float)(step + 1) / (float)warmup;
+  if (step >= total) return min_lr;
+  double span = (double)(total - warmup);
+  double frac = span > 0 ? (double)(step - warmup) / span : 1.0;
+  return min_lr + (float)(0.5 * (1.0 + cos(M_PI * frac))) * (max_lr - min_lr);
+}
+
+typedef struct norm_state {
+  double sumsq;
+  double scale;
+} norm_state;
+
+static void add_sq(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  norm_state *st = ud;
+  if (!p->grad) return;
+  const float *g = slapo_tensor_data(p->grad); /* [numel] */
+  int64_t n = slapo_tensor_numel(p->grad);
+  /* Fixed chunks summed in order (an OpenMP reduction combines partial sums
+   * in arrival order, which is not bitwise reproducible). */
+  enum { CHUNKS = 64 };
+  double part[CHUNKS] = {0};
+  int64_t per = (n + CHUNKS - 1) / CHUNKS;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int c = 0; c < CHUNKS; c++) {
+    double s = 0;
+    int64_t end = (c + 1) * per < n ? (c + 1) * per : n;
+    for (int64_t i = c * per; i < end; i++) s += (double)g[i] * g[i];
+    part[c] = s;
+  }
+  for (int c = 0; c < CHUNKS; c++) st->sumsq += part[c];
+}
+
+static void scale(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  const norm_state *st = ud;
+  if (!p->grad) return;
+  float *g = slapo_tensor_data(p->grad);
+  int64_t n = slapo_tensor_numel(p->grad);
+  const float c = (float)st->scale;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (int64_t i = 0; i < n; i++) g[i] *= c;
+}
+
+double slapo_clip_grad_norm(slapo_module *model, double max_norm) {
+  norm_state st = {0, 1};
+  slapo_module_visit_params(model, add_sq, &st);
+  double norm = sqrt(st.sumsq);
+  if (max_norm > 0 && norm > max_norm) {
+    st.scale = max_norm / (norm + 1e-6);
+    slapo_module_visit_params(model, scale, &st);
+  }
+  return norm;
+}
