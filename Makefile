@@ -8,6 +8,9 @@ CMAKE_FLAGS ?=
 DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
                libopenmpi-dev openmpi-bin libjansson-dev libxxhash-dev
 
+# `make run` trains GPT-2 `small` on the fortunes corpus for a few minutes.
+RUN_ARGS ?= --config small
+
 .PHONY: all deps build test asan run bench clean
 
 all: build
@@ -31,7 +34,13 @@ asan: deps
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 	ctest --test-dir $(ASAN_DIR) --output-on-failure -j $(JOBS)
 
+run: build
+	@tools/install_deps.sh fortunes
+	$(BUILD)/slapo train $(RUN_ARGS)
+
+# Benchmarks (never run as tests); the PyTorch peer needs python3-torch.
 bench: build
+	@tools/install_deps.sh python3-torch
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
 
 clean:

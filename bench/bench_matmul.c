@@ -60,12 +60,13 @@ typedef struct slapo_side {
   slapo_plan *p;
 } slapo_side;
 
-static void slapo_side_init(slapo_side *s, slapo_tensor *a, slapo_tensor *b, int trans_b) {
+static void slapo_side_init(slapo_side *s, slapo_tensor *a, slapo_tensor *b, int trans_a,
+                            int trans_b) {
   CHECK(slapo_graph_new(&s->g));
   CHECK(slapo_ctx_new(s->g, &s->ctx));
   slapo_node *na = slapo_input(s->ctx, "a", SLAPO_DTYPE_F32, 2, a->shape);
   slapo_node *nb = slapo_input(s->ctx, "b", SLAPO_DTYPE_F32, 2, b->shape);
-  slapo_node *y = slapo_matmul(s->ctx, na, nb, false, trans_b);
+  slapo_node *y = slapo_matmul(s->ctx, na, nb, trans_a, trans_b);
   slapo_output(s->ctx, 1, &y);
   CHECK(slapo_ctx_status(s->ctx));
   CHECK(slapo_plan_new(s->g, NULL, &s->p));
@@ -82,7 +83,7 @@ static void slapo_side_free(slapo_side *s) {
 }
 
 /* Bare oneDNN side: the same GEMM as one matmul primitive with 2-D strided
- * descriptors (B read transposed when trans_b), created once. */
+ * descriptors (A / B read transposed when trans_a / trans_b), created once. */
 typedef struct dnnl_side {
   dnnl_engine_t eng;
   dnnl_stream_t st;
@@ -91,13 +92,14 @@ typedef struct dnnl_side {
   dnnl_exec_arg_t args[3];
 } dnnl_side;
 
-static void dnnl_side_init(dnnl_side *d, slapo_tensor *a, slapo_tensor *b, int trans_b,
-                           slapo_tensor *c) {
-  int64_t M = a->shape[0], K = a->shape[1], N = trans_b ? b->shape[0] : b->shape[1];
+static void dnnl_side_init(dnnl_side *d, slapo_tensor *a, slapo_tensor *b, int trans_a,
+                           int trans_b, slapo_tensor *c) {
+  int64_t M = trans_a ? a->shape[1] : a->shape[0], K = trans_a ? a->shape[0] : a->shape[1];
+  int64_t N = trans_b ? b->shape[0] : b->shape[1];
   CHECK(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
   CHECK(dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags));
   dnnl_memory_desc_t md[3];
-  dnnl_dims_t ad = {M, K}, as = {K, 1}, bd = {K, N}, cd = {M, N}, cs = {N, 1};
+  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : K, trans_a ? M : 1}, bd = {K, N}, cd = {M, N}, cs = {N, 1};
   dnnl_dims_t bs = {trans_b ? 1 : N, trans_b ? K : 1};
   CHECK(dnnl_memory_desc_init_by_strides(&md[0], 2, ad, dnnl_f32, as));
   CHECK(dnnl_memory_desc_init_by_strides(&md[1], 2, bd, dnnl_f32, bs));
@@ -133,15 +135,19 @@ int main(void) {
   struct {
     const char *name;
     int64_t M, K, N;
+    int trans_a; /* A stored [K, M] (weight gradients x^T @ dy) */
     int trans_b; /* B stored [N, K], as a Linear weight [out, in] */
   } cases[] = {
-      {"square 1024^3", 1024, 1024, 1024, 0},
-      {"gpt2 c_attn  x@W^T", 1024, 768, 2304, 1},
-      {"gpt2 attn.c_proj", 1024, 768, 768, 0},
-      {"gpt2 mlp.c_fc", 1024, 768, 3072, 0},
-      {"gpt2 mlp.c_proj", 1024, 3072, 768, 0},
-      {"gpt2 lm_head x@E^T", 1024, 768, 50304, 1},
-      {"small 64x768x768", 64, 768, 768, 0},
+      {"square 1024^3", 1024, 1024, 1024, 0, 0},
+      {"gpt2 c_attn  x@W^T", 1024, 768, 2304, 0, 1},
+      {"gpt2 attn.c_proj x@W^T", 1024, 768, 768, 0, 1},
+      {"gpt2 mlp.c_fc x@W^T", 1024, 768, 3072, 0, 1},
+      {"gpt2 mlp.c_fc x@W", 1024, 768, 3072, 0, 0},
+      {"gpt2 mlp.c_proj x@W^T", 1024, 3072, 768, 0, 1},
+      {"gpt2 c_fc dx=dy@W", 1024, 3072, 768, 0, 0},
+      {"gpt2 c_fc dW=dy^T@x", 3072, 1024, 768, 1, 0},
+      {"gpt2 lm_head x@E^T", 1024, 768, 50304, 0, 1},
+      {"small 64x768x768", 64, 768, 768, 0, 0},
   };
   printf("bench_matmul: fp32, %d threads, median of %d samples (each >= 20 ms of repeated "
          "runs, after a warm-up)\n",
@@ -150,13 +156,13 @@ int main(void) {
          "ratio", "max|diff|");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int64_t M = cases[i].M, K = cases[i].K, N = cases[i].N;
-    int tb = cases[i].trans_b;
-    slapo_tensor *a = filled(M, K, 1), *b = tb ? filled(N, K, 2) : filled(K, N, 2), *c, *ys;
+    int ta = cases[i].trans_a, tb = cases[i].trans_b;
+    slapo_tensor *a = ta ? filled(K, M, 1) : filled(M, K, 1), *b = tb ? filled(N, K, 2) : filled(K, N, 2), *c, *ys;
     CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, (int64_t[]){M, N}, &c));
     slapo_side ss;
     dnnl_side ds;
-    slapo_side_init(&ss, a, b, tb);
-    dnnl_side_init(&ds, a, b, tb, c);
+    slapo_side_init(&ss, a, b, ta, tb);
+    dnnl_side_init(&ds, a, b, ta, tb, c);
     /* Warm-up (primitive creation, JIT, page faults), then enough
      * repetitions per sample for ~20 ms, the two sides alternating so that
      * both see the same machine load. */
@@ -184,8 +190,8 @@ int main(void) {
     for (int64_t e = 0; e < M * N; e++) md = fmax(md, fabs((double)p[e] - (double)q[e]));
     double flop = 2.0 * (double)M * (double)N * (double)K;
     char dims[64];
-    snprintf(dims, sizeof dims, "%lldx%lldx%lld%s", (long long)M, (long long)K, (long long)N,
-             tb ? "^T" : "");
+    snprintf(dims, sizeof dims, "%lld%sx%lldx%lld%s", (long long)M, ta ? "^T" : "", (long long)K,
+             (long long)N, tb ? "^T" : "");
     printf("%-22s %18s %12.1f %12.1f %8.3f %10.2g\n", cases[i].name, dims, flop / tsm * 1e-9,
            flop / tdm * 1e-9, tdm / tsm, md);
     slapo_tensor_free(a);

@@ -195,6 +195,21 @@ static slapo_status value_nbytes(const slapo_node *n, size_t *out) {
 
 /* Input indices, buffers, liveness and release lists. */
 static slapo_status liveness(slapo_plan *p) {
+  /* A bound tensor may be strided, and a view function cannot copy: a view
+   * op reading a bound value runs its reference kernel into a buffer of its
+   * own instead (view ops' reference kernels accept strided input). Views of
+   * kernel outputs stay views: those buffers are contiguous. A view op
+   * without a reference kernel stays a view and requires what it reads to
+   * be laid out as its view function expects. */
+  for (int i = 0; i < p->n_nodes; i++) {
+    exec_node *e = &p->nodes[i];
+    if (e->kind != EXEC_VIEW) continue;
+    int k = slapo__plan_index(p, e->node->inputs[0]);
+    if (p->nodes[k].kind == EXEC_BOUND && e->node->op->ref) {
+      e->kind = EXEC_KERNEL;
+      e->kernel = e->node->op->ref;
+    }
+  }
   int n_bufs = 0;
   for (int i = 0; i < p->n_nodes; i++) n_bufs += p->nodes[i].kind == EXEC_KERNEL;
   p->n_bufs = n_bufs;

@@ -7,6 +7,7 @@
  * takes tens of microseconds, so created primitives are kept in a small
  * mutex-protected cache keyed by the simplified problem. Layer: ops. */
 #include <oneapi/dnnl/dnnl.h>
+#include <omp.h>
 #include <pthread.h>
 #include <string.h>
 
@@ -40,6 +41,7 @@ static void init_engine(void) {
 typedef struct key {
   int nd;
   int has_bias;
+  int nthr; /* OpenMP threads: dnnl fixes its work split at creation */
   int64_t a_dims[SLAPO_MAX_DIMS], a_str[SLAPO_MAX_DIMS];
   int64_t b_dims[SLAPO_MAX_DIMS], b_str[SLAPO_MAX_DIMS];
   int64_t c_dims[SLAPO_MAX_DIMS];
@@ -106,6 +108,7 @@ static bool make_key(const slapo__gemm *g, key *k) {
 
   int nd = nb + 2;
   k->nd = nd;
+  k->nthr = omp_get_max_threads();
   int64_t ea = extent(M, K, a_sm, a_sk), eb = extent(K, N, b_sk, b_sn);
   for (int i = nb - 1; i >= 0; i--) {
     k->a_dims[i] = as[i] ? bt[i] : 1;
@@ -121,10 +124,12 @@ static bool make_key(const slapo__gemm *g, key *k) {
   k->b_dims[nb] = K, k->b_dims[nb + 1] = N;
   k->b_str[nb] = b_sk, k->b_str[nb + 1] = b_sn;
   k->c_dims[nb] = M, k->c_dims[nb + 1] = N;
-  if (g->bias) {
+  /* oneDNN 2.6's brgemm matmul reads the bias as dense whatever its
+   * descriptor's strides say, so only a dense bias goes to dnnl; the caller
+   * adds any other after the GEMM. */
+  if (g->bias && (g->bias_sn == 1 || N == 1)) {
     k->has_bias = 1;
-    k->bias_sn = N == 1 ? 1 : g->bias_sn;
-    if (k->bias_sn <= 0) return false;
+    k->bias_sn = 1;
   }
   return true;
 }
@@ -269,6 +274,14 @@ static void fill_bias(const slapo__gemm *g, int64_t rows) {
     for (int64_t n = 0; n < g->N; n++) g->c[r * g->N + n] = g->bias ? g->bias[n * g->bias_sn] : 0.0f;
 }
 
+/* C += bias over rows, for a strided bias that dnnl did not take. */
+static void add_bias(const slapo__gemm *g, int64_t rows) {
+  const int64_t N = g->N;
+#pragma omp parallel for num_threads(slapo__threads_for(rows * N)) schedule(static)
+  for (int64_t r = 0; r < rows; r++)
+    for (int64_t n = 0; n < N; n++) g->c[r * N + n] += g->bias[n * g->bias_sn];
+}
+
 bool slapo__gemm_dnnl(const slapo__gemm *g) {
   int64_t rows = g->M;
   for (int i = 0; i < g->nb; i++) rows *= g->batch[i];
@@ -313,5 +326,7 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
   else entry_destroy(e);
   /* Execution of a created primitive on host memory does not fail short of
    * a bug; should it, the reference recomputes every element. */
-  return st == dnnl_success;
+  if (st != dnnl_success) return false;
+  if (g->bias && !k.has_bias) add_bias(g, rows);
+  return true;
 }

@@ -31,6 +31,10 @@ static slapo_status read_axes(const slapo_node *node, int ndim, const int64_t *s
     int64_t ax = a->ints[i];
     int64_t d = ax < 0 ? ax + ndim : ax;
     if (d < 0 || d >= ndim || red[d]) slapo_shape_str(ndim, shape, xs, sizeof xs);
+    if (ndim == 0)
+      return slapo_error(SLAPO_INVALID_ARG,
+                         "%s: x %s is 0-d and has no axis %" PRId64 "; pass no axes", op, xs,
+                         ax);
     if (d < 0 || d >= ndim)
       return slapo_error(SLAPO_INVALID_ARG,
                          "%s: axis %" PRId64 " is out of range for x %s; axes must be in "
@@ -97,12 +101,11 @@ static slapo_status read_shape_attr(const slapo_node *node, const char *key, int
 static slapo_status sum_to_axes(const char *op, int xn, const int64_t *xshape, int tn,
                                 const int64_t *tshape, bool *red) {
   char xs[160], ts[160];
-  slapo_shape_str(xn, xshape, xs, sizeof xs);
-  slapo_shape_str(tn, tshape, ts, sizeof ts);
   if (tn > xn)
     return slapo_error(SLAPO_SHAPE,
                        "%s: cannot sum x %s to %s: the target has more dims (%d) than x (%d)",
-                       op, xs, ts, tn, xn);
+                       op, slapo_shape_str(xn, xshape, xs, sizeof xs),
+                       slapo_shape_str(tn, tshape, ts, sizeof ts), tn, xn);
   int lead = xn - tn;
   for (int d = 0; d < xn; d++) {
     if (d < lead) {
@@ -114,7 +117,8 @@ static slapo_status sum_to_axes(const char *op, int xn, const int64_t *xshape, i
       return slapo_error(SLAPO_SHAPE,
                          "%s: cannot sum x %s to %s: dim %d is %" PRId64 " in x but %" PRId64
                          " in the target; each target dim must equal x's or be 1",
-                         op, xs, ts, d - xn, xshape[d], t);
+                         op, slapo_shape_str(xn, xshape, xs, sizeof xs),
+                         slapo_shape_str(tn, tshape, ts, sizeof ts), d - xn, xshape[d], t);
     red[d] = t == 1 && xshape[d] != 1;
   }
   return SLAPO_OK;
@@ -136,13 +140,12 @@ static slapo_status infer_sum_to(slapo_node *node) {
 static slapo_status broadcast_check(const char *op, int xn, const int64_t *xshape, int tn,
                                     const int64_t *tshape) {
   char xs[160], ts[160];
-  slapo_shape_str(xn, xshape, xs, sizeof xs);
-  slapo_shape_str(tn, tshape, ts, sizeof ts);
   if (xn > tn)
     return slapo_error(SLAPO_SHAPE,
                        "%s: cannot broadcast x %s to %s: x has more dims (%d) than the "
                        "target (%d)",
-                       op, xs, ts, xn, tn);
+                       op, slapo_shape_str(xn, xshape, xs, sizeof xs),
+                       slapo_shape_str(tn, tshape, ts, sizeof ts), xn, tn);
   for (int d = 0; d < xn; d++) {
     int64_t xd = xshape[d], td = tshape[tn - xn + d];
     if (xd != td && xd != 1)
@@ -150,7 +153,8 @@ static slapo_status broadcast_check(const char *op, int xn, const int64_t *xshap
                          "%s: cannot broadcast x %s to %s: dim %d is %" PRId64
                          " in x but %" PRId64 " in the target; each x dim must equal the "
                          "target's or be 1",
-                         op, xs, ts, d - xn, xd, td);
+                         op, slapo_shape_str(xn, xshape, xs, sizeof xs),
+                         slapo_shape_str(tn, tshape, ts, sizeof ts), d - xn, xd, td);
   }
   return SLAPO_OK;
 }
@@ -324,7 +328,30 @@ static void reduce_cols(const float *x, int64_t K, int nk, const int64_t *ks,
     double acc[TILE] = {0};
     odometer it;
     odo_seek(&it, nr, rs, rst, 0);
-    for (int64_t r = 0; r < nro; r++, odo_next(&it)) {
+    int64_t r = 0;
+    if (w == TILE) {
+      /* Four rows per pass: each accumulator is loaded and stored once per
+       * four adds, and the adds stay in row order (bitwise equal to ref). */
+      for (; r + 4 <= nro; r += 4) {
+        const float *p0 = x + base + it.off;
+        odo_next(&it);
+        const float *p1 = x + base + it.off;
+        odo_next(&it);
+        const float *p2 = x + base + it.off;
+        odo_next(&it);
+        const float *p3 = x + base + it.off;
+        odo_next(&it);
+        for (int j = 0; j < TILE; j++) {
+          double a = acc[j];
+          a += p0[j];
+          a += p1[j];
+          a += p2[j];
+          a += p3[j];
+          acc[j] = a;
+        }
+      }
+    }
+    for (; r < nro; r++, odo_next(&it)) {
       const float *p = x + base + it.off;
       for (int64_t j = 0; j < w; j++) acc[j] += p[j];
     }

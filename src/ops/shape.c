@@ -713,7 +713,8 @@ slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const in
   bool negative = false;
   for (int i = 0; i < n; i++) {
     negative |= sizes[i] < 0;
-    total += sizes[i];
+    /* A sum that overflows cannot match the dim: make it differ. */
+    if (__builtin_add_overflow(total, sizes[i], &total)) negative = true;
   }
   if (negative || total != x->shape[d]) {
     char ss[256];
@@ -723,8 +724,10 @@ slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const in
       len += snprintf(ss + len, sizeof ss - (size_t)len, "%s%" PRId64, i ? ", " : "",
                       sizes[i]);
     if (negative)
-      snprintf(msg, sizeof msg, "split: sizes [%s] for x %s include a negative size", ss,
-               slapo__shape_of(x));
+      snprintf(msg, sizeof msg,
+               "split: sizes [%s] for x %s include a negative size (or overflow); each "
+               "size must be >= 0",
+               ss, slapo__shape_of(x));
     else
       snprintf(msg, sizeof msg,
                "split: sizes [%s] sum to %" PRId64 " but x %s has %" PRId64

@@ -51,6 +51,47 @@ static void copy_row(char *d, const char *s, int64_t n, int64_t stride, size_t e
   }
 }
 
+enum { TT = 32 }; /* transpose tile: TT x TT elements stay in L1 */
+
+/* Tiled copy for a source whose innermost output dim is strided but some
+ * outer output dim `c` is contiguous (a transpose, e.g. [M, N] -> [N, M]):
+ * walking TT x TT tiles of (c, last) reads each source cache line once
+ * instead of once per element. sz/st describe the merged dims [n]. */
+static void transpose_copy(int n, const int64_t *sz, const int64_t *st, int c, const char *s,
+                           size_t esz, char *d, int64_t numel) {
+  int64_t dst[SLAPO_MAX_DIMS]; /* output (contiguous) strides */
+  slapo_shape_contiguous_strides(n, sz, dst);
+  int64_t bsz[SLAPO_MAX_DIMS], bsrc[SLAPO_MAX_DIMS], bdst[SLAPO_MAX_DIMS];
+  int nb = 0; /* batch dims: all but c and the last */
+  for (int k = 0; k < n - 1; k++)
+    if (k != c) bsz[nb] = sz[k], bsrc[nb] = st[k], bdst[nb++] = dst[k];
+  int64_t nbatch = slapo_shape_numel(nb, bsz);
+  int64_t nc = sz[c], nl = sz[n - 1], S = st[n - 1], dc = dst[c];
+  int64_t tc = (nc + TT - 1) / TT, tl = (nl + TT - 1) / TT;
+#pragma omp parallel for num_threads(slapo__threads_for(numel)) schedule(static)
+  for (int64_t t = 0; t < nbatch * tc * tl; t++) {
+    int64_t b = t / (tc * tl), r = t % (tc * tl);
+    int64_t c0 = (r / tl) * TT, l0 = (r % tl) * TT;
+    int64_t c1 = c0 + TT < nc ? c0 + TT : nc, l1 = l0 + TT < nl ? l0 + TT : nl;
+    int64_t so = 0, dof = 0, rem = b;
+    for (int k = nb - 1; k >= 0; k--) {
+      so += (rem % bsz[k]) * bsrc[k];
+      dof += (rem % bsz[k]) * bdst[k];
+      rem /= bsz[k];
+    }
+    for (int64_t ic = c0; ic < c1; ic++) {
+      char *dp = d + (size_t)(dof + ic * dc) * esz;
+      const char *sp = s + (size_t)(so + ic) * esz; /* st[c] == 1 */
+      if (esz == 4) {
+        for (int64_t il = l0; il < l1; il++) memcpy(dp + 4 * il, sp + 4 * il * S, 4);
+      } else {
+        for (int64_t il = l0; il < l1; il++)
+          memcpy(dp + (size_t)il * esz, sp + (size_t)(il * S) * esz, esz);
+      }
+    }
+  }
+}
+
 void slapo__strided_copy(int ndim, const int64_t *shape, const int64_t *strides,
                          const void *src, size_t esz, void *dst) {
   int64_t numel = slapo_shape_numel(ndim, shape);
@@ -79,6 +120,14 @@ void slapo__strided_copy(int ndim, const int64_t *shape, const int64_t *strides,
   }
   int64_t inner = sz[n - 1], istride = st[n - 1];
   int64_t rows = numel / inner;
+  if (istride > 1) {
+    for (int c = n - 2; c >= 0; c--) {
+      if (st[c] == 1) {
+        transpose_copy(n, sz, st, c, s, esz, d, numel);
+        return;
+      }
+    }
+  }
   if (rows == 1) {
     /* One long run: split it into fixed chunks so that big contiguous
      * copies use every thread. */

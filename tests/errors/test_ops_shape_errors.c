@@ -1,7 +1,7 @@
 /* tests/errors/test_ops_shape_errors.c - reduce and shape op calls that must
  * fail at build time: reshape element-count mismatch and two -1s, bad
  * permutations, axes and dims out of range, repeated axes, concat shape,
- * rank and dtype mismatches, sum_to and broadcast_to targets that are not
+ * rank and dtype mismatches, an axis of a 0-d value, sum_to and broadcast_to targets that are not
  * broadcast-compatible, split sizes that do not add up, full with a negative
  * dim, slice_backward with a dy of the wrong shape. Each case checks the
  * status, the message (op, shapes, rule) in both the ctx and the thread's
@@ -166,6 +166,13 @@ static void test_mean_axis_negative_out_of_range(void **state) {
               SUBS("mean: axis -3 is out of range for x [2, 3]"));
 }
 
+static void test_sum_scalar_axis(void **state) {
+  fx *f = *state;
+  slapo_node *x = in(f, "x", 0, NULL);
+  expect_fail(f, st(f, slapo_sum(f->ctx, x, 1, (int64_t[]){0}, false)), SLAPO_INVALID_ARG, 1,
+              SUBS("sum: x [] is 0-d and has no axis 0; pass no axes"));
+}
+
 static void test_sum_repeated_axis(void **state) {
   fx *f = *state;
   slapo_node *x = in(f, "x", 3, (int64_t[]){2, 3, 4});
@@ -305,6 +312,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_transpose_dim, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sum_axis_out_of_range, setup, teardown),
       cmocka_unit_test_setup_teardown(test_mean_axis_negative_out_of_range, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_sum_scalar_axis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sum_repeated_axis, setup, teardown),
       cmocka_unit_test_setup_teardown(test_sum_dtype, setup, teardown),
       cmocka_unit_test_setup_teardown(test_slice_dim, setup, teardown),

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,7 +54,7 @@ static built build(const char *op, int n, slapo_tensor *const *in, bool ta, bool
   OK(slapo_ctx_new(b.g, &b.ctx));
   slapo_node *x[3];
   for (int i = 0; i < n; i++) {
-    char name[8];
+    char name[16];
     snprintf(name, sizeof name, "in%d", i);
     x[i] = slapo_input(b.ctx, name, SLAPO_DTYPE_F32, in[i]->ndim, in[i]->shape);
   }
@@ -156,6 +157,52 @@ static void check_matmul(int na, const int64_t *sa, int nb, const int64_t *sb, b
   built_free(&b);
 }
 
+/* Large problems: the fast kernel computes all of C, the reference only
+ * every `step`-th row of it (through a strided row slice of the operand
+ * holding M: a's dim -2, or its dim -1 when trans_a), and the two are
+ * compared on those rows. `op` is "matmul" or "linear" (then in[1] is w and
+ * in[2] the optional bias). Keeps the GPT-2-sized checks fast under ASan. */
+static void check_sampled(const char *op, int n_in, slapo_tensor *const *in, bool ta, bool tb,
+                          int64_t step, double tol, const char *what) {
+  built full = build(op, n_in, in, ta, tb);
+  slapo_tensor *fast = run_kernel(&full, in, true);
+  int dim = in[0]->ndim - (ta ? 1 : 2);
+  slapo_tensor *rows, *part_in[3] = {NULL, in[1], n_in == 3 ? in[2] : NULL};
+  OK(slapo_tensor_slice(in[0], dim, 0, in[0]->shape[dim], step, &rows));
+  part_in[0] = rows;
+  built part = build(op, n_in, part_in, ta, tb);
+  slapo_tensor *ref = run_kernel(&part, part_in, false);
+  int nd = ref->ndim;
+  int64_t ms = ref->shape[nd - 2], m = fast->shape[nd - 2], n = ref->shape[nd - 1];
+  int64_t nbatch = slapo_tensor_numel(ref) / (ms * n > 0 ? ms * n : 1);
+  const float *f = slapo_tensor_data(fast), *r = slapo_tensor_data(ref);
+  double diff = 0, mag = 0;
+  for (int64_t bi = 0; bi < nbatch; bi++)
+    for (int64_t i = 0; i < ms; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double rv = r[(bi * ms + i) * n + j], fv = f[(bi * m + i * step) * n + j];
+        double d = fabs(fv - rv);
+        if (!(d <= diff)) diff = d;
+        if (fabs(rv) > mag) mag = fabs(rv);
+      }
+  if (!(diff <= tol * (1 + mag)))
+    fail_msg("%s: max |fast - ref| = %g on sampled rows (max |ref| %g, tol %g)", what, diff, mag,
+             tol);
+  slapo_tensor_free(fast);
+  slapo_tensor_free(ref);
+  slapo_tensor_free(rows);
+  built_free(&full);
+  built_free(&part);
+}
+
+static void check_matmul_sampled(int na, const int64_t *sa, int nb, const int64_t *sb, bool ta,
+                                 bool tb, int64_t step, const char *what) {
+  slapo_tensor *in[2] = {rand_tensor(na, sa), rand_tensor(nb, sb)};
+  check_sampled("matmul", 2, in, ta, tb, step, 1e-5, what);
+  slapo_tensor_free(in[0]);
+  slapo_tensor_free(in[1]);
+}
+
 /* ---- shape inference ---- */
 
 static void test_infer(void **state) {
@@ -242,20 +289,24 @@ static void test_odd_shapes(void **state) {
   check_matmul(3, (int64_t[]){5, 37, 129}, 3, (int64_t[]){5, 41, 129}, false, true, false, 1e-5);
 }
 
-/* GPT-2 small shapes (B*T = 4*64 rows, C = 768): c_attn, c_fc, c_proj and
- * the attention scores, as trans_b products the way a Linear stores its
- * weight [out, in]. */
+/* GPT-2 small shapes (B*T = 4*64 rows, C = 768, NH = 12 heads of HS = 64):
+ * c_attn, c_proj, c_fc as trans_b products the way a Linear stores its
+ * weight [out, in], the attention scores and values, and a weight gradient
+ * x^T @ dy. The reference checks every 8th row (check_sampled). */
 static void test_gpt2_shapes(void **state) {
   (void)state;
-  check_matmul(2, (int64_t[]){256, 768}, 2, (int64_t[]){2304, 768}, false, true, false, 1e-5);
-  check_matmul(3, (int64_t[]){4, 64, 768}, 2, (int64_t[]){768, 768}, false, false, false, 1e-5);
-  /* q [B, NH, T, HS] @ k^T and att @ v. */
-  check_matmul(4, (int64_t[]){4, 12, 64, 64}, 4, (int64_t[]){4, 12, 64, 64}, false, true, false,
-               1e-5);
-  check_matmul(4, (int64_t[]){4, 12, 64, 64}, 4, (int64_t[]){4, 12, 64, 64}, false, false, false,
-               1e-5);
-  /* Weight gradient dW = x^T @ dy over the B*T rows. */
-  check_matmul(2, (int64_t[]){256, 768}, 2, (int64_t[]){256, 512}, true, false, false, 1e-5);
+  check_matmul_sampled(2, (int64_t[]){256, 768}, 2, (int64_t[]){2304, 768}, false, true, 8,
+                       "c_attn [256, 768] @ [2304, 768]^T");
+  check_matmul_sampled(3, (int64_t[]){4, 64, 768}, 2, (int64_t[]){768, 768}, false, false, 8,
+                       "c_proj [4, 64, 768] @ [768, 768]");
+  check_matmul_sampled(2, (int64_t[]){256, 768}, 2, (int64_t[]){3072, 768}, false, true, 8,
+                       "c_fc [256, 768] @ [3072, 768]^T");
+  check_matmul_sampled(4, (int64_t[]){4, 12, 64, 64}, 4, (int64_t[]){4, 12, 64, 64}, false, true,
+                       8, "q @ k^T [4, 12, 64, 64]");
+  check_matmul_sampled(4, (int64_t[]){4, 12, 64, 64}, 4, (int64_t[]){4, 12, 64, 64}, false,
+                       false, 8, "att @ v [4, 12, 64, 64]");
+  check_matmul_sampled(2, (int64_t[]){256, 768}, 2, (int64_t[]){256, 512}, true, false, 8,
+                       "dW = x^T @ dy [256, 768]^T @ [256, 512]");
 }
 
 /* Strided inputs: views made by permute and slice go into the kernels as is
@@ -357,8 +408,12 @@ static void test_linear(void **state) {
     check_linear(2, (int64_t[]){7, 33}, 9, bias, true, 1e-5);
     check_linear(1, (int64_t[]){6}, 3, bias, true, 1e-5);
     check_linear(4, (int64_t[]){2, 2, 3, 5}, 1, bias, true, 1e-5);
-    /* GPT-2 c_fc on B*T = 4*64 rows. */
-    check_linear(3, (int64_t[]){4, 64, 768}, 3072, bias, false, 1e-5);
+    /* GPT-2 c_fc on B*T = 4*64 rows, every 8th row checked. */
+    slapo_tensor *in[3] = {rand_tensor(3, (int64_t[]){4, 64, 768}),
+                           rand_tensor(2, (int64_t[]){3072, 768}),
+                           bias ? rand_tensor(1, (int64_t[]){3072}) : NULL};
+    check_sampled("linear", bias ? 3 : 2, in, false, false, 8, 1e-5, "linear c_fc");
+    for (int i = 0; i < 3; i++) slapo_tensor_free(in[i]);
   }
 }
 
@@ -380,6 +435,26 @@ static void test_linear_matches_matmul(void **state) {
   built_free(&l);
   built_free(&m);
   for (int i = 0; i < 3; i++) slapo_tensor_free(in[i]);
+}
+
+/* A weight given as a transposed view (w^T stored [in, out]) and a bias
+ * read with stride 2: the strides go into the GEMM, also for the bias. */
+static void test_linear_strided(void **state) {
+  (void)state;
+  slapo_tensor *x = rand_tensor(3, (int64_t[]){2, 5, 12}), *wt = rand_tensor(2, (int64_t[]){12, 9});
+  slapo_tensor *b2 = rand_tensor(1, (int64_t[]){18}), *w, *b;
+  OK(slapo_tensor_permute(wt, (int[]){1, 0}, &w)); /* [9, 12], strides [1, 9] */
+  OK(slapo_tensor_slice(b2, 0, 0, 18, 2, &b));      /* [9], stride 2 */
+  slapo_tensor *in[3] = {x, w, b};
+  built l = build("linear", 3, in, false, false);
+  slapo_tensor *ref = run_kernel(&l, in, false), *fast = run_kernel(&l, in, true);
+  check_oracle(ref, x, false, w, true, b);
+  check_close(fast, ref, 1e-5, "linear with strided w and b");
+  slapo_tensor_free(ref);
+  slapo_tensor_free(fast);
+  built_free(&l);
+  slapo_tensor *all[] = {x, wt, b2, w, b};
+  for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) slapo_tensor_free(all[i]);
 }
 
 /* ---- the primitive cache and determinism ---- */
@@ -422,6 +497,51 @@ static void test_cache_eviction(void **state) {
   check_matmul(2, (int64_t[]){3, 4}, 2, (int64_t[]){4, 1}, false, false, true, 1e-5);
 }
 
+/* Several threads running the same problem at once: one gets the cached
+ * primitive, the others build their own for the call; all results equal
+ * the single-threaded one bit for bit. */
+typedef struct worker {
+  const built *b;
+  slapo_tensor *const *in;
+  const slapo_tensor *want;
+  int bad;
+} worker;
+
+static void *worker_main(void *arg) {
+  worker *w = arg;
+  for (int i = 0; i < 20; i++) {
+    slapo_tensor *out;
+    if (slapo_tensor_new(SLAPO_DTYPE_F32, w->b->node->ndim, w->b->node->shape, &out) != SLAPO_OK)
+      return NULL;
+    slapo_kernel_env env = {0};
+    w->b->node->op->fast(w->b->node, (const slapo_tensor *const *)w->in, out, &env);
+    w->bad += !slapo_tensor_equal(out, w->want);
+    slapo_tensor_free(out);
+  }
+  return NULL;
+}
+
+static void test_concurrent_callers(void **state) {
+  (void)state;
+  slapo_tensor *in[2] = {rand_tensor(2, (int64_t[]){33, 65}), rand_tensor(2, (int64_t[]){65, 17})};
+  built b = build("matmul", 2, in, false, false);
+  slapo_tensor *want = run_kernel(&b, in, true);
+  worker w[3];
+  pthread_t th[3];
+  for (int i = 0; i < 3; i++) {
+    w[i] = (worker){&b, in, want, 0};
+    assert_int_equal(pthread_create(&th[i], NULL, worker_main, &w[i]), 0);
+  }
+  for (int i = 0; i < 3; i++) {
+    pthread_join(th[i], NULL);
+    assert_int_equal(w[i].bad, 0);
+  }
+  slapo_tensor_free(want);
+  slapo_tensor_free(in[0]);
+  slapo_tensor_free(in[1]);
+  built_free(&b);
+}
+
 /* ---- eager (through the executor) ---- */
 
 static void test_eager(void **state) {
@@ -448,9 +568,11 @@ static bool g_ta, g_tb;
 static int g_shape_case;
 
 static slapo_node *variant_example(slapo_ctx *ctx) {
-  /* Logical a [.., 3, 4] @ b [.., 4, 5] with batch dims per case. */
-  static const int64_t batch_a[][3] = {{0}, {1, 2}, {2, 2, 3}, {1, 3}};
-  static const int64_t batch_b[][3] = {{0}, {1, 2}, {0}, {2, 1, 3}};
+  /* Logical a [.., 3, 4] @ b [.., 4, 5] with batch dims per case ({count,
+   * dims..}): none; equal [2]; a [2, 3] against a 2-d b (the shared-weight
+   * form of the backward); a [2, 1] against b [3], broadcast both ways. */
+  static const int64_t batch_a[][3] = {{0}, {1, 2}, {2, 2, 3}, {2, 2, 1}};
+  static const int64_t batch_b[][3] = {{0}, {1, 2}, {0}, {1, 3}};
   int64_t sa[4], sb[4];
   int na = (int)batch_a[g_shape_case][0], nb = (int)batch_b[g_shape_case][0];
   for (int i = 0; i < na; i++) sa[i] = batch_a[g_shape_case][1 + i];
@@ -518,8 +640,10 @@ int main(void) {
       cmocka_unit_test(test_empty),
       cmocka_unit_test(test_linear),
       cmocka_unit_test(test_linear_matches_matmul),
+      cmocka_unit_test(test_linear_strided),
       cmocka_unit_test(test_cache_and_determinism),
       cmocka_unit_test(test_cache_eviction),
+      cmocka_unit_test(test_concurrent_callers),
       cmocka_unit_test(test_eager),
       cmocka_unit_test(test_gradcheck_matmul_variants),
       cmocka_unit_test(test_gradcheck_linear_variants),
