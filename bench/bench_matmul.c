@@ -4,7 +4,8 @@
  * primitive on the same shapes, created once and executed directly.
  * Shapes: 1024^3 and the GEMMs of GPT-2 small (124M) at B*T = 1024 rows.
  * Prints GFLOP/s (2*M*N*K / median time of 7 samples, each >= 20 ms of
- * repeated runs, the two sides alternating) and slapo/bare. OMP_NUM_THREADS defaults to the number of processors. */
+ * repeated runs, the two sides alternating) and slapo/bare.
+ * OMP_NUM_THREADS defaults to the number of processors. */
 #include <math.h>
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
@@ -49,7 +50,8 @@ static slapo_tensor *filled(int64_t rows, int64_t cols, unsigned seed) {
   slapo_tensor *t;
   CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, (int64_t[]){rows, cols}, &t));
   float *p = slapo_tensor_data(t);
-  for (int64_t i = 0; i < rows * cols; i++) p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
+  for (int64_t i = 0; i < rows * cols; i++)
+    p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
   return t;
 }
 
@@ -99,7 +101,8 @@ static void dnnl_side_init(dnnl_side *d, slapo_tensor *a, slapo_tensor *b, int t
   CHECK(dnnl_engine_create(&d->eng, dnnl_cpu, 0));
   CHECK(dnnl_stream_create(&d->st, d->eng, dnnl_stream_default_flags));
   dnnl_memory_desc_t md[3];
-  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : K, trans_a ? M : 1}, bd = {K, N}, cd = {M, N}, cs = {N, 1};
+  dnnl_dims_t ad = {M, K}, as = {trans_a ? 1 : K, trans_a ? M : 1};
+  dnnl_dims_t bd = {K, N}, cd = {M, N}, cs = {N, 1};
   dnnl_dims_t bs = {trans_b ? 1 : N, trans_b ? K : 1};
   CHECK(dnnl_memory_desc_init_by_strides(&md[0], 2, ad, dnnl_f32, as));
   CHECK(dnnl_memory_desc_init_by_strides(&md[1], 2, bd, dnnl_f32, bs));
@@ -157,7 +160,8 @@ int main(void) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     int64_t M = cases[i].M, K = cases[i].K, N = cases[i].N;
     int ta = cases[i].trans_a, tb = cases[i].trans_b;
-    slapo_tensor *a = ta ? filled(K, M, 1) : filled(M, K, 1), *b = tb ? filled(N, K, 2) : filled(K, N, 2), *c, *ys;
+    slapo_tensor *a = ta ? filled(K, M, 1) : filled(M, K, 1);
+    slapo_tensor *b = tb ? filled(N, K, 2) : filled(K, N, 2), *c, *ys;
     CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, (int64_t[]){M, N}, &c));
     slapo_side ss;
     dnnl_side ds;

@@ -79,6 +79,9 @@ typedef struct slapo_node {
   int64_t shape[SLAPO_MAX_DIMS];
   const char *origin;          /* module path that emitted it ("" = root)  */
   int op_seq;                  /* index of the op within its module forward */
+  int recompute;               /* > 0: id of the activation-checkpointing  */
+                               /*   region it belongs to (autograd re-emits */
+                               /*   the region before its backward)        */
   int id;                      /* position (0-based), see slapo_graph_renumber */
   void *aux;                   /* scratch for passes; not preserved        */
   struct slapo_node *prev, *next;

@@ -60,6 +60,24 @@ slapo_status slapo_gpt2_load(slapo_module *model, const char *path);
 slapo_status slapo_gpt2_save(slapo_module *model, const char *path, int n_meta,
                              const char *const *keys, const char *const *values);
 
+/* ------------------------------------------------------------------------ */
+/* FlashAttention (a replacement for GPT2Attention)                          */
+/* ------------------------------------------------------------------------ */
+
+/* Builds a "FlashAttention" module that computes what the GPT2Attention
+ * `replaced` computes (x [B, T, C] -> [B, T, C]) with the fused
+ * "flash_attention" op (Dao et al. 2022) instead of the [B, NH, T, T]
+ * softmax/dropout/matmul composite. Its children c_attn and c_proj share
+ * (tie) the replaced module's parameter objects, so weights, gradients and
+ * Hugging Face paths are unchanged once it takes the old module's place
+ * (slapo_module_replace_child); attn_dropout and resid_dropout have the same
+ * p. The fused dropout uses the RNG stream the old `<path>.attn_dropout`
+ * module's dropout op gets, so train-mode masks are the same too.
+ * `replaced` is borrowed (read only); *out owned.
+ * Errors: SLAPO_INVALID_ARG (replaced NULL, not a GPT2Attention, or missing
+ * c_attn/c_proj weights), NOMEM. */
+slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -88,6 +88,15 @@ void slapo_module_free(slapo_module *m); /* NULL is fine */
 /* Appends `child` (consumed, also on error) under `name`.
  * Errors: SLAPO_INVALID_ARG (name empty, contains '.', or taken), NOMEM. */
 slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_module *child);
+/* Replaces m's child `name` by `child` (consumed, also on error), which takes
+ * the old child's name and position (the `replace` primitive's table swap).
+ * The old child is detached (parent NULL) and handed to the caller in *old
+ * (owned; free it with slapo_module_free), or freed when `old` is NULL;
+ * parameters the new child ties from it stay alive through their refcount.
+ * Errors: SLAPO_NOT_FOUND (m has no child `name`; message lists m's
+ * children), SLAPO_INVALID_ARG (child NULL), NOMEM; on error m is unchanged. */
+slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo_module *child,
+                                        slapo_module **old);
 /* Declares a new f32 meta parameter `name` [shape] with an init rule.
  * Errors: SLAPO_INVALID_ARG (name taken), NOMEM. */
 slapo_status slapo_module_add_param(slapo_module *m, const char *name, int ndim,

@@ -47,6 +47,16 @@ slapo_status slapo_ctx_push_origin(slapo_ctx *ctx, const char *path);
 void slapo_ctx_pop_origin(slapo_ctx *ctx);
 const char *slapo_ctx_origin(const slapo_ctx *ctx);
 
+/* Activation checkpointing (Chen et al. 2016, "Training Deep Nets with
+ * Sublinear Memory Cost"): nodes built while a region id > 0 is set are
+ * stamped with it (node->recompute); slapo_backward re-emits each region's
+ * forward just before the region's backward and differentiates the copies,
+ * so the originals' intermediates die during the forward. new_region returns
+ * a fresh id (1, 2, …); set_region returns the previous id so calls nest. */
+int slapo_ctx_new_region(slapo_ctx *ctx);
+int slapo_ctx_set_region(slapo_ctx *ctx, int region);
+int slapo_ctx_region(const slapo_ctx *ctx);
+
 /* Upper layers (module/) attach their own state here. */
 void slapo_ctx_set_user(slapo_ctx *ctx, void *user);
 void *slapo_ctx_user(const slapo_ctx *ctx);
@@ -153,6 +163,13 @@ slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int nd
  * when an input is NULL or the ctx already failed. */
 slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs);
+/* The RNG stream key ("stream" attribute) slapo_op_call gives a random op
+ * that is the `op_seq`-th op emitted under module path `origin` ("" = root):
+ * slapo_hash_combine(slapo_hash_str(origin), op_seq) >> 1 (shifted so it
+ * fits a non-negative int attribute). A fused op that reproduces a random op
+ * emitted elsewhere (FlashAttention's attention dropout) computes the key
+ * that op would have had with this. Pure function. */
+uint64_t slapo_rng_stream(const char *origin, int op_seq);
 /* Marks `n` values as the graph's results (the output node). */
 slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values);
 

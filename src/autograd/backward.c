@@ -31,6 +31,7 @@ typedef struct walk {
   slapo_ctx *ctx;
   slapo_node **nodes; /* nodes[id], 0..n-1 (forward prefix up to y)  */
   rec *recs;          /* recs[id]                                    */
+  slapo_node **copy;  /* copy[id]: recomputed twin of a checkpointed node */
   int n;
 } walk;
 
@@ -115,6 +116,36 @@ static slapo_status check_dx(slapo_ctx *ctx, const slapo_node *n, int i, const s
                         slapo_shape_str(x->ndim, x->shape, sx, sizeof sx));
 }
 
+/* Re-emits every call_op node of checkpoint region `region` (graph order),
+ * reading recomputed twins where an input has one and the original values
+ * otherwise (the region's inputs, parameters). Attributes are copied, so
+ * random ops keep their RNG stream and draw the same masks. */
+static slapo_status recompute_region(walk *w, int region) {
+  slapo_ctx *ctx = w->ctx;
+  if (!w->copy && !(w->copy = slapo_calloc((size_t)w->n, sizeof *w->copy))) return nomem(ctx);
+  slapo_node *local[8];
+  for (int id = 0; id < w->n; id++) {
+    slapo_node *n = w->nodes[id];
+    if (n->recompute != region || n->kind != SLAPO_NODE_CALL_OP) continue;
+    slapo_node **in = n->n_inputs <= 8 ? local : slapo_calloc((size_t)n->n_inputs, sizeof *in);
+    if (!in) return nomem(ctx);
+    for (int i = 0; i < n->n_inputs; i++) {
+      rec *ri = rec_of(w, n->inputs[i]);
+      slapo_node *twin = ri ? w->copy[n->inputs[i]->id] : NULL;
+      in[i] = twin ? twin : n->inputs[i];
+    }
+    slapo_status s = slapo_ctx_push_origin(ctx, n->origin ? n->origin : "");
+    if (s == SLAPO_OK) {
+      w->copy[id] = slapo_op_call(ctx, n->target, n->n_inputs, in, n->n_attrs, n->attrs);
+      slapo_ctx_pop_origin(ctx);
+    }
+    if (in != local) slapo_free(in);
+    if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
+    if (s != SLAPO_OK) return s;
+  }
+  return SLAPO_OK;
+}
+
 /* Runs n's backward rule with gradient g and queues the input gradients. */
 static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
   slapo_ctx *ctx = w->ctx;
@@ -155,11 +186,24 @@ static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
     goto done;
   }
 
+  /* A checkpointed node is differentiated through its recomputed twin, so
+   * the rule reads recomputed values and the original intermediates are
+   * dead once the forward has used them. The region is re-emitted when its
+   * last node (in graph order) is the first one reached by the reverse walk. */
+  slapo_node *fwd = n;
+  if (n->recompute > 0) {
+    if (!w->copy || !w->copy[n->id]) {
+      s = recompute_region(w, n->recompute);
+      if (s != SLAPO_OK) goto done;
+    }
+    fwd = w->copy[n->id];
+    SLAPO_ASSERT(fwd);
+  }
   /* Gradient nodes belong to the forward node's module (per-module time and
    * memory reports). */
   s = slapo_ctx_push_origin(ctx, n->origin ? n->origin : "");
   if (s != SLAPO_OK) goto done;
-  s = n->op->backward(ctx, n, g, need, dx);
+  s = n->op->backward(ctx, fwd, g, need, dx);
   slapo_ctx_pop_origin(ctx);
   if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
   if (s != SLAPO_OK) {
@@ -347,6 +391,7 @@ out:
     for (int id = 0; id < w.n; id++) slapo_free(w.recs[id].c);
   slapo_free(w.recs);
   slapo_free(w.nodes);
+  slapo_free(w.copy);
   slapo_graph_renumber(g);
   if (s != SLAPO_OK) {
     for (int i = 0; i < n_wrt; i++) grads[i] = NULL;

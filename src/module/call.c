@@ -20,7 +20,12 @@ slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int
     return NULL;
   }
   if (slapo_ctx_push_origin(ctx, path) != SLAPO_OK) return NULL;
+  /* A checkpointed module's nodes form one recompute region (nested
+   * checkpoints fold into the outermost: its recompute covers them). */
+  int prev = slapo_ctx_region(ctx);
+  if (child->checkpoint && prev == 0) slapo_ctx_set_region(ctx, slapo_ctx_new_region(ctx));
   slapo_node *out = child->type->forward(ctx, child, n_in, in);
+  slapo_ctx_set_region(ctx, prev);
   slapo_ctx_pop_origin(ctx);
   if (!out && slapo_ctx_status(ctx) == SLAPO_OK)
     slapo_ctx_fail(ctx, SLAPO_STATE, "%s: forward of %s returned no value", path,

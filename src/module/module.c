@@ -85,6 +85,42 @@ slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_mod
   return SLAPO_OK;
 }
 
+slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo_module *child,
+                                        slapo_module **old) {
+  if (old) *old = NULL;
+  if (!child)
+    return slapo_error(SLAPO_INVALID_ARG, "module: replacing child '%s' of a %s with NULL",
+                       name, m->type->name);
+  int at = -1;
+  for (int i = 0; i < m->n_children && at < 0; i++)
+    if (!strcmp(m->children[i]->name, name)) at = i;
+  if (at < 0) {
+    char kids[512] = "";
+    size_t used = 0;
+    for (int i = 0; i < m->n_children && used + 1 < sizeof kids; i++)
+      used += (size_t)snprintf(kids + used, sizeof kids - used, "%s%s", i ? ", " : "",
+                               m->children[i]->name);
+    slapo_module_free(child);
+    return slapo_error(SLAPO_NOT_FOUND,
+                       "module: a %s has no child '%s' to replace; its children: %s",
+                       m->type->name, name, m->n_children ? kids : "(none)");
+  }
+  char *n = slapo_strdup(name);
+  if (!n) {
+    slapo_module_free(child);
+    return slapo_error(SLAPO_NOMEM, "module: out of memory replacing child '%s'", name);
+  }
+  slapo_module *prev = m->children[at];
+  slapo_free(child->name);
+  child->name = n;
+  child->parent = m;
+  m->children[at] = child;
+  prev->parent = NULL;
+  if (old) *old = prev;
+  else slapo_module_free(prev);
+  return SLAPO_OK;
+}
+
 /* Appends (name, p) taking one reference to p. */
 static slapo_status append_param(slapo_module *m, const char *name, slapo_parameter *p) {
   char *n = slapo_strdup(name);

@@ -51,8 +51,8 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
     if (!has) {
       SLAPO_ASSERT(n_attrs < 15);
       for (int i = 0; i < n_attrs; i++) local[i] = attrs[i];
-      uint64_t stream = slapo_hash_combine(slapo_hash_str(slapo_ctx_origin(ctx)), (uint64_t)seq);
-      local[n_attrs] = slapo_attr_int("stream", (int64_t)(stream >> 1));
+      uint64_t stream = slapo_rng_stream(slapo_ctx_origin(ctx), seq);
+      local[n_attrs] = slapo_attr_int("stream", (int64_t)stream);
       use = local;
       n_use = n_attrs + 1;
     }
@@ -63,6 +63,7 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
   slapo_status s = slapo_graph_add_call_op(g, name, op, n_inputs, inputs, n_use, use, &node);
   if (s != SLAPO_OK) return fail(ctx, s, slapo_last_error());
   s = slapo_node_set_origin(node, slapo_ctx_origin(ctx), seq);
+  node->recompute = slapo_ctx_region(ctx);
   if (s == SLAPO_OK) s = op->infer(node);
   if (s != SLAPO_OK) {
     snprintf(msg, sizeof msg, "%s", slapo_last_error());
@@ -71,6 +72,10 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
     return fail(ctx, s, msg);
   }
   return node;
+}
+
+uint64_t slapo_rng_stream(const char *origin, int op_seq) {
+  return slapo_hash_combine(slapo_hash_str(origin), (uint64_t)op_seq) >> 1;
 }
 
 slapo_node *slapo_input(slapo_ctx *ctx, const char *name, slapo_dtype dt, int ndim,
@@ -87,8 +92,8 @@ slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int nd
   if (!ready(ctx)) return NULL;
   slapo_node *n;
   slapo_status s = slapo_graph_add_param(slapo_ctx_graph(ctx), path, dt, ndim, shape, &n);
+  if (s == SLAPO_OK) s = slapo_node_set_origin(n, slapo_ctx_origin(ctx), 0);
   if (s != SLAPO_OK) return fail(ctx, s, slapo_last_error());
-  slapo_node_set_origin(n, slapo_ctx_origin(ctx), 0);
   return n;
 }
 

@@ -14,6 +14,7 @@ struct slapo_ctx {
   char **origins; /* stack of owned paths; origins[0] = "" */
   int n_origins, cap_origins;
   slapo_map *op_counts; /* path -> (intptr_t) next op_seq */
+  int region, n_regions; /* current checkpoint region; regions handed out */
   void *user;
 };
 
@@ -77,6 +78,16 @@ void slapo_ctx_pop_origin(slapo_ctx *c) {
 }
 
 const char *slapo_ctx_origin(const slapo_ctx *c) { return c->origins[c->n_origins - 1]; }
+
+int slapo_ctx_new_region(slapo_ctx *c) { return ++c->n_regions; }
+
+int slapo_ctx_set_region(slapo_ctx *c, int region) {
+  int prev = c->region;
+  c->region = region;
+  return prev;
+}
+
+int slapo_ctx_region(const slapo_ctx *c) { return c->region; }
 
 void slapo_ctx_set_user(slapo_ctx *c, void *user) { c->user = user; }
 void *slapo_ctx_user(const slapo_ctx *c) { return c->user; }

@@ -271,7 +271,8 @@ int slapo__gemm_dnnl_cache_count(void) {
  * nothing to multiply. */
 static void fill_bias(const slapo__gemm *g, int64_t rows) {
   for (int64_t r = 0; r < rows; r++)
-    for (int64_t n = 0; n < g->N; n++) g->c[r * g->N + n] = g->bias ? g->bias[n * g->bias_sn] : 0.0f;
+    for (int64_t n = 0; n < g->N; n++)
+      g->c[r * g->N + n] = g->bias ? g->bias[n * g->bias_sn] : 0.0f;
 }
 
 /* C += bias over rows, for a strided bias that dnnl did not take. */

@@ -103,7 +103,8 @@ void slapo__gemm_ref(const slapo__gemm *g) {
       for (int64_t n = 0; n < N; n++) {
         const float *bcol = bmat + n * g->b_sn; /* B[b, :, n] stride b_sk */
         double acc = 0.0;
-        for (int64_t k = 0; k < K; k++) acc += (double)arow[k * g->a_sk] * (double)bcol[k * g->b_sk];
+        for (int64_t k = 0; k < K; k++)
+          acc += (double)arow[k * g->a_sk] * (double)bcol[k * g->b_sk];
         if (g->bias) acc += g->bias[n * g->bias_sn];
         crow[n] = (float)acc;
       }

@@ -132,7 +132,8 @@ static slapo_status matmul_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
       slapo_node *cr = slapo__call1(ctx, "reshape", dy, 1, &sc);
       dx[1] = tb ? slapo_matmul(ctx, cr, ar, true, false) : slapo_matmul(ctx, ar, cr, true, false);
     } else {
-      slapo_node *g = tb ? slapo_matmul(ctx, dy, a, true, ta) : slapo_matmul(ctx, a, dy, !ta, false);
+      slapo_node *g =
+          tb ? slapo_matmul(ctx, dy, a, true, ta) : slapo_matmul(ctx, a, dy, !ta, false);
       dx[1] = slapo__grad_to(ctx, g, b);
     }
   }

@@ -114,7 +114,7 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path) {
   char **owned = slapo_calloc((size_t)n + 1, sizeof *owned);
   slapo_status s = (names && ts && owned) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
   for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
-    size_t len = strlen(o->slots[i].path) + 8;
+    size_t len = strlen(o->slots[i].path) + sizeof ".exp_avg_sq"; /* the longer suffix + NUL */
     owned[2 * i] = slapo_malloc(len);
     owned[2 * i + 1] = slapo_malloc(len);
     if (!owned[2 * i] || !owned[2 * i + 1]) {

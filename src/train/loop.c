@@ -221,7 +221,8 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
   if (c->sample_tokens > 0) {
     int64_t n = 1, cap = c->sample_tokens + 1;
     text = slapo_malloc((size_t)cap * sizeof *text);
-    sample = slapo_malloc((size_t)cap * 4 + 1);
+    /* A byte per token, or an id of up to 11 characters plus a space. */
+    sample = slapo_malloc((size_t)cap * 12 + 1);
     if (!text || !sample) {
       s = slapo_error(SLAPO_NOMEM, "train: out of memory");
       goto done;

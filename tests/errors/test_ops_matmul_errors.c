@@ -44,7 +44,8 @@ static slapo_node *in(fx *f, const char *name, int ndim, const int64_t *shape) {
 
 /* The ctx failed with `s`, its message and the thread's contain every
  * string of `subs` (NULL-terminated), and the graph holds only the inputs. */
-static void expect_fail(fx *f, slapo_node *n, slapo_status s, int n_nodes, const char *const *subs) {
+static void expect_fail(fx *f, slapo_node *n, slapo_status s, int n_nodes,
+                        const char *const *subs) {
   assert_null(n);
   assert_int_equal(slapo_ctx_status(f->ctx), s);
   for (int i = 0; subs[i]; i++) {

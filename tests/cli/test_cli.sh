@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# tests/cli/test_cli.sh - the `slapo` command's exit codes (0 ok, 1 error,
+# 2 usage) and messages ("slapo: <status>: <message>" on stderr), plus one
+# tiny successful training run with a metrics file.
+# Usage: test_cli.sh path/to/slapo
+set -u
+
+SLAPO=${1:?usage: test_cli.sh path/to/slapo}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_cli_XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+
+passed=0
+failed=0
+OUT="$TMP/out"
+ERR="$TMP/err"
+
+# run NAME WANT_RC CMD... : runs the command, keeps stdout/stderr, checks rc.
+rc_ok=0
+run() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$OUT" 2>"$ERR"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then
+    rc_ok=1
+  else
+    rc_ok=0
+    echo "FAIL $name: exit $rc, want $want"
+    echo "  stderr: $(head -c 400 "$ERR")"
+  fi
+}
+
+# expect NAME FILE TEXT : the last run's FILE ("out" or "err") contains TEXT.
+check() {
+  local name=$1 file=$2 text=$3
+  if [ "$rc_ok" -eq 1 ] && grep -qF -- "$text" "$TMP/$file"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    [ "$rc_ok" -eq 1 ] && echo "FAIL $name: $file lacks '$text': $(head -c 400 "$TMP/$file")"
+  fi
+}
+
+# ok NAME : the last run's exit code was right (no text to check).
+ok() {
+  if [ "$rc_ok" -eq 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+
+TEXT="$TMP/corpus.txt"
+for i in $(seq 40); do
+  echo "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins."
+done >"$TEXT"
+: >"$TMP/empty.txt"
+printf 'definitely not safetensors' >"$TMP/bad.safetensors"
+
+# Usage errors: exit 2.
+run "no args" 2 "$SLAPO"
+check "no args" err "usage: slapo <command>"
+run "unknown command" 2 "$SLAPO" frobnicate
+check "unknown command" err "unknown command 'frobnicate'"
+run "unknown option" 2 "$SLAPO" train --bogus
+check "unknown option" err "--bogus"
+run "bad number" 2 "$SLAPO" train --steps abc
+check "bad number" err "bad value 'abc'"
+run "negative number" 2 "$SLAPO" train --batch -3
+ok "negative number"
+run "missing value" 2 "$SLAPO" train --steps
+ok "missing value"
+run "stray argument" 2 "$SLAPO" train extra
+check "stray argument" err "unexpected argument 'extra'"
+run "unknown model" 2 "$SLAPO" train --model bert
+check "unknown model" err "unknown model 'bert'"
+run "show bad option" 2 "$SLAPO" show --nope
+ok "show bad option"
+
+# Errors from the library: exit 1, "slapo: <status>: <message>".
+run "unknown config" 1 "$SLAPO" train --config gpt5
+check "unknown config" err "slapo: not_found: gpt2: unknown config 'gpt5'"
+run "show unknown config" 1 "$SLAPO" show --config gpt5
+check "show unknown config" err "slapo: not_found: gpt2: unknown config 'gpt5'"
+run "missing data" 1 "$SLAPO" train --config tiny --seq 8 --data /nonexistent/corpus.txt
+check "missing data" err "/nonexistent/corpus.txt"
+check "missing data status" err "slapo: io: "
+run "empty data" 1 "$SLAPO" train --config tiny --seq 8 --data "$TMP/empty.txt"
+check "empty data" err "is empty"
+run "malformed resume" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --resume "$TMP/bad.safetensors"
+check "malformed resume" err "safetensors"
+check "malformed resume status" err "slapo: io: "
+run "seq too long" 1 "$SLAPO" train --config tiny --seq 100000 --data "$TEXT"
+check "seq too long" err "exceeds the tiny context of 64"
+run "metrics unwritable" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --metrics /nonexistent/m.jsonl --sample 0
+check "metrics unwritable" err "/nonexistent/m.jsonl"
+
+# Help and show: exit 0 on stdout.
+run "help" 0 "$SLAPO" help
+check "help" out "commands:"
+run "version" 0 "$SLAPO" version
+check "version" out "slapo "
+run "train help" 0 "$SLAPO" train --help
+check "train help" out "usage: slapo train"
+check "train help steps default" out "--steps N           optimizer steps [300]"
+check "train help config default" out "[small]"
+check "train help seed default" out "[1337]"
+run "show tiny" 0 "$SLAPO" show --config tiny
+check "show tiny" out "GPT2LMHeadModel"
+check "show tiny total" out "total: "
+
+# A tiny successful run.
+M="$TMP/metrics.jsonl"
+run "tiny train" 0 "$SLAPO" train --config tiny --steps 2 --batch 1 --seq 8 --sample 5 \
+  --val-batches 1 --data "$TEXT" --metrics "$M" --save "$TMP/ckpt.safetensors"
+check "tiny train config line" out "slapo train: model=gpt2 config=tiny"
+check "tiny train val loss" out "val_loss"
+check "tiny train sample" out "sample"
+check "tiny train saved" out "saved $TMP/ckpt.safetensors"
+if [ -s "$TMP/ckpt.safetensors" ] && [ -s "$TMP/ckpt.optim.safetensors" ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL tiny train: checkpoint files missing"
+fi
+# Metrics: one JSON object a line with step, loss, lr, tokens_per_s.
+lines=$(wc -l <"$M" 2>/dev/null || echo 0)
+good=$(grep -cE '^\{"step": [0-9]+, "loss": [-0-9.e+]+, "lr": [-0-9.e+]+, .*"tokens_per_s": [-0-9.e+]+\}$' "$M" 2>/dev/null || echo 0)
+if [ "$lines" -eq 2 ] && [ "$good" -eq 2 ] && grep -q '"step": 2,' "$M"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL metrics: $lines lines, $good well-formed: $(cat "$M" 2>/dev/null)"
+fi
+if command -v python3 >/dev/null 2>&1; then
+  if python3 -c 'import json,sys
+for l in open(sys.argv[1]):
+    o = json.loads(l)
+    assert all(k in o for k in ("step", "loss", "lr", "grad_norm", "tokens_per_s")), o' "$M"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL metrics: not JSON lines"
+  fi
+fi
+# Resuming the finished run continues its metrics file.
+run "resume" 0 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
+  --val-batches 1 --data "$TEXT" --metrics "$M" --resume "$TMP/ckpt.safetensors"
+check "resume" out "resume: $TMP/ckpt.safetensors at step 2"
+if [ "$(wc -l <"$M")" -eq 3 ] && tail -n 1 "$M" | grep -q '"step": 3,'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL resume metrics: $(cat "$M")"
+fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,408 @@
+/* tests/unit/test_flash_attention.c - the fused "flash_attention" op and the
+ * FlashAttention module: fast vs reference kernels vs the unfused composite
+ * (matmul, scale, causal softmax, dropout, matmul) on [2, 3, 37, 16] (T
+ * crosses the kernels' tile edges), outputs and gradients, with and without
+ * dropout, train and eval; the planned peak memory of forward + backward at
+ * T = 512 (fused far below unfused); FlashAttention swapped into a tiny GPT-2
+ * with dropout 0.1 (same loss and gradients by parameter path); error cases
+ * of the ops, the module factory and slapo_module_replace_child. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "common/gradcheck.h"
+#include "slapo/autograd.h"
+#include "slapo/models.h"
+
+#define OK(expr) assert_int_equal((expr), SLAPO_OK)
+#define STREAM 123457 /* the dropout stream both formulations share */
+
+static const int64_t k_shape[4] = {2, 3, 37, 16};
+
+/* ---- helpers ---- */
+
+static slapo_tensor *random_f32(int ndim, const int64_t *shape, uint64_t stream) {
+  slapo_tensor *t;
+  OK(slapo_tensor_new(SLAPO_DTYPE_F32, ndim, shape, &t));
+  float *d = slapo_tensor_data(t); /* [numel] */
+  for (int64_t i = 0; i < slapo_tensor_numel(t); i++)
+    d[i] = 2.0f * slapo_rng_uniform(5, stream, 0, (uint64_t)i) - 1.0f;
+  return t;
+}
+
+/* Relative max-norm distance: max |a - b| / max |b|. */
+static double rel_diff(const slapo_tensor *a, const slapo_tensor *b) {
+  double d, m;
+  assert_true(slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape));
+  gc_max_diff(b, a, &d, &m);
+  return m > 0 ? d / m : d;
+}
+
+typedef struct attn_case {
+  bool flash;   /* fused op, or the composite */
+  bool causal;
+  double p;     /* dropout probability */
+} attn_case;
+
+/* Attention of q, k, v [shape] built either way, differentiated with
+ * cotangent R: graph outputs y, dq, dk, dv. */
+static slapo_graph *build_attention(const attn_case *c, const int64_t *shape) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  const char *names[3] = {"q", "k", "v"};
+  slapo_node *in[3];
+  for (int i = 0; i < 3; i++) in[i] = slapo_input(ctx, names[i], SLAPO_DTYPE_F32, 4, shape);
+  slapo_node *R = slapo_input(ctx, "R", SLAPO_DTYPE_F32, 4, shape);
+  double scale = 1.0 / sqrt((double)shape[3]);
+  slapo_node *y;
+  if (c->flash) {
+    slapo_attr a[4] = {slapo_attr_int("causal", c->causal), slapo_attr_float("scale", scale),
+                       slapo_attr_float("dropout_p", c->p), slapo_attr_int("stream", STREAM)};
+    y = slapo_op_call(ctx, "flash_attention", 3, in, 4, a);
+  } else {
+    slapo_node *att = slapo_matmul(ctx, in[0], in[1], false, true); /* [B, NH, T, T] */
+    att = slapo_softmax(ctx, slapo_mul_scalar(ctx, att, scale), c->causal);
+    slapo_attr a[2] = {slapo_attr_float("p", c->p), slapo_attr_int("stream", STREAM)};
+    att = slapo_op_call(ctx, "dropout", 1, &att, 2, a);
+    y = slapo_matmul(ctx, att, in[2], false, false);
+  }
+  slapo_node *outs[4] = {y};
+  OK(slapo_backward(ctx, y, R, 3, in, outs + 1));
+  assert_non_null(slapo_output(ctx, 4, outs));
+  OK(slapo_ctx_status(ctx));
+  slapo_ctx_free(ctx);
+  return g;
+}
+
+/* Plans g (reference or fast kernels), binds q, k, v, R and runs it; owned
+ * contiguous copies of the 4 outputs go to outs. Returns the planned peak. */
+static size_t run_attention(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
+                            const slapo_kernel_env *env, slapo_tensor **outs) {
+  slapo_plan_opts o = {.reference = reference};
+  slapo_plan *p;
+  OK(slapo_plan_new(g, &o, &p));
+  const char *names[4] = {"q", "k", "v", "R"};
+  for (int i = 0; i < 4; i++) OK(slapo_plan_bind_input(p, names[i], vals[i]));
+  OK(slapo_plan_run(p, env));
+  assert_int_equal(slapo_plan_output_count(p), 4);
+  for (int i = 0; i < 4; i++) OK(slapo_tensor_contiguous(slapo_plan_output(p, i), &outs[i]));
+  size_t peak = slapo_plan_peak_nbytes(p);
+  slapo_plan_free(p);
+  return peak;
+}
+
+static void free4(slapo_tensor **t) {
+  for (int i = 0; i < 4; i++) slapo_tensor_free(t[i]);
+}
+
+/* ---- fused vs reference vs composite ---- */
+
+static void check_case(bool causal, double p, bool training) {
+  slapo_tensor *vals[4];
+  for (int i = 0; i < 4; i++) vals[i] = random_f32(4, k_shape, 10 + (uint64_t)i);
+  slapo_kernel_env env = {.seed = 99, .step = 3, .training = training};
+  attn_case comp = {false, causal, p}, fused = {true, causal, p};
+  slapo_graph *gc = build_attention(&comp, k_shape), *gf = build_attention(&fused, k_shape);
+  slapo_tensor *base[4], *ref[4], *fast[4];
+  run_attention(gc, true, vals, &env, base);
+  run_attention(gf, true, vals, &env, ref);
+  run_attention(gf, false, vals, &env, fast);
+  const char *what[4] = {"y", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; i++) {
+    double r = rel_diff(ref[i], base[i]), f = rel_diff(fast[i], base[i]),
+           fr = rel_diff(fast[i], ref[i]);
+    print_message("causal=%d p=%.1f %s %-2s: |ref-composite| %.2e  |fast-composite| %.2e  "
+                  "|fast-ref| %.2e\n",
+                  causal, p, training ? "train" : "eval ", what[i], r, f, fr);
+    if (!(r <= 1e-5 && f <= 1e-5 && fr <= 1e-5))
+      fail_msg("%s differs beyond 1e-5 relative (causal=%d p=%g training=%d)", what[i], causal,
+               p, training);
+  }
+  /* Dropout really acts in training (the mask is not trivially all-ones). */
+  if (training && p > 0) {
+    attn_case nodrop = {true, causal, 0};
+    slapo_graph *g0 = build_attention(&nodrop, k_shape);
+    slapo_tensor *plain[4];
+    run_attention(g0, false, vals, &env, plain);
+    assert_true(rel_diff(plain[0], fast[0]) > 1e-2);
+    free4(plain);
+    slapo_graph_free(g0);
+  }
+  free4(base), free4(ref), free4(fast), free4(vals);
+  slapo_graph_free(gc);
+  slapo_graph_free(gf);
+}
+
+static void test_causal_no_dropout(void **state) {
+  (void)state;
+  check_case(true, 0.0, true);
+}
+
+static void test_causal_dropout_train(void **state) {
+  (void)state;
+  check_case(true, 0.2, true);
+}
+
+static void test_causal_dropout_eval(void **state) {
+  (void)state;
+  check_case(true, 0.2, false);
+}
+
+static void test_full_dropout_train(void **state) {
+  (void)state;
+  check_case(false, 0.2, true);
+}
+
+/* ---- memory ---- */
+
+static void test_peak_memory_far_below_composite(void **state) {
+  (void)state;
+  int64_t shape[4] = {1, 2, 512, 16};
+  slapo_tensor *vals[4];
+  for (int i = 0; i < 4; i++) vals[i] = random_f32(4, shape, 20 + (uint64_t)i);
+  attn_case comp = {false, true, 0.1}, fused = {true, true, 0.1};
+  slapo_graph *gc = build_attention(&comp, shape), *gf = build_attention(&fused, shape);
+  slapo_kernel_env env = {.seed = 1, .step = 0, .training = true};
+  slapo_tensor *a[4], *b[4];
+  size_t peak_c = run_attention(gc, false, vals, &env, a);
+  size_t peak_f = run_attention(gf, false, vals, &env, b);
+  print_message("planned peak, forward + backward, [1, 2, 512, 16]: composite %zu B, "
+                "flash_attention %zu B (%.1fx less)\n",
+                peak_c, peak_f, (double)peak_c / (double)peak_f);
+  assert_true(peak_f < peak_c / 2);
+  for (int i = 0; i < 4; i++) assert_true(rel_diff(b[i], a[i]) <= 1e-5);
+  free4(a), free4(b), free4(vals);
+  slapo_graph_free(gc);
+  slapo_graph_free(gf);
+}
+
+/* ---- the module swapped into GPT-2 ---- */
+
+typedef struct grads {
+  int n;
+  char *paths[64];
+  slapo_tensor *g[64];
+} grads;
+
+static void take_grad(slapo_parameter *p, const char *path, void *ud) {
+  grads *gs = ud;
+  assert_true(gs->n < 64);
+  gs->paths[gs->n] = slapo_strdup(path);
+  OK(slapo_tensor_contiguous(p->grad, &gs->g[gs->n]));
+  gs->n++;
+}
+
+static void grads_free(grads *gs) {
+  for (int i = 0; i < gs->n; i++) slapo_free(gs->paths[i]), slapo_tensor_free(gs->g[i]);
+}
+
+/* One train step (fresh runner) -> loss; gradients by path into gs. */
+static float train_step(slapo_module *m, slapo_tensor *const *in, grads *gs, int *n_flash) {
+  slapo_runner *r;
+  OK(slapo_runner_new(m, NULL, &r));
+  slapo_module_zero_grad(m);
+  slapo_kernel_env env = {.seed = 2024, .step = 5, .training = true};
+  const slapo_tensor *out;
+  OK(slapo_step(r, 2, (const slapo_tensor *const *)in, SLAPO_STEP_TRAIN, &env, &out));
+  float loss = *(const float *)slapo_tensor_data(out);
+  *n_flash = 0;
+  for (slapo_node *n = slapo_graph_first(slapo_runner_graph(r)); n; n = n->next)
+    *n_flash += n->kind == SLAPO_NODE_CALL_OP && !strcmp(n->target, "flash_attention");
+  memset(gs, 0, sizeof *gs);
+  OK(slapo_module_visit_params(m, take_grad, gs));
+  slapo_runner_free(r);
+  return loss;
+}
+
+static float eval_loss(slapo_module *m, slapo_tensor *const *in) {
+  slapo_runner *r;
+  OK(slapo_runner_new(m, NULL, &r));
+  const slapo_tensor *out;
+  OK(slapo_step(r, 2, (const slapo_tensor *const *)in, SLAPO_STEP_EVAL, NULL, &out));
+  float loss = *(const float *)slapo_tensor_data(out);
+  slapo_runner_free(r);
+  return loss;
+}
+
+/* Weights x10 (std 0.2): sharper attention, so dropout on the attention
+ * probabilities moves the loss and gradients well beyond the tolerance. */
+static void scale_weight(slapo_parameter *p, const char *path, void *ud) {
+  (void)path, (void)ud;
+  float *w = slapo_tensor_data(p->value); /* [numel] */
+  if (p->value->ndim == 2)
+    for (int64_t i = 0; i < slapo_tensor_numel(p->value); i++) w[i] *= 10.0f;
+}
+
+static void test_gpt2_swap_same_loss_and_grads(void **state) {
+  (void)state;
+  slapo_gpt2_config cfg = {2, 2, 16, 16, 32, 0.1, 1e-5};
+  slapo_module *m;
+  OK(slapo_gpt2_new(&cfg, &m));
+  OK(slapo_module_materialize(m, 7));
+  OK(slapo_module_visit_params(m, scale_weight, NULL));
+  int64_t bt[2] = {2, 11};
+  slapo_tensor *in[2];
+  for (int j = 0; j < 2; j++) {
+    OK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &in[j]));
+    int32_t *d = slapo_tensor_data(in[j]); /* [B, T] token ids */
+    for (int i = 0; i < 22; i++) d[i] = (int32_t)((i * 7 + j * 3 + 1) % 32);
+  }
+  grads before, after;
+  int n_flash;
+  float loss0 = train_step(m, in, &before, &n_flash);
+  assert_int_equal(n_flash, 0);
+  float eval0 = eval_loss(m, in);
+
+  slapo_module *blk, *old, *fa;
+  OK(slapo_module_at(m, "transformer.h.0", &blk));
+  OK(slapo_flash_attention_new(slapo_module_child(blk, "attn"), &fa));
+  OK(slapo_module_replace_child(blk, "attn", fa, &old));
+  assert_ptr_equal(slapo_module_child(blk, "attn"), fa);
+  assert_null(old->parent);
+  /* Same parameter objects: the swap keeps weights and paths. */
+  assert_ptr_equal(slapo_module_param(slapo_module_child(fa, "c_attn"), "weight"),
+                   slapo_module_param(slapo_module_child(old, "c_attn"), "weight"));
+  slapo_module_free(old);
+
+  float loss1 = train_step(m, in, &after, &n_flash);
+  assert_int_equal(n_flash, 1);
+  float eval1 = eval_loss(m, in);
+  print_message("GPT-2 train loss: original %.7f, with FlashAttention in h.0 %.7f; eval %.7f "
+                "vs %.7f\n",
+                loss0, loss1, eval0, eval1);
+  assert_true(fabs(loss0 - loss1) <= 1e-5 * fabs(loss0));
+  assert_true(fabs(eval0 - eval1) <= 1e-5 * fabs(eval0));
+  assert_true(fabs(loss0 - eval0) > 1e-2); /* dropout is active in train mode */
+  assert_int_equal(before.n, after.n);
+  double worst = 0;
+  for (int i = 0; i < before.n; i++) {
+    assert_string_equal(before.paths[i], after.paths[i]);
+    double r = rel_diff(after.g[i], before.g[i]);
+    worst = r > worst ? r : worst;
+    if (!(r <= 1e-5)) fail_msg("gradient of %s differs: %.3g relative", before.paths[i], r);
+  }
+  print_message("%d parameter gradients agree, worst %.2e relative\n", before.n, worst);
+  grads_free(&before), grads_free(&after);
+  slapo_tensor_free(in[0]), slapo_tensor_free(in[1]);
+  slapo_module_free(m);
+}
+
+/* ---- errors ---- */
+
+/* Builds flash_attention (or its backward) on inputs of the given shapes and
+ * dtype and returns the ctx's status; msg gets the message. */
+static slapo_status try_build(const char *op, int n, const int64_t (*shapes)[4], int ndim,
+                              slapo_dtype dt, int n_attrs, const slapo_attr *attrs, char *msg) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  slapo_node *in[5];
+  const char *names[5] = {"q", "k", "v", "out", "dout"};
+  for (int i = 0; i < n; i++)
+    in[i] = slapo_input(ctx, names[i], i == 0 ? dt : SLAPO_DTYPE_F32, ndim, shapes[i]);
+  assert_null(slapo_op_call(ctx, op, n, in, n_attrs, attrs));
+  slapo_status s = slapo_ctx_status(ctx);
+  snprintf(msg, 1024, "%s", slapo_ctx_message(ctx));
+  OK(slapo_graph_lint(g));
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+  return s;
+}
+
+static void expect(slapo_status got, slapo_status want, const char *msg, const char *needle) {
+  assert_int_equal(got, want);
+  if (!strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
+}
+
+static void test_op_errors(void **state) {
+  (void)state;
+  char msg[1024];
+  const int64_t same[5][4] = {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4},
+                              {2, 3, 5, 4}};
+  const int64_t bad_k[3][4] = {{2, 3, 5, 4}, {2, 3, 6, 4}, {2, 3, 5, 4}};
+  expect(try_build("flash_attention", 3, same, 3, SLAPO_DTYPE_F32, 0, NULL, msg), SLAPO_SHAPE,
+         msg, "flash_attention: q [2, 3, 5] must be 4-d [B, NH, T, HS]");
+  expect(try_build("flash_attention", 3, bad_k, 4, SLAPO_DTYPE_F32, 0, NULL, msg), SLAPO_SHAPE,
+         msg, "k [2, 3, 6, 4] differs from q [2, 3, 5, 4]");
+  expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_I32, 0, NULL, msg), SLAPO_DTYPE,
+         msg, "expected f32");
+  slapo_attr causal = slapo_attr_int("causal", 2);
+  expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_F32, 1, &causal, msg),
+         SLAPO_INVALID_ARG, msg, "causal = 2; use 0 or 1");
+  slapo_attr p = slapo_attr_float("dropout_p", 1.5);
+  expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_F32, 1, &p, msg),
+         SLAPO_INVALID_ARG, msg, "dropout_p = 1.5 is outside [0, 1]");
+  slapo_attr sc = slapo_attr_float("scale", INFINITY);
+  expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_F32, 1, &sc, msg),
+         SLAPO_INVALID_ARG, msg, "scale = inf is not finite");
+  slapo_attr off = slapo_attr_int("offset", -1);
+  expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_F32, 1, &off, msg),
+         SLAPO_INVALID_ARG, msg, "offset = -1; it must be >= 0");
+  const int64_t bad_out[5][4] = {{2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4}, {2, 3, 5, 4},
+                                 {2, 3, 5, 8}};
+  expect(try_build("flash_attention_backward", 5, bad_out, 4, SLAPO_DTYPE_F32, 0, NULL, msg),
+         SLAPO_SHAPE, msg, "flash_attention_backward: dout [2, 3, 5, 8] differs from q");
+}
+
+static void test_module_errors(void **state) {
+  (void)state;
+  slapo_module *lin, *fa = NULL;
+  OK(slapo_linear_new(4, 4, true, 0.02f, &lin));
+  slapo_status s = slapo_flash_attention_new(lin, &fa);
+  expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "can replace a GPT2Attention only, got Linear");
+  assert_null(fa);
+  slapo_module *list, *old = lin;
+  OK(slapo_modulelist_new(&list));
+  OK(slapo_module_add_child(list, "0", lin));
+  slapo_module *other;
+  OK(slapo_relu_new(&other));
+  s = slapo_module_replace_child(list, "nope", other, &old);
+  expect(s, SLAPO_NOT_FOUND, slapo_last_error(), "has no child 'nope' to replace; its children: 0");
+  assert_null(old);
+  assert_ptr_equal(slapo_module_child(list, "0"), lin);
+  slapo_module_free(list);
+}
+
+/* The stream helper is the formula slapo_op_call stamps on random ops. */
+static void test_rng_stream_matches_op_call(void **state) {
+  (void)state;
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  int64_t shape[2] = {3, 5};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, shape);
+  OK(slapo_ctx_push_origin(ctx, "transformer.h.0.attn.attn_dropout"));
+  slapo_node *d0 = slapo_dropout(ctx, x, 0.1), *d1 = slapo_dropout(ctx, x, 0.1);
+  slapo_ctx_pop_origin(ctx);
+  assert_int_equal(slapo_node_attr_int(d0, "stream", -1),
+                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 0));
+  assert_int_equal(slapo_node_attr_int(d1, "stream", -1),
+                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 1));
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_causal_no_dropout),
+      cmocka_unit_test(test_causal_dropout_train),
+      cmocka_unit_test(test_causal_dropout_eval),
+      cmocka_unit_test(test_full_dropout_train),
+      cmocka_unit_test(test_peak_memory_far_below_composite),
+      cmocka_unit_test(test_gpt2_swap_same_loss_and_grads),
+      cmocka_unit_test(test_op_errors),
+      cmocka_unit_test(test_module_errors),
+      cmocka_unit_test(test_rng_stream_matches_op_call),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
