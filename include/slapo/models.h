@@ -4,11 +4,16 @@
 #ifndef SLAPO_MODELS_H
 #define SLAPO_MODELS_H
 
-#include "slapo/module.h"
+#include "slapo/apply.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* Registers the zoo's replacement modules with the primitives layer
+ * ("FlashAttention"), so schedule files can name them. Idempotent; call it
+ * once before applying schedules. Errors: NOMEM. */
+slapo_status slapo_models_init(void);
 
 /* GPT-2 hyper-parameters (Radford et al. 2019; Hugging Face GPT2Config
  * names in comments). */

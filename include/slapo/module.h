@@ -43,7 +43,16 @@ typedef struct slapo_parameter {
   float std;            /* for SLAPO_INIT_NORMAL                         */
   bool no_weight_decay; /* AdamW skips it (biases, norms, 1-D params)    */
   int refcount;
+  slapo_map *tags;      /* annotate: key -> owned value string; NULL = none */
 } slapo_parameter;
+
+/* Sets tag `key` of p to `value` (copied), replacing an earlier value.
+ * The tag "weight_decay" also sets no_weight_decay (value parsed as a
+ * number: 0 means no decay). Errors: SLAPO_INVALID_ARG (weight_decay not a
+ * number), NOMEM. */
+slapo_status slapo_parameter_set_tag(slapo_parameter *p, const char *key, const char *value);
+/* Value of tag `key`, or NULL. Borrowed: valid until the tag changes. */
+const char *slapo_parameter_tag(const slapo_parameter *p, const char *key);
 
 /* ------------------------------------------------------------------------ */
 /* Module types                                                              */
@@ -78,7 +87,15 @@ struct slapo_module {
   void *config;             /* type-specific, owned                      */
   /* Schedule state that slapo_call obeys (primitives set it). */
   bool checkpoint;          /* activations recomputed in backward        */
+  uint64_t version;         /* root only: bumped by slapo_module_touch   */
 };
+
+/* Records that the tree containing m changed (a primitive was applied or
+ * weights were replaced): bumps the root's version, so cached steps are
+ * rebuilt. */
+void slapo_module_touch(slapo_module *m);
+/* The root's version counter. */
+uint64_t slapo_module_version(const slapo_module *m);
 
 /* Creates a module of `type` with owned `config` (taken even on error).
  * *out owned (slapo_module_free, which frees children). Errors: NOMEM. */

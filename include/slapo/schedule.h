@@ -119,7 +119,7 @@ void slapo_sched_list_deinit(slapo_sched_list *list);
  * ("c_{fc,proj}", "h{0..3}"). `out` is overwritten (its old contents are
  * not freed); on error it is left empty.
  * Errors: SLAPO_PARSE for a malformed glob, naming the 1-based column
- * ("glob 'h.{0..': column 3: expected '}' to close this '{', got end of
+ * ("glob 'h.{0,1': column 3: expected '}' to close this '{', got end of
  * glob"); SLAPO_NO_MATCH naming the glob and the nearest existing prefix
  * (the deepest node matching the longest leading run of the glob's
  * segments) with its children; SLAPO_NOMEM. */

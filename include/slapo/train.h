@@ -22,7 +22,8 @@ extern "C" {
  *   m = b1 m + (1-b1) g;  v = b2 v + (1-b2) g^2;
  *   p -= lr (m / (1-b1^t)) / (sqrt(v / (1-b2^t)) + eps) + lr wd p
  * with decoupled weight decay skipped for parameters marked
- * no_weight_decay (biases, LayerNorm and other 1-D parameters). Each
+ * no_weight_decay (biases, LayerNorm and other 1-D parameters); a
+ * parameter tagged weight_decay=X (the annotate primitive) uses X. Each
  * parameter storage is visited once (tied weights). */
 typedef struct slapo_adamw slapo_adamw;
 
@@ -116,6 +117,9 @@ typedef struct slapo_train_config {
   float temperature;
   int top_k;
   int threads;              /* 0: OpenMP default                          */
+  const char *schedule;     /* .sched file applied to the model, or NULL  */
+  const size_t *disabled;   /* schedule step numbers to skip              */
+  size_t n_disabled;
 } slapo_train_config;
 
 /* Defaults (shown by `slapo train --help`). */

@@ -3,6 +3,7 @@
  * visiting, materialization of meta parameters, and the PyTorch-style repr.
  * Layer: module. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/assert.h"
@@ -26,8 +27,15 @@ slapo_status slapo_module_new(const slapo_module_type *type, void *config, slapo
   return SLAPO_OK;
 }
 
+static void free_tags(slapo_map *tags) {
+  if (!tags) return;
+  for (size_t i = 0; i < slapo_map_count(tags); i++) slapo_free(slapo_map_value_at(tags, i));
+  slapo_map_free(tags);
+}
+
 static void param_unref(slapo_parameter *p) {
   if (!p || --p->refcount > 0) return;
+  free_tags(p->tags);
   slapo_tensor_free(p->value);
   slapo_tensor_free(p->grad);
   slapo_free(p->path);
@@ -366,7 +374,9 @@ static void print_rec(const slapo_module *m, FILE *f, int indent, const char *la
   fprintf(f, "  # %s params\n", cnt);
   for (int i = 0; i < m->n_children;) {
     int j = i + 1;
-    while (j < m->n_children && same_tree(m->children[i], m->children[j])) j++;
+    /* Fold runs of identical list entries ("0", "1", …) as PyTorch does. */
+    bool indexed = m->children[i]->name[0] >= '0' && m->children[i]->name[0] <= '9';
+    while (indexed && j < m->n_children && same_tree(m->children[i], m->children[j])) j++;
     char lab[128];
     if (j - i > 1) {
       snprintf(lab, sizeof lab, "(%s-%s): %d x", m->children[i]->name, m->children[j - 1]->name,
@@ -382,3 +392,41 @@ static void print_rec(const slapo_module *m, FILE *f, int indent, const char *la
 }
 
 void slapo_module_print(const slapo_module *m, FILE *f) { print_rec(m, f, 0, ""); }
+
+/* ---- tags and versions ---- */
+
+slapo_status slapo_parameter_set_tag(slapo_parameter *p, const char *key, const char *value) {
+  bool decay_tag = !strcmp(key, "weight_decay");
+  double wd = 0;
+  if (decay_tag) {
+    char *end;
+    wd = strtod(value, &end);
+    if (!value[0] || *end)
+      return slapo_error(SLAPO_INVALID_ARG, "tag weight_decay=%s of %s is not a number", value,
+                         p->path ? p->path : "a parameter");
+  }
+  if (!p->tags && slapo_map_new(&p->tags) != SLAPO_OK)
+    return slapo_error(SLAPO_NOMEM, "tags: out of memory");
+  char *v = slapo_strdup(value);
+  if (!v) return slapo_error(SLAPO_NOMEM, "tags: out of memory");
+  char *old = slapo_map_get(p->tags, key);
+  if (slapo_map_set(p->tags, key, v) != SLAPO_OK) {
+    slapo_free(v);
+    return slapo_error(SLAPO_NOMEM, "tags: out of memory");
+  }
+  slapo_free(old);
+  if (decay_tag) p->no_weight_decay = wd == 0;
+  return SLAPO_OK;
+}
+
+const char *slapo_parameter_tag(const slapo_parameter *p, const char *key) {
+  return p->tags ? slapo_map_get(p->tags, key) : NULL;
+}
+
+static slapo_module *root_of(const slapo_module *m) {
+  while (m->parent) m = m->parent;
+  return (slapo_module *)m;
+}
+
+void slapo_module_touch(slapo_module *m) { root_of(m)->version++; }
+uint64_t slapo_module_version(const slapo_module *m) { return root_of(m)->version; }

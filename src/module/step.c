@@ -85,7 +85,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
                           slapo_step_mode mode, built_step *b) {
   memset(b, 0, sizeof *b);
   b->mode = mode;
-  b->version = r->version;
+  b->version = r->version + slapo_module_version(r->root);
   b->n_in = n_in;
   for (int i = 0; i < n_in; i++) {
     b->dtypes[i] = in[i]->dtype;
@@ -173,7 +173,8 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
   if (n_in < 0 || n_in > 8)
     return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
   bool debug = getenv("SLAPO_DEBUG_STEP") != NULL;
-  if (!r->have || debug || !key_matches(&r->cur, r->version, n_in, in, mode)) {
+  uint64_t version = r->version + slapo_module_version(r->root);
+  if (!r->have || debug || !key_matches(&r->cur, version, n_in, in, mode)) {
     const char *meta = NULL;
     SLAPO_TRY(slapo_module_visit_params(r->root, materialized_check, &meta));
     if (meta)

@@ -77,6 +77,9 @@ typedef struct fa_geom {
   double p;
   float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
   uint64_t seed, stream, step, offset;
+  /* Fast kernels: the tensors, [BH, T, HS] each (dx: [3, BH, T, HS]). */
+  const float *q, *k, *v, *dO;
+  float *o, *dx;
 } fa_geom;
 
 static fa_geom geom_of(const slapo_node *node, const slapo_tensor *q,
@@ -204,9 +207,58 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
 /* Fast kernels: tiles of BR queries x BC keys                               */
 /* ------------------------------------------------------------------------ */
 
-/* Dot product with 8 fixed partial sums: vectorizes without -ffast-math and
- * rounds the same way whatever the data's alignment (determinism). */
-static inline float dot8(const float *a, const float *b, int64_t n) {
+/* The per-tile work is compiled once per ISA level (GCC function multi-
+ * versioning, picked at load time by CPUID) and, inside, once for the common
+ * head sizes 64 and 128 so the HS loops have constant trip counts. Every
+ * variant performs the same float operations in the same order (ISO C mode:
+ * no FMA contraction; explicit summation orders), so results are bitwise
+ * identical across variants and thread counts. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define FA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define FA_CLONES
+#endif
+#define FA_INLINE static inline __attribute__((always_inline))
+
+/* Rows of the transposed operand packed per pass of tile_abt. */
+#define DCH 64
+
+/* S[r, c] = scale * sum_d A[r, d] B[c, d] for r < nr, c < nc, with A [nr, HS]
+ * and B [nc, HS] row-major: B is packed transposed (Bt [DCH, BC], zero-padded
+ * to BC columns) so the inner loop runs over BC contiguous columns with no
+ * horizontal sums; d is summed in order 0, 1, ..., HS-1. */
+FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, int64_t nc,
+                        float scale, float S[BR][BC]) {
+  float Bt[DCH][BC]; /* Bt [nd, BC]: B[:, d0 : d0 + nd] transposed */
+  for (int64_t r = 0; r < nr; r++)
+    for (int c = 0; c < BC; c++) S[r][c] = 0.0f;
+  for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
+    int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
+    for (int64_t d = 0; d < nd; d++) {
+      for (int64_t c = 0; c < nc; c++) Bt[d][c] = B[c * HS + d0 + d];
+      for (int64_t c = nc; c < BC; c++) Bt[d][c] = 0.0f;
+    }
+    for (int64_t r = 0; r < nr; r++) {
+      float acc[BC]; /* acc [BC]: row r of S so far */
+      for (int c = 0; c < BC; c++) acc[c] = S[r][c];
+      const float *a = A + r * HS + d0;
+      for (int64_t d = 0; d < nd; d++)
+        for (int c = 0; c < BC; c++) acc[c] += a[d] * Bt[d][c];
+      for (int c = 0; c < BC; c++) S[r][c] = acc[c];
+    }
+  }
+  for (int64_t r = 0; r < nr; r++)
+    for (int c = 0; c < BC; c++) S[r][c] *= scale;
+}
+
+/* y[HS] += a * x[HS] */
+FA_INLINE void axpy(float *restrict y, float a, const float *restrict x, int64_t HS) {
+  for (int64_t i = 0; i < HS; i++) y[i] += a * x[i];
+}
+
+/* y[HS] . x[HS] with 8 fixed partial sums (vectorizes; same rounding for
+ * every variant). */
+FA_INLINE float dot8(const float *a, const float *b, int64_t n) {
   float acc[8] = {0};
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
@@ -216,164 +268,229 @@ static inline float dot8(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-/* y[n] += a * x[n] */
-static inline void axpy(float *restrict y, float a, const float *restrict x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+/* exp(x) as Cephes expf: x = n ln2 + r with |r| <= ln2/2, exp(r) by a
+ * degree-6 polynomial, 2^n from exponent bits; x < -87 (also -inf) gives 0.
+ * Max relative error 8.1e-8 (< 1 ulp) on [-87, 0.5], measured against exp()
+ * in double on every float there. Branch-free, so loops over a tile row
+ * vectorize (libm's expf does not without -ffast-math); arguments here are
+ * scores minus their row max or log-sum-exp, so x <= 0 up to rounding. */
+FA_INLINE float fa_expf(float x) {
+  float xc = x < -87.0f ? -87.0f : x;
+  float fx = xc * 1.44269504088896341f + 0.5f;
+  int32_t ni = (int32_t)fx;
+  ni -= (float)ni > fx; /* floor */
+  float n = (float)ni;
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float z = r * r;
+  float y = 1.9875691500e-4f;
+  y = y * r + 1.3981999507e-3f;
+  y = y * r + 8.3334519073e-3f;
+  y = y * r + 4.1665795894e-2f;
+  y = y * r + 1.6666665459e-1f;
+  y = y * r + 5.0000001201e-1f;
+  y = y * z + r + 1.0f;
+  int32_t bits = (ni + 127) << 23;
+  float p2;
+  memcpy(&p2, &bits, sizeof p2);
+  return x < -87.0f ? 0.0f : y * p2;
 }
 
-/* S[r, c] = scale * q_{r0+r} . k_{c0+c} for the visible entries of a tile;
- * returns in nv[r] how many leading columns of row r are visible (causal). */
-static void score_tile(const fa_geom *g, const float *qb, const float *kb, int64_t r0,
-                       int64_t nr, int64_t c0, int64_t nc, float S[BR][BC], int64_t nv[BR]) {
+/* Max and sum over one BC-wide tile row with 8 fixed partial results (the
+ * max is exact in any order; the sum's order is fixed). */
+FA_INLINE float row_max(const float *x, float init) {
+  float acc[8];
+  for (int j = 0; j < 8; j++) acc[j] = init;
+  for (int c = 0; c < BC; c += 8)
+    for (int j = 0; j < 8; j++) acc[j] = acc[j] > x[c + j] ? acc[j] : x[c + j];
+  float m = acc[0];
+  for (int j = 1; j < 8; j++) m = m > acc[j] ? m : acc[j];
+  return m;
+}
+
+FA_INLINE float row_sum(const float *x) {
+  float acc[8] = {0};
+  for (int c = 0; c < BC; c += 8)
+    for (int j = 0; j < 8; j++) acc[j] += x[c + j];
+  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Visible columns of each row of the tile (queries r0.., keys c0..): row r
+ * sees keys s <= r0 + r when causal. */
+FA_INLINE void visible(const fa_geom *g, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
+                       int64_t nv[BR]) {
   for (int64_t r = 0; r < nr; r++) {
     int64_t n = g->causal ? r0 + r - c0 + 1 : nc;
-    n = n < 0 ? 0 : n > nc ? nc : n;
-    nv[r] = n;
-    const float *qr = qb + (r0 + r) * g->HS;
-    for (int64_t c = 0; c < n; c++) S[r][c] = g->scale * dot8(qr, kb + (c0 + c) * g->HS, g->HS);
+    nv[r] = n < 0 ? 0 : n > nc ? nc : n;
   }
+}
+
+/* Sets the invisible entries of score tile S (future keys, padding columns
+ * past nc) to -inf, so full-width row loops give them probability 0. */
+FA_INLINE void mask_tile(const int64_t nv[BR], int64_t nr, float S[BR][BC]) {
+  for (int64_t r = 0; r < nr; r++)
+    for (int64_t c = nv[r]; c < BC; c++) S[r][c] = -INFINITY;
 }
 
 /* Keys a query tile [r0, r0 + nr) looks at: [0, end). */
-static inline int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
+FA_INLINE int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
   return g->causal ? r0 + nr : g->T;
 }
 
-/* Forward (Algorithm 1/2): per query tile, running row max m and sum l of
+/* Forward of one query tile (Algorithm 1/2): running row max m and sum l of
  * exp(S - m); o accumulates (dropout-masked) exp(S - m) v, rescaled by
  * exp(m_old - m_new) when the max grows, and is divided by l at the end. */
+FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
+  int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, base = bh * g->T * HS;
+  const float *qb = g->q + base, *kb = g->k + base, *vb = g->v + base;
+  float *ob = g->o + base + r0 * HS; /* ob [nr, HS]: this tile's output rows */
+  float S[BR][BC];                   /* S [nr, BC]: scores, then probabilities */
+  int64_t nv[BR];                    /* visible columns per row of S */
+  float m[BR], l[BR];                /* running row max and row sum */
+  for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
+  memset(ob, 0, (size_t)(nr * HS) * sizeof(float));
+  int64_t end = key_end(g, r0, nr);
+  for (int64_t c0 = 0; c0 < end; c0 += BC) {
+    int64_t nc = end - c0 < BC ? end - c0 : BC;
+    tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, S);
+    visible(g, r0, nr, c0, nc, nv);
+    mask_tile(nv, nr, S);
+    for (int64_t r = 0; r < nr; r++) {
+      int64_t n = nv[r];
+      if (!n) continue; /* every key of this tile is in row r's future */
+      float mt = row_max(S[r], m[r]);
+      float alpha = fa_expf(m[r] - mt); /* m[r] = -inf: alpha = 0 */
+      for (int c = 0; c < BC; c++) S[r][c] = fa_expf(S[r][c] - mt);
+      float sum = row_sum(S[r]);
+      if (g->dropout)
+        for (int64_t c = 0; c < n; c++) S[r][c] *= drop_factor(g, bh, r0 + r, c0 + c);
+      l[r] = alpha * l[r] + sum;
+      m[r] = mt;
+      float *orow = ob + r * HS;
+      if (alpha != 1.0f)
+        for (int64_t d = 0; d < HS; d++) orow[d] *= alpha;
+      for (int64_t c = 0; c < n; c++)
+        if (S[r][c] != 0.0f) axpy(orow, S[r][c], vb + (c0 + c) * HS, HS);
+    }
+  }
+  for (int64_t r = 0; r < nr; r++) {
+    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= inv;
+  }
+}
+
+FA_CLONES static void fwd_job(const fa_geom *g, int64_t bh, int64_t r0) {
+  if (g->HS == 64) fwd_tile(g, 64, bh, r0);
+  else if (g->HS == 128) fwd_tile(g, 128, bh, r0);
+  else fwd_tile(g, g->HS, bh, r0);
+}
+
 static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                     const slapo_kernel_env *env) {
   fa_geom g = geom_of(node, in[0], env);
-  const float *q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]); /* k [BH, T, HS] */
-  const float *v = slapo_tensor_data(in[2]); /* v [BH, T, HS] */
-  float *o = slapo_tensor_data(out);         /* o [BH, T, HS] */
-  int64_t n_qt = (g.T + BR - 1) / BR, HS = g.HS;
-  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (HS ? 2 * HS : 1);
+  g.q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
+  g.k = slapo_tensor_data(in[1]); /* k [BH, T, HS] */
+  g.v = slapo_tensor_data(in[2]); /* v [BH, T, HS] */
+  g.o = slapo_tensor_data(out);   /* o [BH, T, HS] */
+  int64_t n_qt = (g.T + BR - 1) / BR;
+  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (g.HS ? 2 * g.HS : 1);
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t job = 0; job < g.BH * n_qt; job++) {
-    int64_t bh = job / n_qt, r0 = (job % n_qt) * BR;
-    int64_t nr = g.T - r0 < BR ? g.T - r0 : BR;
-    const float *qb = q + bh * g.T * HS, *kb = k + bh * g.T * HS, *vb = v + bh * g.T * HS;
-    float *ob = o + (bh * g.T + r0) * HS; /* ob [nr, HS]: this tile's output rows */
-    float S[BR][BC];                      /* S [nr, nc]: scores, then probabilities */
-    int64_t nv[BR];                       /* visible columns per row of S */
-    float m[BR], l[BR];                   /* running row max and row sum */
+  for (int64_t job = 0; job < g.BH * n_qt; job++) fwd_job(&g, job / n_qt, (job % n_qt) * BR);
+}
+
+/* Backward of one head (Algorithm 4 with the loops swapped, so one thread
+ * owns a head): for each query tile, pass 1 recomputes the row log-sum-exp L
+ * with the online max/sum and D = rowsum(dO o); pass 2 walks the key tiles
+ * again, rebuilding P = exp(S - L), and accumulates dq (this tile's rows),
+ * dk and dv (the key tile's rows) in the output. The thread writes only its
+ * head's rows: no races, and a fixed summation order. */
+FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
+  int64_t base = bh * g->T * HS, N = g->BH * g->T * HS;
+  const float *qb = g->q + base, *kb = g->k + base, *vb = g->v + base, *ob = g->o + base,
+              *dob = g->dO + base;
+  float *dqb = g->dx + base, *dkb = g->dx + N + base, *dvb = g->dx + 2 * N + base;
+  memset(dqb, 0, (size_t)(g->T * HS) * sizeof(float)); /* dq, dk, dv [T, HS] */
+  memset(dkb, 0, (size_t)(g->T * HS) * sizeof(float));
+  memset(dvb, 0, (size_t)(g->T * HS) * sizeof(float));
+  for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
+    int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
+    float P[BR][BC];    /* P [nr, BC]: scores, then P, then Pd = P z */
+    float dS[BR][BC];   /* dS [nr, BC]: dPd = dO v^T, then scale * dS */
+    int64_t nv[BR];     /* visible columns per row */
+    float m[BR], l[BR]; /* pass 1: running max and sum */
+    float L[BR], D[BR]; /* row log-sum-exp and rowsum(dO o) */
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
-    memset(ob, 0, (size_t)(nr * HS) * sizeof(float));
-    int64_t end = key_end(&g, r0, nr);
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
-      score_tile(&g, qb, kb, r0, nr, c0, nc, S, nv);
+      tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      visible(g, r0, nr, c0, nc, nv);
+      mask_tile(nv, nr, P);
       for (int64_t r = 0; r < nr; r++) {
-        int64_t n = nv[r];
-        if (!n) continue; /* every key of this tile is in row r's future */
-        float mt = m[r];
-        for (int64_t c = 0; c < n; c++) mt = fmaxf(mt, S[r][c]);
-        float alpha = expf(m[r] - mt), sum = 0.0f; /* m[r] = -inf: alpha = 0 */
-        for (int64_t c = 0; c < n; c++) {
-          float e = expf(S[r][c] - mt);
-          sum += e;
-          S[r][c] = e * drop_factor(&g, bh, r0 + r, c0 + c);
-        }
-        l[r] = alpha * l[r] + sum;
+        if (!nv[r]) continue;
+        float mt = row_max(P[r], m[r]);
+        for (int c = 0; c < BC; c++) P[r][c] = fa_expf(P[r][c] - mt);
+        l[r] = fa_expf(m[r] - mt) * l[r] + row_sum(P[r]);
         m[r] = mt;
-        float *orow = ob + r * HS;
-        if (alpha != 1.0f)
-          for (int64_t d = 0; d < HS; d++) orow[d] *= alpha;
-        for (int64_t c = 0; c < n; c++)
-          if (S[r][c] != 0.0f) axpy(orow, S[r][c], vb + (c0 + c) * HS, HS);
       }
     }
     for (int64_t r = 0; r < nr; r++) {
-      float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-      for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= inv;
+      L[r] = m[r] + logf(l[r]);
+      D[r] = dot8(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
+    }
+    for (int64_t c0 = 0; c0 < end; c0 += BC) {
+      int64_t nc = end - c0 < BC ? end - c0 : BC;
+      tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      tile_abt(dob + r0 * HS, vb + c0 * HS, HS, nr, nc, 1.0f, dS);
+      visible(g, r0, nr, c0, nc, nv);
+      mask_tile(nv, nr, P);
+      for (int64_t r = 0; r < nr; r++) {
+        if (!nv[r]) continue;
+        float Z[BC]; /* Z [BC]: dropout factors of row r (1 without dropout) */
+        for (int c = 0; c < BC; c++) Z[c] = 1.0f;
+        if (g->dropout)
+          for (int64_t c = 0; c < nv[r]; c++) Z[c] = drop_factor(g, bh, r0 + r, c0 + c);
+        for (int c = 0; c < BC; c++) {
+          float p = fa_expf(P[r][c] - L[r]); /* masked: 0 */
+          dS[r][c] = g->scale * (p * (Z[c] * dS[r][c] - D[r]));
+          P[r][c] = p * Z[c];
+        }
+      }
+      /* dv[c] += sum_r Pd[r, c] dO[r];  dk[c] += sum_r dS[r, c] q[r] */
+      for (int64_t c = 0; c < nc; c++) {
+        float *dvc = dvb + (c0 + c) * HS, *dkc = dkb + (c0 + c) * HS;
+        for (int64_t r = 0; r < nr; r++) {
+          if (c >= nv[r]) continue;
+          if (P[r][c] != 0.0f) axpy(dvc, P[r][c], dob + (r0 + r) * HS, HS);
+          axpy(dkc, dS[r][c], qb + (r0 + r) * HS, HS);
+        }
+      }
+      /* dq[r] += sum_c dS[r, c] k[c] */
+      for (int64_t r = 0; r < nr; r++) {
+        float *dqr = dqb + (r0 + r) * HS;
+        for (int64_t c = 0; c < nv[r]; c++) axpy(dqr, dS[r][c], kb + (c0 + c) * HS, HS);
+      }
     }
   }
 }
 
-/* Backward (Algorithm 4, loops swapped so one thread owns a head): for each
- * query tile, pass 1 recomputes the row log-sum-exp L with the online max/sum,
- * D = rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S - L)
- * and accumulating dq (this tile's rows), dk and dv (the key tile's rows) in
- * the output. One thread per (b, h) writes that head's rows only: no races,
- * and a fixed summation order whatever the thread count. */
+FA_CLONES static void bwd_job(const fa_geom *g, int64_t bh) {
+  if (g->HS == 64) bwd_head(g, 64, bh);
+  else if (g->HS == 128) bwd_head(g, 128, bh);
+  else bwd_head(g, g->HS, bh);
+}
+
 static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                              slapo_tensor *out, const slapo_kernel_env *env) {
   fa_geom g = geom_of(node, in[0], env);
-  const float *q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]);  /* k  [BH, T, HS] */
-  const float *v = slapo_tensor_data(in[2]);  /* v  [BH, T, HS] */
-  const float *o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] */
-  const float *dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
-  int64_t HS = g.HS, N = g.BH * g.T * HS;
-  float *dq = slapo_tensor_data(out);         /* dq [BH, T, HS] = out[0] */
-  float *dk = dq + N, *dv = dq + 2 * N;       /* dk, dv [BH, T, HS] = out[1], out[2] */
-  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (HS ? 5 * HS : 1);
+  g.q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
+  g.k = slapo_tensor_data(in[1]);  /* k  [BH, T, HS] */
+  g.v = slapo_tensor_data(in[2]);  /* v  [BH, T, HS] */
+  g.o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] (read only here) */
+  g.dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
+  g.dx = slapo_tensor_data(out);   /* dx [3, BH, T, HS]: dq, dk, dv */
+  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (g.HS ? 5 * g.HS : 1);
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < g.BH; bh++) {
-    int64_t base = bh * g.T * HS;
-    const float *qb = q + base, *kb = k + base, *vb = v + base, *ob = o + base,
-                *dob = dO + base;
-    float *dqb = dq + base, *dkb = dk + base, *dvb = dv + base; /* [T, HS] each */
-    memset(dqb, 0, (size_t)(g.T * HS) * sizeof(float));
-    memset(dkb, 0, (size_t)(g.T * HS) * sizeof(float));
-    memset(dvb, 0, (size_t)(g.T * HS) * sizeof(float));
-    for (int64_t r0 = 0; r0 < g.T; r0 += BR) {
-      int64_t nr = g.T - r0 < BR ? g.T - r0 : BR, end = key_end(&g, r0, nr);
-      float P[BR][BC];       /* P [nr, nc]: scores, then P, then Pd = P z */
-      float dS[BR][BC];      /* dS [nr, nc]: dPd = dO v^T, then scale * dS */
-      int64_t nv[BR];        /* visible columns per row */
-      float m[BR], l[BR];    /* pass 1: running max and sum */
-      float L[BR], D[BR];    /* row log-sum-exp and rowsum(dO o) */
-      for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
-      for (int64_t c0 = 0; c0 < end; c0 += BC) {
-        int64_t nc = end - c0 < BC ? end - c0 : BC;
-        score_tile(&g, qb, kb, r0, nr, c0, nc, P, nv);
-        for (int64_t r = 0; r < nr; r++) {
-          if (!nv[r]) continue;
-          float mt = m[r], sum = 0.0f;
-          for (int64_t c = 0; c < nv[r]; c++) mt = fmaxf(mt, P[r][c]);
-          for (int64_t c = 0; c < nv[r]; c++) sum += expf(P[r][c] - mt);
-          l[r] = expf(m[r] - mt) * l[r] + sum;
-          m[r] = mt;
-        }
-      }
-      for (int64_t r = 0; r < nr; r++) {
-        L[r] = m[r] + logf(l[r]);
-        D[r] = dot8(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
-      }
-      for (int64_t c0 = 0; c0 < end; c0 += BC) {
-        int64_t nc = end - c0 < BC ? end - c0 : BC;
-        score_tile(&g, qb, kb, r0, nr, c0, nc, P, nv);
-        for (int64_t r = 0; r < nr; r++) {
-          const float *dor = dob + (r0 + r) * HS;
-          for (int64_t c = 0; c < nv[r]; c++) {
-            float p = expf(P[r][c] - L[r]);
-            float z = drop_factor(&g, bh, r0 + r, c0 + c);
-            float dpd = dot8(dor, vb + (c0 + c) * HS, HS);
-            dS[r][c] = g.scale * (p * (z * dpd - D[r]));
-            P[r][c] = p * z;
-          }
-        }
-        /* dv[c] += sum_r Pd[r, c] dO[r];  dk[c] += sum_r dS[r, c] q[r] */
-        for (int64_t c = 0; c < nc; c++) {
-          float *dvc = dvb + (c0 + c) * HS, *dkc = dkb + (c0 + c) * HS;
-          for (int64_t r = 0; r < nr; r++) {
-            if (c >= nv[r]) continue;
-            if (P[r][c] != 0.0f) axpy(dvc, P[r][c], dob + (r0 + r) * HS, HS);
-            axpy(dkc, dS[r][c], qb + (r0 + r) * HS, HS);
-          }
-        }
-        /* dq[r] += sum_c dS[r, c] k[c] */
-        for (int64_t r = 0; r < nr; r++) {
-          float *dqr = dqb + (r0 + r) * HS;
-          for (int64_t c = 0; c < nv[r]; c++) axpy(dqr, dS[r][c], kb + (c0 + c) * HS, HS);
-        }
-      }
-    }
-  }
+  for (int64_t bh = 0; bh < g.BH; bh++) bwd_job(&g, bh);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -86,16 +86,21 @@ void slapo_sched_steps_print(const slapo_sched_steps *steps, FILE *f) {
     const slapo_sched_step *s = &steps->items[i];
     const slapo_sched_entry *e = s->entry;
     bool note = e->file || !e->replayable;
-    fprintf(f, "%*zu  %-*s  ", wnum, s->number, wpath, s->path);
-    if (e->n_args || note) fprintf(f, "%-*s", wprim, e->primitive);
-    else fprintf(f, "%s", e->primitive);
+    /* Columns: number, path, primitive, arguments, "# file:line"; no
+     * trailing spaces when a line ends early. */
+    fprintf(f, "%*zu  %-*s  %-*s", wnum, s->number, wpath, s->path,
+            e->n_args || note ? wprim : 0, e->primitive);
     int w = 0;
-    for (int j = 0; j < e->n_args; j++) {
-      fputc(' ', f);
-      w += 1 + slapo__arg_print(&e->args[j], f);
+    if (e->n_args) {
+      fputs("  ", f);
+      for (int j = 0; j < e->n_args; j++) {
+        if (j) w += fprintf(f, " ");
+        w += slapo__arg_print(&e->args[j], f);
+      }
     }
     if (note) {
-      fprintf(f, "%*s  #", wargs + (wargs ? 1 : 0) - w, "");
+      if (wargs) fprintf(f, "%*s", wargs - w + (e->n_args ? 0 : 2), "");
+      fputs("  #", f);
       if (e->file && e->line > 0) fprintf(f, " %s:%d", e->file, e->line);
       else if (e->file) fprintf(f, " %s", e->file);
       if (!e->replayable) fprintf(f, "%s not replayable", e->file ? "," : "");

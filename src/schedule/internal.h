@@ -24,8 +24,8 @@ static inline const char *slapo__sched_display_path(const slapo_sched *s) {
   return s->path[0] ? s->path : ".";
 }
 
-/* Writes "a, b, c" (the children's names) or "no children" style text into
- * buf for messages; truncated with ", ..." when it does not fit. */
+/* Writes the children's names as "a, b, c" into buf for messages ("" when
+ * there are none), ending in ", ..." when they do not fit. */
 void slapo__sched_children_text(const slapo_sched *s, char *buf, size_t cap);
 
 /* ---- globs (glob.c) ---- */

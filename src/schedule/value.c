@@ -12,7 +12,9 @@
 #include "schedule/internal.h"
 
 static bool is_digit(char c) { return c >= '0' && c <= '9'; }
-static bool is_alpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static bool is_alpha(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 
 bool slapo__is_word_char(char c) {
   return (unsigned char)c > ' ' && c != 0x7f && c != '"' && c != '=' && c != '#';

@@ -95,7 +95,10 @@ void slapo_adamw_step(slapo_adamw *o, float lr) {
     float *w = slapo_tensor_data(s->p->value); /* [numel] */
     const float *g = slapo_tensor_data(s->p->grad);
     float *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);
-    const float wd = s->p->no_weight_decay ? 0.0f : o->cfg.weight_decay;
+    /* A "weight_decay" tag (annotate) overrides the coefficient for this
+     * parameter; otherwise 1-D parameters are not decayed. */
+    const char *tag = slapo_parameter_tag(s->p, "weight_decay");
+    const float wd = tag ? strtof(tag, NULL) : s->p->no_weight_decay ? 0.0f : o->cfg.weight_decay;
     const int64_t n = slapo_tensor_numel(s->p->value);
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t j = 0; j < n; j++) {

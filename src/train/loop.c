@@ -126,6 +126,8 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
   slapo_adamw *opt = NULL;
   slapo_tensor *x = NULL, *y = NULL;
   FILE *metrics = NULL;
+  slapo_sched_log *sched_log = NULL;
+  slapo_sched *sched = NULL;
   int32_t *text = NULL;
   char *sample = NULL;
   slapo_status s = slapo_dataset_load(c->data, 0.1, &data);
@@ -133,6 +135,18 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
   say(cb, ud, "data: %s: %lld training and %lld validation tokens (vocabulary %lld)", c->data,
       (long long)slapo_dataset_tokens(data, false), (long long)slapo_dataset_tokens(data, true),
       (long long)slapo_dataset_vocab(data));
+  /* Both splits must hold one window: the validation split is first read
+   * after the last step, and a run should not fail only after training. */
+  for (int v = 0; v < 2; v++) {
+    if (slapo_dataset_tokens(data, v) < c->seq + 1) {
+      s = slapo_error(SLAPO_INVALID_ARG,
+                      "train: the %s split of %s has %lld tokens, fewer than --seq + 1 = %lld; "
+                      "use more data or a shorter --seq",
+                      v ? "validation" : "training", c->data,
+                      (long long)slapo_dataset_tokens(data, v), (long long)(c->seq + 1));
+      goto done;
+    }
+  }
   if (slapo_dataset_vocab(data) > mc.vocab_size) {
     s = slapo_error(SLAPO_INVALID_ARG,
                     "train: %s has token ids up to %lld but the %s config's vocabulary is %lld",
@@ -143,6 +157,16 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
   if ((s = slapo_gpt2_new(&mc, &model)) != SLAPO_OK) goto done;
   if ((s = slapo_module_materialize(model, c->seed)) != SLAPO_OK) goto done;
   if (c->init_from && (s = slapo_gpt2_load(model, c->init_from)) != SLAPO_OK) goto done;
+  if (c->schedule) {
+    size_t applied = 0;
+    if ((s = slapo_models_init()) != SLAPO_OK) goto done;
+    if ((s = slapo_sched_parse_file(c->schedule, &sched_log)) != SLAPO_OK) goto done;
+    if ((s = slapo_sched_create(model, &sched)) != SLAPO_OK) goto done;
+    s = slapo_apply_schedule(sched, sched_log, c->disabled, c->n_disabled, 0, &applied);
+    if (s != SLAPO_OK) goto done;
+    say(cb, ud, "schedule: %s: applied %zu steps (%zu disabled)", c->schedule, applied,
+        c->n_disabled);
+  }
   say(cb, ud, "model: GPT-2 %s, %d layers, %lld wide, %d heads, context %lld, %.2fM parameters",
       c->model_config, mc.n_layer, (long long)mc.n_embd, mc.n_head, (long long)mc.n_ctx,
       (double)slapo_module_numel(model) / 1e6);
@@ -252,6 +276,8 @@ done:
   slapo_tensor_free(y);
   slapo_adamw_free(opt);
   slapo_runner_free(runner);
+  slapo_sched_free(sched);
+  slapo_sched_log_free(sched_log);
   slapo_module_free(model);
   slapo_dataset_free(data);
   return s;

@@ -67,6 +67,14 @@ run "negative number" 2 "$SLAPO" train --batch -3
 ok "negative number"
 run "missing value" 2 "$SLAPO" train --steps
 ok "missing value"
+run "integer overflow" 2 "$SLAPO" train --steps 99999999999999999999
+check "integer overflow" err "bad value '99999999999999999999'"
+run "float overflow" 2 "$SLAPO" train --lr 1e999
+check "float overflow" err "bad value '1e999'"
+run "nan" 2 "$SLAPO" train --weight-decay nan
+ok "nan"
+run "int range" 2 "$SLAPO" train --top-k 4294967297
+ok "int range"
 run "stray argument" 2 "$SLAPO" train extra
 check "stray argument" err "unexpected argument 'extra'"
 run "unknown model" 2 "$SLAPO" train --model bert
@@ -84,6 +92,9 @@ check "missing data" err "/nonexistent/corpus.txt"
 check "missing data status" err "slapo: io: "
 run "empty data" 1 "$SLAPO" train --config tiny --seq 8 --data "$TMP/empty.txt"
 check "empty data" err "is empty"
+head -c 60 "$TEXT" >"$TMP/small.txt"
+run "short validation split" 1 "$SLAPO" train --config tiny --seq 8 --data "$TMP/small.txt"
+check "short validation split" err "slapo: invalid_arg: train: the validation split"
 run "malformed resume" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
   --resume "$TMP/bad.safetensors"
 check "malformed resume" err "safetensors"
@@ -101,7 +112,7 @@ run "version" 0 "$SLAPO" version
 check "version" out "slapo "
 run "train help" 0 "$SLAPO" train --help
 check "train help" out "usage: slapo train"
-check "train help steps default" out "--steps N           optimizer steps [300]"
+check "train help steps default" out "optimizer steps [300]"
 check "train help config default" out "[small]"
 check "train help seed default" out "[1337]"
 run "show tiny" 0 "$SLAPO" show --config tiny
@@ -111,7 +122,7 @@ check "show tiny total" out "total: "
 # A tiny successful run.
 M="$TMP/metrics.jsonl"
 run "tiny train" 0 "$SLAPO" train --config tiny --steps 2 --batch 1 --seq 8 --sample 5 \
-  --val-batches 1 --data "$TEXT" --metrics "$M" --save "$TMP/ckpt.safetensors"
+  --val-batches 1 --threads 1 --data "$TEXT" --metrics "$M" --save "$TMP/ckpt.safetensors"
 check "tiny train config line" out "slapo train: model=gpt2 config=tiny"
 check "tiny train val loss" out "val_loss"
 check "tiny train sample" out "sample"
@@ -144,7 +155,7 @@ for l in open(sys.argv[1]):
 fi
 # Resuming the finished run continues its metrics file.
 run "resume" 0 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
-  --val-batches 1 --data "$TEXT" --metrics "$M" --resume "$TMP/ckpt.safetensors"
+  --val-batches 1 --threads 1 --data "$TEXT" --metrics "$M" --resume "$TMP/ckpt.safetensors"
 check "resume" out "resume: $TMP/ckpt.safetensors at step 2"
 if [ "$(wc -l <"$M")" -eq 3 ] && tail -n 1 "$M" | grep -q '"step": 3,'; then
   passed=$((passed + 1))

@@ -198,7 +198,8 @@ static void test_rebuild_after_swap(void **state) {
   assert_int_equal(slapo_sched_count(f->sch), before - 4 + 2);
   assert_int_equal(slapo_sched_at(f->sch, "transformer.h.1.mlp.c_fc", &x), SLAPO_NOT_FOUND);
   assert_string_equal(slapo_last_error(),
-                      "no module 'transformer.h.1.mlp.c_fc': 'transformer.h.1.mlp' has children a, b");
+                      "no module 'transformer.h.1.mlp.c_fc': 'transformer.h.1.mlp' has "
+                      "children a, b");
   /* Pre-order still walks into the new children and on to the next block. */
   x = slapo_sched_next(slapo_sched_child(mlp, 1), f->sch);
   assert_string_equal(slapo_sched_path(x), "transformer.h.2");
@@ -239,6 +240,36 @@ static void test_print(void **state) {
                            "  transformer.h.0.mlp.c_proj  (Linear)\n"
                            "  transformer.h.0.mlp.dropout  (Dropout)\n");
   free(buf);
+}
+
+/* A wide list: messages stay bounded, lists and walks grow as needed. */
+static void test_wide_list(void **state) {
+  (void)state;
+  slapo_module *l;
+  OK(slapo_modulelist_new(&l));
+  for (int i = 0; i < 300; i++) {
+    slapo_module *r;
+    char name[16];
+    OK(slapo_relu_new(&r));
+    snprintf(name, sizeof name, "%d", i);
+    OK(slapo_module_add_child(l, name, r));
+  }
+  slapo_sched *s, *x;
+  OK(slapo_sched_create(l, &s));
+  assert_int_equal(slapo_sched_count(s), 301);
+  assert_int_equal(slapo_sched_at(s, "300", &x), SLAPO_NOT_FOUND);
+  const char *msg = slapo_last_error();
+  assert_non_null(strstr(msg, "no module '300': '.' has children 0, 1, 2, "));
+  assert_string_equal(msg + strlen(msg) - 5, ", ...");
+  OK(slapo_sched_at(s, "299", &x));
+  assert_string_equal(slapo_sched_path(x), "299");
+  slapo_sched_list sel;
+  OK(slapo_sched_select(s, "{10..259}", &sel));
+  assert_int_equal(sel.n, 250);
+  assert_string_equal(slapo_sched_path(sel.items[249]), "259");
+  slapo_sched_list_deinit(&sel);
+  slapo_sched_free(s);
+  slapo_module_free(l);
 }
 
 /* Every allocation failure during create and rebuild returns NOMEM and
@@ -293,6 +324,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_rebuild_after_swap, setup, teardown),
       cmocka_unit_test_setup_teardown(test_rebuild_missing_module, setup, teardown),
       cmocka_unit_test_setup_teardown(test_print, setup, teardown),
+      cmocka_unit_test(test_wide_list),
       cmocka_unit_test_setup_teardown(test_nomem, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

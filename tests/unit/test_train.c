@@ -21,7 +21,9 @@
 
 static char g_dir[256];
 
-static slapo_gpt2_config tiny_cfg(void) { return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5}; }
+static slapo_gpt2_config tiny_cfg(void) {
+  return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5};
+}
 
 static slapo_module *new_model(const slapo_gpt2_config *c, uint64_t seed) {
   slapo_module *m;
@@ -236,7 +238,8 @@ static void assert_files_equal(const char *a, const char *b) {
     if (!slapo_tensor_equal(x, y)) fail_msg("tensor %s differs", name);
     slapo_tensor_free(x), slapo_tensor_free(y);
   }
-  assert_string_equal(slapo_safetensors_metadata(fa, "step"), slapo_safetensors_metadata(fb, "step"));
+  assert_string_equal(slapo_safetensors_metadata(fa, "step"),
+                      slapo_safetensors_metadata(fb, "step"));
   slapo_safetensors_free(fa), slapo_safetensors_free(fb);
 }
 

@@ -102,6 +102,10 @@ static slapo_train_config base_config(void) {
   c.val_every = 2;
   c.val_batches = 1;
   c.sample_tokens = 0;
+  /* One thread: on the 2-core test machine, with other tests running,
+   * OpenMP's spinning workers slow these small steps tenfold. Resume is
+   * bitwise exact at any fixed thread count. */
+  c.threads = 1;
   return c;
 }
 
@@ -252,7 +256,9 @@ static void test_resume_is_exact(void **state) {
 
 /* ---- checkpoint import ---- */
 
-static slapo_gpt2_config small_cfg(void) { return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5}; }
+static slapo_gpt2_config small_cfg(void) {
+  return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5};
+}
 
 static slapo_module *new_model(uint64_t seed) {
   slapo_gpt2_config c = small_cfg();
@@ -307,8 +313,8 @@ static void rewrite(const char *from, const char *to, const char *drop, const ch
 }
 
 static void assert_same_params(slapo_module *a, slapo_module *b) {
-  const char *mods[] = {"transformer.wte", "transformer.h.1.attn.c_attn", "transformer.h.0.mlp.c_proj",
-                        "transformer.ln_f"};
+  const char *mods[] = {"transformer.wte", "transformer.h.1.attn.c_attn",
+                        "transformer.h.0.mlp.c_proj", "transformer.ln_f"};
   for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++)
     assert_true(slapo_tensor_equal(param_at(a, mods[i], "weight")->value,
                                    param_at(b, mods[i], "weight")->value));
@@ -437,6 +443,31 @@ static void test_train_errors(void **state) {
   c.resume = p;
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_IO);
   expect_msg(p);
+  /* A validation split shorter than seq + 1 fails before the first step
+   * (not after training, at the final validation, before the last save). */
+  char small[512], save[512];
+  tmp_path(small, sizeof small, "small.txt");
+  tmp_path(save, sizeof save, "small.safetensors");
+  FILE *f = fopen(small, "w");
+  assert_non_null(f);
+  for (int i = 0; i < 6; i++) fputs("0123456789", f); /* 54 + 6 tokens */
+  fclose(f);
+  c = base_config();
+  c.data = small;
+  c.seq = 8;
+  c.save = save;
+  record r = {0};
+  assert_int_equal(slapo_train(&c, on_event, &r), SLAPO_INVALID_ARG);
+  assert_int_equal(r.n, 0);
+  expect_msg("validation split");
+  expect_msg("6 tokens");
+  expect_msg("--seq + 1 = 9");
+  assert_int_equal(access(save, F_OK), -1);
+  c.seq = 5; /* fits both splits */
+  c.steps = 1;
+  train_ok(&c, &r);
+  assert_int_equal(r.n, 1);
+  assert_int_equal(access(save, F_OK), 0);
 }
 
 static int setup(void **state) {

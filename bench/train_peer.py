@@ -1,0 +1,167 @@
+#!/usr/bin/python3
+"""bench/train_peer.py - the PyTorch side of bench/run_train_bench.sh: one
+GPT-2 training step (forward, backward, gradient clipping, AdamW) in plain
+PyTorch with the architecture slapo's GPT-2 has (Hugging Face
+GPT2LMHeadModel semantics: pre-LN blocks, tanh GELU, causal softmax
+attention written out as HF's eager attention, dropout, lm_head tied to wte;
+adapted from tools/gen_gpt2_fixture.py into nn.Modules), on random token ids,
+timed over several steps. Prints one line:
+
+    peer config=small B=4 T=256 tokens_per_s=1234.5 step_ms=829.4 ...
+
+Run with Debian's python3-torch (/usr/bin/python3). The peer gets its own
+fastest settings, chosen with --linear / --threads and the environment the
+runner sets (see run_train_bench.sh): 2 intra-op threads, OMP_WAIT_POLICY,
+ATEN_CPU_CAPABILITY=avx512 and an optimized BLAS (Debian's torch calls
+whatever libblas.so.3 the system provides; the default netlib one is a
+single-threaded reference loop). --linear conv routes every Linear through
+a 1x1 convolution, which torch runs on oneDNN (MKL-DNN) whatever the BLAS.
+"""
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+CONFIGS = {  # n_layer, n_head, n_embd, n_ctx, vocab, dropout (as slapo's gpt2.c)
+    "tiny": (4, 4, 128, 64, 256, 0.0),
+    "small": (6, 6, 384, 256, 256, 0.0),
+    "124M": (12, 12, 768, 1024, 50257, 0.1),
+    "355M": (24, 16, 1024, 1024, 50257, 0.1),
+}
+
+
+class ConvLinear(nn.Linear):
+    """nn.Linear computed as a 1x1 conv1d over [1, in, rows], so torch runs
+    it (forward and backward) on oneDNN instead of the BLAS. Same parameters
+    and numerics up to summation order."""
+
+    def forward(self, x):
+        shp = x.shape
+        x2 = x.reshape(-1, shp[-1]).t().unsqueeze(0)  # [1, in, rows]
+        y = F.conv1d(x2, self.weight.unsqueeze(-1), self.bias)  # [1, out, rows]
+        return y.squeeze(0).t().reshape(*shp[:-1], self.out_features)
+
+
+class Attention(nn.Module):
+    def __init__(self, C, NH, p, lin):
+        super().__init__()
+        self.c_attn, self.c_proj = lin(C, 3 * C), lin(C, C)
+        self.attn_dropout, self.resid_dropout = nn.Dropout(p), nn.Dropout(p)
+        self.NH = NH
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = [t.view(B, T, self.NH, C // self.NH).transpose(1, 2) for t in (q, k, v)]
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // self.NH))
+        mask = torch.ones(T, T, dtype=torch.bool).tril_()
+        att = self.attn_dropout(att.masked_fill(~mask, float("-inf")).softmax(dim=-1))
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    def __init__(self, C, p, lin):
+        super().__init__()
+        self.c_fc, self.c_proj, self.dropout = lin(C, 4 * C), lin(4 * C, C), nn.Dropout(p)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate="tanh")))
+
+
+class Block(nn.Module):
+    def __init__(self, C, NH, p, lin):
+        super().__init__()
+        self.ln_1, self.attn = nn.LayerNorm(C, eps=1e-5), Attention(C, NH, p, lin)
+        self.ln_2, self.mlp = nn.LayerNorm(C, eps=1e-5), MLP(C, p, lin)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT2(nn.Module):
+    def __init__(self, L, NH, C, n_ctx, V, p, lin):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(n_ctx, C)
+        self.drop = nn.Dropout(p)
+        self.h = nn.ModuleList([Block(C, NH, p, lin) for _ in range(L)])
+        self.ln_f = nn.LayerNorm(C, eps=1e-5)
+        self.lm_head = lin(C, V, bias=False)
+        self.lm_head.weight = self.wte.weight  # tied, as GPT-2
+        for n, prm in self.named_parameters():  # GPT-2 init (values do not affect speed)
+            if n.endswith("bias"):
+                nn.init.zeros_(prm)
+            elif prm.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * L) if n.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(prm, std=std)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.drop(self.wte(idx) + self.wpe.weight[:T])
+        for blk in self.h:
+            x = blk(x)
+        logits = self.lm_head(self.ln_f(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", default="small", choices=sorted(CONFIGS))
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--steps", type=int, default=10, help="timed steps (after 2 warm-up)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--linear", default="mm", choices=["mm", "conv"],
+                    help="mm: nn.Linear (addmm on the BLAS); conv: 1x1 conv on oneDNN")
+    ap.add_argument("--mkldnn", type=int, default=1, help="torch.backends.mkldnn.enabled")
+    a = ap.parse_args()
+
+    torch.set_num_threads(a.threads)
+    torch.backends.mkldnn.enabled = bool(a.mkldnn)
+    torch.manual_seed(0)
+    L, NH, C, n_ctx, V, p = CONFIGS[a.config]
+    lin = ConvLinear if a.linear == "conv" else nn.Linear
+    model = GPT2(L, NH, C, n_ctx, V, p, lin).train()
+    n_params = sum(x.numel() for x in model.parameters())
+    decay = [x for x in model.parameters() if x.dim() >= 2]
+    no_decay = [x for x in model.parameters() if x.dim() < 2]
+    # foreach=True: the multi-tensor AdamW, torch's fastest CPU optimizer.
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=1e-4, betas=(0.9, 0.95), eps=1e-8, foreach=True)
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, V, (a.batch, a.seq), generator=g)
+    tgt = torch.randint(0, V, (a.batch, a.seq), generator=g)
+
+    times, loss = [], None
+    for it in range(a.steps + 2):
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = model(idx, tgt)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        dt = time.perf_counter() - t0
+        if it >= 2:
+            times.append(dt)
+    med = statistics.median(times)
+    tok = a.batch * a.seq
+    blas = os.environ.get("LD_LIBRARY_PATH", "") or "system libblas.so.3"
+    print(f"peer config={a.config} B={a.batch} T={a.seq} tokens_per_s={tok / med:.1f} "
+          f"step_ms={med * 1e3:.1f} min_ms={min(times) * 1e3:.1f} loss={loss.item():.4f} "
+          f"params={n_params} threads={torch.get_num_threads()} linear={a.linear} "
+          f"mkldnn={int(torch.backends.mkldnn.enabled)} "
+          f"isa={os.environ.get('ATEN_CPU_CAPABILITY', 'default')} "
+          f"omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')} blas={blas}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

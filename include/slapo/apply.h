@@ -1,0 +1,77 @@
+/* slapo/apply.h - applying schedule files to a model, and verify: proving
+ * that a schedule keeps the model's numerics (outputs and gradients), entry
+ * by entry, with bisection to the first entry that breaks them.
+ * Layer: apply (depends on primitives and everything below). */
+#ifndef SLAPO_APPLY_H
+#define SLAPO_APPLY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "slapo/primitives.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Applies the expanded steps of `log` (slapo_sched_expand against `root`)
+ * in order: each step's path is resolved when it runs (earlier steps may
+ * rebuild nodes), then slapo_primitive_apply. Steps whose 1-based number is
+ * in `disabled` are skipped; `upto` > 0 stops after step `upto`. *n_applied
+ * (may be NULL) receives the number of steps applied. On error the steps
+ * before the failing one stay applied; the message starts with the failing
+ * step's file:line. Errors: those of expansion and of the primitives. */
+slapo_status slapo_apply_schedule(slapo_sched *root, const slapo_sched_log *log,
+                                  const size_t *disabled, size_t n_disabled, size_t upto,
+                                  size_t *n_applied);
+
+/* Builds a fresh, materialized, unscheduled model (the same weights every
+ * call, e.g. from a fixed seed). *out owned by the caller. */
+typedef slapo_status (*slapo_model_builder)(void *ud, slapo_module **out);
+
+typedef struct slapo_verify_opts {
+  int n_in;                      /* inputs of a train step (idx, targets) */
+  const slapo_tensor *const *in; /* in[0] alone is the eval input         */
+  uint64_t seed, step;           /* RNG keys: dropout is on in train mode */
+  double atol, rtol;             /* for primitives that change arithmetic */
+                                 /* (0, 0 -> 1e-5, 1e-4)                  */
+  const size_t *disabled;        /* step numbers to skip                  */
+  size_t n_disabled;
+  bool per_entry;                /* verify after every step, not only at the end */
+  bool bisect;                   /* find the first step that breaks equality */
+} slapo_verify_opts;
+
+/* One comparison of the scheduled against the unscheduled model. */
+typedef struct slapo_verify_check {
+  size_t upto;          /* steps 1..upto applied                          */
+  bool bitwise;         /* every applied primitive promises bitwise       */
+  bool ok;
+  double worst;         /* worst |a - b| / (atol + rtol |b|), or 0/1 bitwise */
+  char what[256];       /* where it was: "loss", "logits", a parameter path */
+} slapo_verify_check;
+
+/* Called after each comparison (progress); may be NULL. */
+typedef void (*slapo_verify_cb)(const slapo_verify_check *c, const slapo_sched_steps *steps,
+                                void *ud);
+
+/* Verifies `log` against the model `build` makes: for the checked prefixes
+ * (all steps; every prefix with per_entry; a binary search with bisect,
+ * assuming a prefix that fails keeps failing as steps are added), builds
+ * the reference and the scheduled model, copies the reference's weights
+ * into the scheduled one by parameter path, applies the prefix, runs an eval
+ * step (logits from in[0]) and a train step (loss and every parameter's
+ * gradient, dropout on) on both, and compares: bytes where every applied
+ * primitive is bitwise, otherwise |a - b| <= atol + rtol |b| per element.
+ * *first_bad receives the first failing step number (0 when all pass).
+ * Errors: SLAPO_VERIFY when a check fails (message names the step, its
+ * file:line, the worst value and where), and those of building, applying
+ * and running. */
+slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched_log *log,
+                          const slapo_verify_opts *opts, slapo_verify_cb cb, void *cb_ud,
+                          size_t *first_bad);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

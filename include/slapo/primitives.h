@@ -1,0 +1,107 @@
+/* slapo/primitives.h - schedule primitives: the registry (from
+ * src/primitives/primitives.def), the registry of replacement modules that
+ * schedule files name, and the typed C function of each primitive. Every
+ * primitive checks before it mutates (a failed primitive leaves the model
+ * and the schedule exactly as they were) and, on success, appends one
+ * replayable line to the schedule log (slapo_sched_log_of(root)).
+ * Layer: primitives (depends on schedule, pattern, compiler, dist). */
+#ifndef SLAPO_PRIMITIVES_H
+#define SLAPO_PRIMITIVES_H
+
+#include <stdbool.h>
+
+#include "slapo/schedule.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Primitive registry                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct slapo_primitive {
+  const char *name;    /* "checkpoint"                                    */
+  const char *summary; /* one line, for `slapo primitives`                */
+  const char *doc;     /* the doc block, for `slapo help <primitive>`     */
+  /* True when the primitive keeps arithmetic unchanged, so verify demands
+   * bitwise equality; false: verified within tolerances. */
+  bool bitwise;
+  /* Text-form adapter: checks the entry's arguments and applies it to
+   * `node` (the entry's path already resolved). The log line it appends
+   * carries the entry's file and line. */
+  slapo_status (*apply)(slapo_sched *node, const slapo_sched_entry *e);
+} slapo_primitive;
+
+/* The primitive named `name`, or NULL. */
+const slapo_primitive *slapo_primitive_find(const char *name);
+int slapo_primitive_count(void);
+const slapo_primitive *slapo_primitive_at(int i);
+
+/* Applies a schedule-file entry to `node`: looks up the primitive
+ * (SLAPO_NOT_FOUND listing the known ones) and calls its adapter. Errors are
+ * prefixed with the entry's file:line when it has one. */
+slapo_status slapo_primitive_apply(slapo_sched *node, const slapo_sched_entry *e);
+
+/* ------------------------------------------------------------------------ */
+/* Replacement modules                                                       */
+/* ------------------------------------------------------------------------ */
+
+/* Builds a module to take the place of `old` (borrowed, still attached, so
+ * its path is known): sizes carry over from it, and Hugging Face parameter
+ * paths are kept by sharing its parameter objects where they correspond. */
+typedef slapo_status (*slapo_module_factory)(const slapo_module *old, slapo_module **out);
+
+/* Registers a replacement module under `name` ("FlashAttention") for
+ * schedule files. Registration is explicit (models call it from their init
+ * function); strings are borrowed and must be static.
+ * Errors: SLAPO_INVALID_ARG (name taken), NOMEM. Thread-safe. */
+slapo_status slapo_module_register(const char *name, const char *summary,
+                                   slapo_module_factory factory);
+/* The factory registered as `name`, or NULL. */
+slapo_module_factory slapo_module_factory_find(const char *name);
+int slapo_module_registered_count(void);
+const char *slapo_module_registered_name(int i);
+const char *slapo_module_registered_summary(int i);
+
+/* ------------------------------------------------------------------------ */
+/* Primitives (one file each under src/primitives/)                          */
+/* ------------------------------------------------------------------------ */
+
+/* replace: swaps `node`'s module for the registered module `name` built from
+ * it (the parent's child table entry changes; the schedule subtree is
+ * rebuilt). Errors: SLAPO_INVALID_ARG (node is the root), SLAPO_NOT_FOUND
+ * (no module registered as `name`: message lists them), and the factory's
+ * own errors (e.g. a type it cannot replace), all naming the path. */
+slapo_status slapo_replace(slapo_sched *node, const char *name);
+/* replace with a C-only module (consumed, also on error): logged by its type
+ * name and marked not replayable. */
+slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod);
+
+/* replace_all: replaces every module below `node` (node included) whose type
+ * is `type_name` by the registered module `name`, in tree pre-order, from a
+ * snapshot taken first (a replacement that contains the old module is not
+ * replaced again). All replacements are built before any is swapped in.
+ * Errors: SLAPO_NO_MATCH (no module of that type), as replace. */
+slapo_status slapo_replace_all(slapo_sched *node, const char *type_name, const char *name);
+
+/* annotate: tags parameter `param` of node's module with key=value (the
+ * optimizer reads weight_decay). Tags live on the parameter, so they survive
+ * replacement. Errors: SLAPO_NOT_FOUND (no such parameter: message lists the
+ * module's parameters), SLAPO_INVALID_ARG (bad weight_decay value). */
+slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *key,
+                            const char *value);
+
+/* checkpoint: with ratio <= 0 (or 1 on a module without children) the
+ * module's activations are recomputed in the backward instead of kept; with
+ * 0 < ratio <= 1 on a module with children (a list such as transformer.h),
+ * its first floor(ratio * n) children are checkpointed. Loss, outputs and
+ * gradients stay bitwise equal (DESIGN.md §3).
+ * Errors: SLAPO_INVALID_ARG (ratio > 1, or < 1 on a module without
+ * children), SLAPO_STATE (already checkpointed). */
+slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

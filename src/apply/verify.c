@@ -1,0 +1,230 @@
+/* apply/verify.c - verify: the scheduled model against the unscheduled one
+ * from the same weights, on the same batch and RNG keys (dropout on),
+ * comparing logits, loss and every parameter gradient by path; bitwise where
+ * every applied primitive promises it, else within tolerances. Per-entry
+ * checks and bisection to the first failing step. Layer: apply. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/apply.h"
+
+/* Results of one model on the batch. */
+typedef struct outcome {
+  slapo_tensor *logits; /* owned copy                                      */
+  float loss;
+  slapo_module *model;  /* owned; gradients live in its parameters         */
+} outcome;
+
+static void outcome_free(outcome *o) {
+  slapo_tensor_free(o->logits);
+  slapo_module_free(o->model);
+  memset(o, 0, sizeof *o);
+}
+
+/* Runs eval (logits) and train (loss, gradients) steps on o->model. */
+static slapo_status run(outcome *o, const slapo_verify_opts *opt) {
+  slapo_runner *r;
+  SLAPO_TRY(slapo_runner_new(o->model, NULL, &r));
+  const slapo_tensor *out;
+  slapo_kernel_env env = {opt->seed, opt->step, false};
+  slapo_status s = slapo_step(r, 1, opt->in, SLAPO_STEP_EVAL, &env, &out);
+  if (s == SLAPO_OK) s = slapo_tensor_contiguous(out, &o->logits);
+  if (s == SLAPO_OK) {
+    slapo_module_zero_grad(o->model);
+    env.training = true;
+    s = slapo_step(r, opt->n_in, opt->in, SLAPO_STEP_TRAIN, &env, &out);
+  }
+  if (s == SLAPO_OK) o->loss = *(const float *)slapo_tensor_data(out);
+  slapo_runner_free(r);
+  return s;
+}
+
+typedef struct copy_state {
+  slapo_module *dst;
+  slapo_status status;
+} copy_state;
+
+/* Finds parameter `path` ("a.b.weight") in tree m. */
+static slapo_parameter *param_at(slapo_module *m, const char *path) {
+  const char *dot = strrchr(path, '.');
+  char mod[1024];
+  snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - path) : 0, path);
+  slapo_module *x;
+  if (slapo_module_at(m, mod, &x) != SLAPO_OK) return NULL;
+  return slapo_module_param(x, dot ? dot + 1 : path);
+}
+
+static void copy_one(slapo_parameter *p, const char *path, void *ud) {
+  copy_state *c = ud;
+  if (c->status != SLAPO_OK) return;
+  slapo_parameter *q = param_at(c->dst, path);
+  if (!q) {
+    c->status = slapo_error(SLAPO_NOT_FOUND, "verify: the scheduled model has no parameter %s",
+                            path);
+    return;
+  }
+  c->status = slapo_tensor_copy(q->value, p->value);
+}
+
+/* Compares a and b; updates the check's worst value. */
+static void compare(slapo_verify_check *c, const char *what, const slapo_tensor *a,
+                    const slapo_tensor *b, double atol, double rtol) {
+  double worst = 0;
+  if (!slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) {
+    worst = INFINITY;
+  } else if (c->bitwise) {
+    worst = slapo_tensor_equal(a, b) ? 0 : 1;
+  } else {
+    const float *x = slapo_tensor_data(a), *y = slapo_tensor_data(b);
+    for (int64_t i = 0; i < slapo_tensor_numel(a); i++) {
+      double e = fabs((double)x[i] - y[i]) / (atol + rtol * fabs((double)y[i]));
+      if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
+    }
+  }
+  if (worst > c->worst || (c->what[0] == '\0' && worst == c->worst)) {
+    c->worst = worst;
+    snprintf(c->what, sizeof c->what, "%s", what);
+  }
+}
+
+typedef struct grad_state {
+  slapo_module *other;
+  slapo_verify_check *c;
+  double atol, rtol;
+  slapo_status status;
+} grad_state;
+
+static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
+  grad_state *g = ud;
+  if (g->status != SLAPO_OK) return;
+  slapo_parameter *q = param_at(g->other, path);
+  if (!q) {
+    g->status = slapo_error(SLAPO_NOT_FOUND, "verify: the scheduled model has no parameter %s",
+                            path);
+    return;
+  }
+  char what[300];
+  snprintf(what, sizeof what, "grad %s", path);
+  compare(g->c, what, q->grad, p->grad, g->atol, g->rtol);
+}
+
+/* Whether every step up to `upto` (not disabled) uses a bitwise primitive. */
+static bool all_bitwise(const slapo_sched_steps *steps, size_t upto, const slapo_verify_opts *o) {
+  for (size_t i = 0; i < steps->n && steps->items[i].number <= upto; i++) {
+    bool off = false;
+    for (size_t k = 0; k < o->n_disabled; k++) off |= o->disabled[k] == steps->items[i].number;
+    const slapo_primitive *p = slapo_primitive_find(steps->items[i].entry->primitive);
+    if (!off && p && !p->bitwise) return false;
+  }
+  return true;
+}
+
+/* Verifies the prefix of steps 1..upto. */
+static slapo_status check_prefix(slapo_model_builder build, void *ud, const slapo_sched_log *log,
+                                 const slapo_sched_steps *steps, size_t upto,
+                                 const slapo_verify_opts *o, slapo_verify_check *c) {
+  memset(c, 0, sizeof *c);
+  c->upto = upto;
+  c->bitwise = all_bitwise(steps, upto, o);
+  double atol = o->atol > 0 ? o->atol : 1e-5, rtol = o->rtol > 0 ? o->rtol : 1e-4;
+  outcome ref = {0}, sch = {0};
+  slapo_sched *root = NULL;
+  slapo_status s = build(ud, &ref.model);
+  if (s == SLAPO_OK) s = build(ud, &sch.model);
+  if (s == SLAPO_OK) {
+    copy_state cs = {sch.model, SLAPO_OK};
+    s = slapo_module_visit_params(ref.model, copy_one, &cs);
+    if (s == SLAPO_OK) s = cs.status;
+  }
+  if (s == SLAPO_OK) s = slapo_sched_create(sch.model, &root);
+  if (s == SLAPO_OK && upto > 0)
+    s = slapo_apply_schedule(root, log, o->disabled, o->n_disabled, upto, NULL);
+  if (s == SLAPO_OK) s = run(&ref, o);
+  if (s == SLAPO_OK) s = run(&sch, o);
+  if (s == SLAPO_OK) {
+    compare(c, "logits", sch.logits, ref.logits, atol, rtol);
+    slapo_tensor *la, *lb;
+    int64_t one = 1;
+    s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &sch.loss, &la);
+    if (s == SLAPO_OK) {
+      s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &ref.loss, &lb);
+      if (s == SLAPO_OK) compare(c, "loss", la, lb, atol, rtol), slapo_tensor_free(lb);
+      slapo_tensor_free(la);
+    }
+  }
+  if (s == SLAPO_OK) {
+    grad_state g = {sch.model, c, atol, rtol, SLAPO_OK};
+    s = slapo_module_visit_params(ref.model, compare_grad, &g);
+    if (s == SLAPO_OK) s = g.status;
+  }
+  c->ok = s == SLAPO_OK && (c->bitwise ? c->worst == 0 : c->worst <= 1.0);
+  slapo_sched_free(root);
+  outcome_free(&ref);
+  outcome_free(&sch);
+  return s;
+}
+
+slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched_log *log,
+                          const slapo_verify_opts *opts, slapo_verify_cb cb, void *cb_ud,
+                          size_t *first_bad) {
+  *first_bad = 0;
+  /* Expand against a throw-away copy of the model to number the steps. */
+  slapo_module *m = NULL;
+  slapo_sched *root = NULL;
+  slapo_sched_steps steps = {0};
+  slapo_status s = build(ud, &m);
+  if (s == SLAPO_OK) s = slapo_sched_create(m, &root);
+  if (s == SLAPO_OK) s = slapo_sched_expand(log, root, &steps);
+  size_t n = steps.n ? steps.items[steps.n - 1].number : 0;
+  slapo_verify_check c, bad = {0};
+  if (s == SLAPO_OK && opts->bisect) {
+    /* Invariant: prefix lo passes, prefix hi fails. */
+    s = check_prefix(build, ud, log, &steps, n, opts, &c);
+    if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
+    if (s == SLAPO_OK && !c.ok) {
+      bad = c;
+      size_t lo = 0, hi = n;
+      while (s == SLAPO_OK && hi - lo > 1) {
+        size_t mid = lo + (hi - lo) / 2;
+        s = check_prefix(build, ud, log, &steps, mid, opts, &c);
+        if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
+        if (c.ok) lo = mid;
+        else hi = mid, bad = c;
+      }
+      if (s == SLAPO_OK) *first_bad = hi;
+    }
+  } else if (s == SLAPO_OK) {
+    for (size_t k = opts->per_entry ? 1 : n; s == SLAPO_OK && k <= n; k++) {
+      s = check_prefix(build, ud, log, &steps, k, opts, &c);
+      if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
+      if (s == SLAPO_OK && !c.ok) {
+        *first_bad = k;
+        bad = c;
+        break;
+      }
+    }
+    if (s == SLAPO_OK && n == 0) {
+      s = check_prefix(build, ud, log, &steps, 0, opts, &c);
+      if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
+      if (s == SLAPO_OK && !c.ok) *first_bad = 1, bad = c;
+    }
+  }
+  if (s == SLAPO_OK && *first_bad) {
+    const slapo_sched_step *st = NULL;
+    for (size_t i = 0; i < steps.n; i++)
+      if (steps.items[i].number == *first_bad) st = &steps.items[i];
+    s = slapo_error(SLAPO_VERIFY,
+                    "verify: step %zu (%s:%d: %s %s) breaks %s: worst %s %.3g at %s",
+                    *first_bad, st && st->entry->file ? st->entry->file : "?",
+                    st ? st->entry->line : 0, st ? st->path : "?",
+                    st ? st->entry->primitive : "?",
+                    bad.bitwise ? "bitwise equality" : "the tolerance",
+                    bad.bitwise ? "difference" : "error/tolerance", bad.worst, bad.what);
+  }
+  slapo_sched_steps_deinit(&steps);
+  slapo_sched_free(root);
+  slapo_module_free(m);
+  return s;
+}

@@ -1,0 +1,137 @@
+/* primitives/registry.c - the primitive table (primitives.def), applying a
+ * schedule-file entry, the registry of replacement modules, and the log
+ * helper every primitive uses. Layer: primitives. */
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "primitives/internal.h"
+
+#define SLAPO_PRIMITIVE(name) extern const slapo_primitive slapo__prim_##name;
+#include "primitives/primitives.def"
+#undef SLAPO_PRIMITIVE
+
+static const slapo_primitive *const k_prims[] = {
+#define SLAPO_PRIMITIVE(name) &slapo__prim_##name,
+#include "primitives/primitives.def"
+#undef SLAPO_PRIMITIVE
+};
+
+#define N_PRIMS ((int)(sizeof k_prims / sizeof k_prims[0]))
+
+const slapo_primitive *slapo_primitive_find(const char *name) {
+  for (int i = 0; i < N_PRIMS; i++)
+    if (!strcmp(k_prims[i]->name, name)) return k_prims[i];
+  return NULL;
+}
+
+int slapo_primitive_count(void) { return N_PRIMS; }
+const slapo_primitive *slapo_primitive_at(int i) { return i >= 0 && i < N_PRIMS ? k_prims[i] : NULL; }
+
+slapo_status slapo_primitive_apply(slapo_sched *node, const slapo_sched_entry *e) {
+  const slapo_primitive *p = slapo_primitive_find(e->primitive);
+  slapo_status s;
+  if (!p) {
+    char known[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < N_PRIMS; i++)
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                               k_prims[i]->name);
+    s = slapo_error(SLAPO_NOT_FOUND, "unknown primitive '%s' (known: %s)", e->primitive, known);
+  } else {
+    s = p->apply(node, e);
+  }
+  if (s != SLAPO_OK && e->file) {
+    char msg[1024], loc[512];
+    snprintf(msg, sizeof msg, "%s", slapo_last_error());
+    snprintf(loc, sizeof loc, "%s:%d: ", e->file, e->line);
+    /* Argument getters already start their messages with the location. */
+    if (strncmp(msg, loc, strlen(loc))) slapo_error(s, "%s%s", loc, msg);
+  }
+  return s;
+}
+
+const char *slapo__prim_path(const slapo_sched *node) {
+  const char *p = slapo_sched_path(node);
+  return p[0] ? p : ".";
+}
+
+slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_args,
+                             const slapo_sched_arg *args, const slapo_sched_entry *from,
+                             bool replayable) {
+  slapo_sched_entry e = {
+      .path = slapo__prim_path(node),
+      .primitive = primitive,
+      .n_args = n_args,
+      .args = args,
+      .file = from ? from->file : NULL,
+      .line = from ? from->line : 0,
+      .replayable = replayable,
+  };
+  return slapo_sched_log_append(slapo_sched_log_of(node), &e);
+}
+
+/* ---- replacement modules ---- */
+
+typedef struct reg_module {
+  const char *name, *summary;
+  slapo_module_factory factory;
+} reg_module;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static reg_module *g_mods;
+static int g_n, g_cap;
+
+slapo_status slapo_module_register(const char *name, const char *summary,
+                                   slapo_module_factory factory) {
+  slapo_status s = SLAPO_OK;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_n && s == SLAPO_OK; i++)
+    if (!strcmp(g_mods[i].name, name))
+      s = g_mods[i].factory == factory
+              ? SLAPO_OK /* registering the same factory twice is harmless */
+              : slapo_error(SLAPO_INVALID_ARG, "a module named '%s' is already registered", name);
+  bool present = false;
+  for (int i = 0; i < g_n; i++) present |= !strcmp(g_mods[i].name, name);
+  if (s == SLAPO_OK && !present) {
+    if (g_n == g_cap) {
+      int cap = g_cap ? 2 * g_cap : 8;
+      reg_module *m = slapo_realloc(g_mods, (size_t)cap * sizeof *m);
+      if (!m) s = slapo_error(SLAPO_NOMEM, "module registry: out of memory");
+      else g_mods = m, g_cap = cap;
+    }
+    if (s == SLAPO_OK) g_mods[g_n++] = (reg_module){name, summary, factory};
+  }
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+slapo_module_factory slapo_module_factory_find(const char *name) {
+  slapo_module_factory f = NULL;
+  pthread_mutex_lock(&g_lock);
+  for (int i = 0; i < g_n; i++)
+    if (!strcmp(g_mods[i].name, name)) f = g_mods[i].factory;
+  pthread_mutex_unlock(&g_lock);
+  return f;
+}
+
+int slapo_module_registered_count(void) {
+  pthread_mutex_lock(&g_lock);
+  int n = g_n;
+  pthread_mutex_unlock(&g_lock);
+  return n;
+}
+
+const char *slapo_module_registered_name(int i) {
+  pthread_mutex_lock(&g_lock);
+  const char *s = i >= 0 && i < g_n ? g_mods[i].name : NULL;
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+const char *slapo_module_registered_summary(int i) {
+  pthread_mutex_lock(&g_lock);
+  const char *s = i >= 0 && i < g_n ? g_mods[i].summary : NULL;
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}

@@ -1,0 +1,122 @@
+/* primitives/replace.c - the `replace` primitive: swap a module for a
+ * registered replacement built from it. Layer: primitives.
+ *
+ * Signature   slapo_status slapo_replace(slapo_sched *node, const char *name)
+ *             slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod)
+ * .sched form <path> replace <ModuleName>
+ * Applies to  any module but the root; the factory decides which types it
+ *             can stand in for (FlashAttention: GPT2Attention).
+ * Effect      the parent's child table entry points at the new module, so
+ *             the parent's forward calls it; the schedule subtree is rebuilt.
+ *             Parameters the new module shares keep their Hugging Face paths
+ *             (checkpoints still load). Memory and work change as the new
+ *             module's do (FlashAttention: no [B, NH, T, T] buffers).
+ * Fails       SLAPO_INVALID_ARG  the node is the root
+ *             SLAPO_NOT_FOUND    no module registered under that name
+ *             (factory's status) the module cannot be replaced by it
+ * Verified by verify: outputs and gradients equal within tolerance (the new
+ *             module may compute in another order), dropout masks included. */
+#include <stdio.h>
+#include <string.h>
+
+#include "primitives/internal.h"
+
+/* Builds the replacement for node's module; node must not be the root. */
+static slapo_status build(slapo_sched *node, const char *name, slapo_module **out) {
+  *out = NULL;
+  const char *path = slapo__prim_path(node);
+  if (!slapo_sched_parent(node))
+    return slapo_error(SLAPO_INVALID_ARG, "replace: cannot replace the root module; replace "
+                                          "one of its children");
+  slapo_module_factory f = slapo_module_factory_find(name);
+  if (!f) {
+    char known[256] = "";
+    size_t used = 0;
+    for (int i = 0; i < slapo_module_registered_count(); i++)
+      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                               slapo_module_registered_name(i));
+    return slapo_error(SLAPO_NOT_FOUND, "replace: %s: no module is registered as '%s' "
+                                        "(registered: %s)",
+                       path, name, used ? known : "none");
+  }
+  slapo_status s = f(slapo_sched_module(node), out);
+  if (s != SLAPO_OK) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", slapo_last_error());
+    return slapo_error(s, "replace: %s: %s", path, msg);
+  }
+  return SLAPO_OK;
+}
+
+slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod) {
+  slapo_module *parent = slapo_sched_module(slapo_sched_parent(node)), *old = NULL;
+  char name[256];
+  snprintf(name, sizeof name, "%s", slapo_sched_name(node));
+  SLAPO_TRY(slapo_module_replace_child(parent, name, mod, &old));
+  slapo_status s = slapo_sched_rebuild(node);
+  if (s != SLAPO_OK) {
+    /* Put the old module back so the failed primitive changes nothing. */
+    slapo_module *mine = NULL;
+    SLAPO_ASSERT(slapo_module_replace_child(parent, name, old, &mine) == SLAPO_OK);
+    slapo_module_free(mine);
+    SLAPO_ASSERT(slapo_sched_rebuild(node) == SLAPO_OK);
+    return s;
+  }
+  slapo_module_free(old);
+  slapo_module_touch(parent);
+  return SLAPO_OK;
+}
+
+static slapo_status replace_impl(slapo_sched *node, const char *name,
+                                 const slapo_sched_entry *from) {
+  slapo_module *mod;
+  SLAPO_TRY(build(node, name, &mod));
+  SLAPO_TRY(slapo__prim_swap(node, mod));
+  slapo_sched_arg a = slapo_sched_arg_word(NULL, name);
+  return slapo__prim_log(node, "replace", 1, &a, from, true);
+}
+
+slapo_status slapo_replace(slapo_sched *node, const char *name) {
+  return replace_impl(node, name, NULL);
+}
+
+slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod) {
+  if (!mod) return slapo_error(SLAPO_INVALID_ARG, "replace: module is NULL");
+  if (!slapo_sched_parent(node)) {
+    slapo_module_free(mod);
+    return slapo_error(SLAPO_INVALID_ARG, "replace: cannot replace the root module; replace "
+                                          "one of its children");
+  }
+  char type[128];
+  snprintf(type, sizeof type, "%s", mod->type->name);
+  SLAPO_TRY(slapo__prim_swap(node, mod));
+  /* A C-only object cannot be rebuilt from a schedule file. */
+  slapo_sched_arg a = slapo_sched_arg_word(NULL, type);
+  return slapo__prim_log(node, "replace", 1, &a, NULL, false);
+}
+
+static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){NULL}, 1));
+  const slapo_sched_arg *a = slapo_sched_entry_positional(e, 0);
+  if (!a || a->kind != SLAPO_SCHED_ARG_WORD)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "replace: expected a registered module name, e.g. 'replace FlashAttention'");
+  return replace_impl(node, a->text, e);
+}
+
+SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
+    .name = "replace",
+    .summary = "swap a module for a registered replacement built from it",
+    .doc = "replace <ModuleName>\n"
+           "  C: slapo_replace(node, \"FlashAttention\"); slapo_replace_with(node, module)\n"
+           "  Applies to any module but the root; the replacement's factory decides which\n"
+           "  types it can stand in for (FlashAttention: GPT2Attention).\n"
+           "  Effect: the parent's child table entry points at the new module and the\n"
+           "  schedule subtree is rebuilt. Shared parameters keep their Hugging Face\n"
+           "  paths, so checkpoints still load.\n"
+           "  Fails: INVALID_ARG on the root; NOT_FOUND for an unregistered name; the\n"
+           "  factory's status for a module it cannot replace.\n"
+           "  Verified: outputs and gradients within tolerance (dropout masks included).\n",
+    .bitwise = false,
+    .apply = apply,
+};
