@@ -207,112 +207,180 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
 /* Fast kernels: tiles of BR queries x BC keys                               */
 /* ------------------------------------------------------------------------ */
 
-/* The per-tile work is compiled once per ISA level (GCC function multi-
- * versioning, picked at load time by CPUID) and, inside, once for the common
- * head sizes 64 and 128 so the HS loops have constant trip counts. Every
- * variant performs the same float operations in the same order (ISO C mode:
- * no FMA contraction; explicit summation orders), so results are bitwise
- * identical across variants and thread counts. */
+/* The per-tile work is written with GCC vector extensions (16 floats a
+ * vector: one AVX-512 register, two AVX2 or four SSE registers) and compiled
+ * once per ISA level (function multi-versioning, picked at load time by
+ * CPUID), and inside that once for the common head sizes 64 and 128 so the
+ * HS loops have constant trip counts. Every variant performs the same float
+ * operations in the same order (ISO C mode contracts no FMAs; sums run in a
+ * fixed order), so results are bitwise identical across ISA variants, thread
+ * counts and data alignment. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define FA_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#define FA_CLONES \
+  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
 #else
 #define FA_CLONES
 #endif
 #define FA_INLINE static inline __attribute__((always_inline))
 
-/* Rows of the transposed operand packed per pass of tile_abt. */
-#define DCH 64
+typedef float v16f __attribute__((vector_size(64)));
+typedef int32_t v16i __attribute__((vector_size(64)));
+#define VL 16
 
-/* S[r, c] = scale * sum_d A[r, d] B[c, d] for r < nr, c < nc, with A [nr, HS]
- * and B [nc, HS] row-major: B is packed transposed (Bt [DCH, BC], zero-padded
- * to BC columns) so the inner loop runs over BC contiguous columns with no
- * horizontal sums; d is summed in order 0, 1, ..., HS-1. */
-FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, int64_t nc,
-                        float scale, float S[BR][BC]) {
-  float Bt[DCH][BC]; /* Bt [nd, BC]: B[:, d0 : d0 + nd] transposed */
-  for (int64_t r = 0; r < nr; r++)
-    for (int c = 0; c < BC; c++) S[r][c] = 0.0f;
-  for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
-    int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
-    for (int64_t d = 0; d < nd; d++) {
-      for (int64_t c = 0; c < nc; c++) Bt[d][c] = B[c * HS + d0 + d];
-      for (int64_t c = nc; c < BC; c++) Bt[d][c] = 0.0f;
-    }
-    for (int64_t r = 0; r < nr; r++) {
-      float acc[BC]; /* acc [BC]: row r of S so far */
-      for (int c = 0; c < BC; c++) acc[c] = S[r][c];
-      const float *a = A + r * HS + d0;
-      for (int64_t d = 0; d < nd; d++)
-        for (int c = 0; c < BC; c++) acc[c] += a[d] * Bt[d][c];
-      for (int c = 0; c < BC; c++) S[r][c] = acc[c];
-    }
-  }
-  for (int64_t r = 0; r < nr; r++)
-    for (int c = 0; c < BC; c++) S[r][c] *= scale;
+/* Columns of the transposed operand packed per pass of tile_abt. */
+#define DCH 128
+
+FA_INLINE v16f vld(const float *p) {
+  v16f v;
+  memcpy(&v, p, sizeof v);
+  return v;
+}
+FA_INLINE void vst(float *p, v16f v) { memcpy(p, &v, sizeof v); }
+FA_INLINE v16f vdup(float x) { return (v16f){0} + x; }
+/* mask ? a : b, lane by lane (mask lanes are 0 or -1). */
+FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
+  return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
 }
 
-/* y[HS] += a * x[HS] */
-FA_INLINE void axpy(float *restrict y, float a, const float *restrict x, int64_t HS) {
-  for (int64_t i = 0; i < HS; i++) y[i] += a * x[i];
-}
-
-/* y[HS] . x[HS] with 8 fixed partial sums (vectorizes; same rounding for
- * every variant). */
-FA_INLINE float dot8(const float *a, const float *b, int64_t n) {
-  float acc[8] = {0};
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    for (int j = 0; j < 8; j++) acc[j] += a[i + j] * b[i + j];
-  float s = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-/* exp(x) as Cephes expf: x = n ln2 + r with |r| <= ln2/2, exp(r) by a
- * degree-6 polynomial, 2^n from exponent bits; x < -87 (also -inf) gives 0.
- * Max relative error 8.1e-8 (< 1 ulp) on [-87, 0.5], measured against exp()
- * in double on every float there. Branch-free, so loops over a tile row
- * vectorize (libm's expf does not without -ffast-math); arguments here are
- * scores minus their row max or log-sum-exp, so x <= 0 up to rounding. */
-FA_INLINE float fa_expf(float x) {
-  float xc = x < -87.0f ? -87.0f : x;
-  float fx = xc * 1.44269504088896341f + 0.5f;
-  int32_t ni = (int32_t)fx;
-  ni -= (float)ni > fx; /* floor */
-  float n = (float)ni;
-  float r = xc - n * 0.693359375f;
-  r = r - n * -2.12194440e-4f;
-  float z = r * r;
-  float y = 1.9875691500e-4f;
+/* exp(x) lane by lane, as Cephes expf: x = n ln2 + r with |r| <= ln2/2,
+ * exp(r) by a degree-6 polynomial, 2^n from exponent bits; x < -87 (also
+ * -inf, i.e. masked scores) gives 0. Max relative error 8.1e-8 (< 1 ulp) on
+ * [-87, 0.5], measured against exp() in double on every float there; the
+ * arguments here are scores minus their row max or log-sum-exp, so <= 0 up to
+ * rounding. libm's expf does not vectorize without -ffast-math. */
+FA_INLINE v16f vexp(v16f x) {
+  v16i tiny = x < vdup(-87.0f);
+  v16f xc = vsel(tiny, vdup(-87.0f), x);
+  v16f fx = xc * 1.44269504088896341f + 0.5f;
+  v16i n = __builtin_convertvector(fx, v16i);
+  n += __builtin_convertvector(n, v16f) > fx; /* truncation -> floor */
+  v16f nf = __builtin_convertvector(n, v16f);
+  v16f r = xc - nf * 0.693359375f;
+  r = r - nf * -2.12194440e-4f;
+  v16f z = r * r;
+  v16f y = vdup(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  int32_t bits = (ni + 127) << 23;
-  float p2;
-  memcpy(&p2, &bits, sizeof p2);
-  return x < -87.0f ? 0.0f : y * p2;
+  v16f p2 = (v16f)((n + 127) << 23);
+  return vsel(tiny, vdup(0.0f), y * p2);
 }
 
-/* Max and sum over one BC-wide tile row with 8 fixed partial results (the
- * max is exact in any order; the sum's order is fixed). */
+/* Scalar exp with the same operations (lane 0 of vexp). */
+FA_INLINE float fexp(float x) { return vexp(vdup(x))[0]; }
+
+/* Max and sum of one BC-wide tile row, combining lanes in a fixed order (the
+ * max is exact in any order). */
 FA_INLINE float row_max(const float *x, float init) {
-  float acc[8];
-  for (int j = 0; j < 8; j++) acc[j] = init;
-  for (int c = 0; c < BC; c += 8)
-    for (int j = 0; j < 8; j++) acc[j] = acc[j] > x[c + j] ? acc[j] : x[c + j];
-  float m = acc[0];
-  for (int j = 1; j < 8; j++) m = m > acc[j] ? m : acc[j];
-  return m;
+  v16f a = vld(x), b = vld(x + VL);
+  v16f m = vsel(a > b, a, b);
+  float r = init;
+  for (int j = 0; j < VL; j++) r = m[j] > r ? m[j] : r;
+  return r;
 }
 
 FA_INLINE float row_sum(const float *x) {
-  float acc[8] = {0};
-  for (int c = 0; c < BC; c += 8)
-    for (int j = 0; j < 8; j++) acc[j] += x[c + j];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+  v16f s = vld(x) + vld(x + VL);
+  float r = 0.0f;
+  for (int j = 0; j < VL; j++) r += s[j];
+  return r;
+}
+
+/* y[n] . x[n] with 16 lanes of partial sums, combined in a fixed order. */
+FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
+  v16f acc = vdup(0.0f);
+  int64_t i = 0;
+  for (; i + VL <= n; i += VL) acc += vld(a + i) * vld(b + i);
+  float s = 0.0f;
+  for (int j = 0; j < VL; j++) s += acc[j];
+  for (; i < n; i++) s += a[i] * b[i];
+  return s;
+}
+
+/* S[r, c] = scale * sum_d A[r, d] B[c, d] for r < nr, c < BC, with A [nr, HS]
+ * and B [nc, HS] row-major (columns c >= nc come out 0). B is packed
+ * transposed (Bt [DCH, BC], zero-padded) so 4 rows x 32 columns of S stay
+ * in registers while d runs in order 0, 1, ..., HS-1. */
+FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, int64_t nc,
+                        float scale, float S[BR][BC]) {
+  _Alignas(64) float Bt[DCH][BC]; /* Bt [nd, BC]: B[:, d0 : d0 + nd] transposed */
+  for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
+    int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
+    for (int64_t c = 0; c < nc; c++)
+      for (int64_t d = 0; d < nd; d++) Bt[d][c] = B[c * HS + d0 + d];
+    for (int64_t d = 0; d < nd; d++)
+      for (int64_t c = nc; c < BC; c++) Bt[d][c] = 0.0f;
+    for (int64_t r = 0; r < nr; r += 4) {
+      const float *a[4]; /* rows past nr repeat the last row; not stored */
+      for (int i = 0; i < 4; i++) a[i] = A + (r + i < nr ? r + i : nr - 1) * HS + d0;
+      v16f acc[4][2];
+      for (int i = 0; i < 4; i++) {
+        bool fresh = d0 == 0 || r + i >= nr;
+        acc[i][0] = fresh ? vdup(0.0f) : vld(S[r + i]);
+        acc[i][1] = fresh ? vdup(0.0f) : vld(S[r + i] + VL);
+      }
+      for (int64_t d = 0; d < nd; d++) {
+        v16f b0 = vld(Bt[d]), b1 = vld(Bt[d] + VL);
+        for (int i = 0; i < 4; i++) {
+          v16f x = vdup(a[i][d]);
+          acc[i][0] += x * b0;
+          acc[i][1] += x * b1;
+        }
+      }
+      for (int i = 0; i < 4 && r + i < nr; i++) {
+        vst(S[r + i], acc[i][0]);
+        vst(S[r + i] + VL, acc[i][1]);
+      }
+    }
+  }
+  for (int64_t r = 0; r < nr; r++) {
+    vst(S[r], vld(S[r]) * scale);
+    vst(S[r] + VL, vld(S[r] + VL) * scale);
+  }
+}
+
+/* Y[i, :] += sum_{j < n} W[i, j] X[j, :] for i < m: Y [m, HS], X [n, HS]
+ * row-major, W a [32, 32] tile. j runs in order 0, 1, ..., n-1 for every
+ * element (the scalar fallback for HS % 64 != 0 sums in the same order). */
+FA_INLINE void tile_acc(float *Y, const float W[BR][BC], const float *X, int64_t HS,
+                        int64_t m, int64_t n) {
+  if (HS % (4 * VL)) {
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        float w = W[i][j];
+        for (int64_t h = 0; h < HS; h++) Y[i * HS + h] += w * X[j * HS + h];
+      }
+    return;
+  }
+  for (int64_t h0 = 0; h0 < HS; h0 += 4 * VL) {
+    for (int64_t i = 0; i < m; i += 4) {
+      const float *w[4]; /* rows past m repeat the last row; not stored */
+      for (int ii = 0; ii < 4; ii++) w[ii] = W[i + ii < m ? i + ii : m - 1];
+      v16f acc[4][4];
+      for (int ii = 0; ii < 4; ii++)
+        for (int k = 0; k < 4; k++)
+          acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * HS + h0 + k * VL) : vdup(0.0f);
+      for (int64_t j = 0; j < n; j++) {
+        v16f x[4];
+        for (int k = 0; k < 4; k++) x[k] = vld(X + j * HS + h0 + k * VL);
+        for (int ii = 0; ii < 4; ii++) {
+          v16f wv = vdup(w[ii][j]);
+          for (int k = 0; k < 4; k++) acc[ii][k] += wv * x[k];
+        }
+      }
+      for (int ii = 0; ii < 4 && i + ii < m; ii++)
+        for (int k = 0; k < 4; k++) vst(Y + (i + ii) * HS + h0 + k * VL, acc[ii][k]);
+    }
+  }
+}
+
+/* T[c, r] = S[r, c] for r < nr, c < BC (BR == BC: square tiles). */
+FA_INLINE void transpose_tile(const float S[BR][BC], int64_t nr, float T[BR][BC]) {
+  for (int64_t c = 0; c < BC; c++)
+    for (int64_t r = 0; r < nr; r++) T[c][r] = S[r][c];
 }
 
 /* Visible columns of each row of the tile (queries r0.., keys c0..): row r
@@ -337,6 +405,12 @@ FA_INLINE int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
   return g->causal ? r0 + nr : g->T;
 }
 
+/* Row r of tile S becomes exp(S - x) (masked entries 0). */
+FA_INLINE void exp_row(float *row, float x) {
+  vst(row, vexp(vld(row) - x));
+  vst(row + VL, vexp(vld(row + VL) - x));
+}
+
 /* Forward of one query tile (Algorithm 1/2): running row max m and sum l of
  * exp(S - m); o accumulates (dropout-masked) exp(S - m) v, rescaled by
  * exp(m_old - m_new) when the max grows, and is divided by l at the end. */
@@ -344,7 +418,7 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, base = bh * g->T * HS;
   const float *qb = g->q + base, *kb = g->k + base, *vb = g->v + base;
   float *ob = g->o + base + r0 * HS; /* ob [nr, HS]: this tile's output rows */
-  float S[BR][BC];                   /* S [nr, BC]: scores, then probabilities */
+  _Alignas(64) float S[BR][BC];      /* S [nr, BC]: scores, then probabilities */
   int64_t nv[BR];                    /* visible columns per row of S */
   float m[BR], l[BR];                /* running row max and row sum */
   for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
@@ -356,22 +430,18 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
     visible(g, r0, nr, c0, nc, nv);
     mask_tile(nv, nr, S);
     for (int64_t r = 0; r < nr; r++) {
-      int64_t n = nv[r];
-      if (!n) continue; /* every key of this tile is in row r's future */
+      if (!nv[r]) continue; /* every key of this tile is in row r's future: P = 0 */
       float mt = row_max(S[r], m[r]);
-      float alpha = fa_expf(m[r] - mt); /* m[r] = -inf: alpha = 0 */
-      for (int c = 0; c < BC; c++) S[r][c] = fa_expf(S[r][c] - mt);
-      float sum = row_sum(S[r]);
-      if (g->dropout)
-        for (int64_t c = 0; c < n; c++) S[r][c] *= drop_factor(g, bh, r0 + r, c0 + c);
-      l[r] = alpha * l[r] + sum;
+      float alpha = fexp(m[r] - mt); /* m[r] = -inf: alpha = 0 */
+      exp_row(S[r], mt);
+      l[r] = alpha * l[r] + row_sum(S[r]);
       m[r] = mt;
-      float *orow = ob + r * HS;
+      if (g->dropout)
+        for (int64_t c = 0; c < nv[r]; c++) S[r][c] *= drop_factor(g, bh, r0 + r, c0 + c);
       if (alpha != 1.0f)
-        for (int64_t d = 0; d < HS; d++) orow[d] *= alpha;
-      for (int64_t c = 0; c < n; c++)
-        if (S[r][c] != 0.0f) axpy(orow, S[r][c], vb + (c0 + c) * HS, HS);
+        for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= alpha;
     }
+    tile_acc(ob, (const float(*)[BC])S, vb + c0 * HS, HS, nr, nc);
   }
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
@@ -414,11 +484,12 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   memset(dvb, 0, (size_t)(g->T * HS) * sizeof(float));
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
     int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
-    float P[BR][BC];    /* P [nr, BC]: scores, then P, then Pd = P z */
-    float dS[BR][BC];   /* dS [nr, BC]: dPd = dO v^T, then scale * dS */
-    int64_t nv[BR];     /* visible columns per row */
-    float m[BR], l[BR]; /* pass 1: running max and sum */
-    float L[BR], D[BR]; /* row log-sum-exp and rowsum(dO o) */
+    _Alignas(64) float P[BR][BC];  /* P [nr, BC]: scores, then P, then Pd = P z */
+    _Alignas(64) float dS[BR][BC]; /* dS [nr, BC]: dPd = dO v^T, then scale * dS */
+    _Alignas(64) float Tt[BR][BC]; /* Tt [BC, nr]: Pd or dS transposed */
+    int64_t nv[BR];                /* visible columns per row */
+    float m[BR], l[BR];            /* pass 1: running max and sum */
+    float L[BR], D[BR];            /* row log-sum-exp and rowsum(dO o) */
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
@@ -428,14 +499,14 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       for (int64_t r = 0; r < nr; r++) {
         if (!nv[r]) continue;
         float mt = row_max(P[r], m[r]);
-        for (int c = 0; c < BC; c++) P[r][c] = fa_expf(P[r][c] - mt);
-        l[r] = fa_expf(m[r] - mt) * l[r] + row_sum(P[r]);
+        exp_row(P[r], mt);
+        l[r] = fexp(m[r] - mt) * l[r] + row_sum(P[r]);
         m[r] = mt;
       }
     }
     for (int64_t r = 0; r < nr; r++) {
       L[r] = m[r] + logf(l[r]);
-      D[r] = dot8(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
+      D[r] = dot16(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
     }
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
@@ -443,32 +514,26 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       tile_abt(dob + r0 * HS, vb + c0 * HS, HS, nr, nc, 1.0f, dS);
       visible(g, r0, nr, c0, nc, nv);
       mask_tile(nv, nr, P);
+      /* Every row r < nr is computed (fully masked rows give P = dS = 0), so
+       * the tile products below need no masks. */
       for (int64_t r = 0; r < nr; r++) {
-        if (!nv[r]) continue;
-        float Z[BC]; /* Z [BC]: dropout factors of row r (1 without dropout) */
+        _Alignas(64) float Z[BC]; /* Z [BC]: row r's dropout factors */
         for (int c = 0; c < BC; c++) Z[c] = 1.0f;
         if (g->dropout)
           for (int64_t c = 0; c < nv[r]; c++) Z[c] = drop_factor(g, bh, r0 + r, c0 + c);
-        for (int c = 0; c < BC; c++) {
-          float p = fa_expf(P[r][c] - L[r]); /* masked: 0 */
-          dS[r][c] = g->scale * (p * (Z[c] * dS[r][c] - D[r]));
-          P[r][c] = p * Z[c];
+        for (int h = 0; h < BC; h += VL) {
+          v16f p = vexp(vld(P[r] + h) - L[r]), z = vld(Z + h);
+          vst(dS[r] + h, (p * (z * vld(dS[r] + h) - D[r])) * g->scale);
+          vst(P[r] + h, p * z);
         }
       }
       /* dv[c] += sum_r Pd[r, c] dO[r];  dk[c] += sum_r dS[r, c] q[r] */
-      for (int64_t c = 0; c < nc; c++) {
-        float *dvc = dvb + (c0 + c) * HS, *dkc = dkb + (c0 + c) * HS;
-        for (int64_t r = 0; r < nr; r++) {
-          if (c >= nv[r]) continue;
-          if (P[r][c] != 0.0f) axpy(dvc, P[r][c], dob + (r0 + r) * HS, HS);
-          axpy(dkc, dS[r][c], qb + (r0 + r) * HS, HS);
-        }
-      }
+      transpose_tile((const float(*)[BC])P, nr, Tt);
+      tile_acc(dvb + c0 * HS, (const float(*)[BC])Tt, dob + r0 * HS, HS, nc, nr);
+      transpose_tile((const float(*)[BC])dS, nr, Tt);
+      tile_acc(dkb + c0 * HS, (const float(*)[BC])Tt, qb + r0 * HS, HS, nc, nr);
       /* dq[r] += sum_c dS[r, c] k[c] */
-      for (int64_t r = 0; r < nr; r++) {
-        float *dqr = dqb + (r0 + r) * HS;
-        for (int64_t c = 0; c < nv[r]; c++) axpy(dqr, dS[r][c], kb + (c0 + c) * HS, HS);
-      }
+      tile_acc(dqb + r0 * HS, (const float(*)[BC])dS, kb + c0 * HS, HS, nr, nc);
     }
   }
 }

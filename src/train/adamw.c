@@ -140,35 +140,57 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path) {
   return s;
 }
 
+/* Checks that `f` holds f32 tensors `name` shaped like `want`. */
+static slapo_status check_state(const slapo_safetensors *f, const char *path, const char *name,
+                                const slapo_tensor *want) {
+  slapo_tensor *meta;
+  SLAPO_TRY(slapo_safetensors_meta(f, name, &meta));
+  slapo_status s = SLAPO_OK;
+  if (meta->dtype != SLAPO_DTYPE_F32 ||
+      !slapo_shape_equal(meta->ndim, meta->shape, want->ndim, want->shape)) {
+    char a[96], b[96];
+    s = slapo_error(SLAPO_SHAPE, "adamw: %s: '%s' is %s %s, the model needs f32 %s", path, name,
+                    slapo_dtype_name(meta->dtype),
+                    slapo_shape_str(meta->ndim, meta->shape, a, sizeof a),
+                    slapo_shape_str(want->ndim, want->shape, b, sizeof b));
+  }
+  slapo_tensor_free(meta);
+  return s;
+}
+
 slapo_status slapo_adamw_load(slapo_adamw *o, const char *path) {
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   slapo_status s = SLAPO_OK;
   const char *step = slapo_safetensors_metadata(f, "step");
-  if (!step) s = slapo_error(SLAPO_IO, "adamw: %s has no 'step' metadata", path);
-  for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
-    for (int k = 0; s == SLAPO_OK && k < 2; k++) {
-      char name[1100];
-      snprintf(name, sizeof name, "%s.%s", o->slots[i].path, k ? "exp_avg_sq" : "exp_avg");
-      slapo_tensor *t = NULL;
-      s = slapo_safetensors_get(f, name, &t);
-      if (s == SLAPO_OK) {
-        slapo_tensor *dst = k ? o->slots[i].v : o->slots[i].m;
-        if (t->dtype != SLAPO_DTYPE_F32 ||
-            !slapo_shape_equal(t->ndim, t->shape, dst->ndim, dst->shape)) {
-          char a[96], b[96];
-          s = slapo_error(SLAPO_SHAPE, "adamw: %s: '%s' is %s %s, the model needs f32 %s", path,
-                          name, slapo_dtype_name(t->dtype),
-                          slapo_shape_str(t->ndim, t->shape, a, sizeof a),
-                          slapo_shape_str(dst->ndim, dst->shape, b, sizeof b));
-        } else {
-          s = slapo_tensor_copy(dst, t);
+  char *end = NULL;
+  long long t = step ? strtoll(step, &end, 10) : 0;
+  if (!step || !step[0] || *end || t < 0)
+    s = slapo_error(SLAPO_IO, "adamw: %s has no valid 'step' metadata", path);
+  /* Two passes: check every tensor first, so a state that does not fit the
+   * model changes nothing; then copy. */
+  for (int pass = 0; pass < 2; pass++) {
+    for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
+      for (int k = 0; s == SLAPO_OK && k < 2; k++) {
+        char *name = slapo_malloc(strlen(o->slots[i].path) + sizeof ".exp_avg_sq");
+        if (!name) {
+          s = slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+          break;
         }
+        sprintf(name, "%s.%s", o->slots[i].path, k ? "exp_avg_sq" : "exp_avg");
+        slapo_tensor *dst = k ? o->slots[i].v : o->slots[i].m, *src = NULL;
+        if (pass == 0) {
+          s = check_state(f, path, name, dst);
+        } else {
+          s = slapo_safetensors_get(f, name, &src);
+          if (s == SLAPO_OK) s = slapo_tensor_copy(dst, src);
+          slapo_tensor_free(src);
+        }
+        slapo_free(name);
       }
-      slapo_tensor_free(t);
     }
   }
-  if (s == SLAPO_OK) o->t = strtoll(step, NULL, 10);
+  if (s == SLAPO_OK) o->t = t;
   slapo_safetensors_free(f);
   return s;
 }

@@ -180,6 +180,13 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
     if ((s = slapo_gpt2_load(model, c->resume)) != SLAPO_OK) goto done;
     if ((s = slapo_adamw_load(opt, op)) != SLAPO_OK) goto done;
     start = slapo_adamw_steps(opt);
+    if (start >= c->steps) {
+      s = slapo_error(SLAPO_INVALID_ARG,
+                      "train: %s is at step %lld, which is not before --steps %lld; raise "
+                      "--steps to continue",
+                      c->resume, (long long)start, (long long)c->steps);
+      goto done;
+    }
     say(cb, ud, "resume: %s at step %lld", c->resume, (long long)start);
   }
   int64_t shape[2] = {c->batch, c->seq};
@@ -258,7 +265,8 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
     /* Byte tokens decode to bytes; other vocabularies print ids. */
     size_t k = 0;
     for (int64_t i = 1; i < n; i++) {
-      if (mc.vocab_size <= 256) sample[k++] = (char)text[i];
+      /* A zero byte would end the C string early: show it as a space. */
+      if (mc.vocab_size <= 256) sample[k++] = text[i] ? (char)text[i] : ' ';
       else k += (size_t)snprintf(sample + k, 12, "%d ", text[i]);
     }
     sample[k] = '\0';
