@@ -1,12 +1,13 @@
 /* bench/bench_flash_attention.c - causal attention on GPT-2 small head shapes
- * [B, NH, T, HS] = [4, 6, 256, 64] (default; override with 4 arguments) with
- * dropout 0.1 (training) and without (eval kernels): the fused "flash_attention" op with its fast and
- * its reference kernels against the unfused composite (matmul, scale, causal
- * softmax, dropout, matmul; fast kernels, oneDNN GEMMs). Each variant is a
- * planned graph, forward only and forward + backward (cotangent input R);
- * prints the median wall and process CPU time of 5 runs after one warm-up
- * (CPU time is the steadier number on a shared machine), and the planned
- * activation peak. OMP_NUM_THREADS defaults to the number of processors. */
+ * [B, NH, T, HS] = [4, 6, 256, 64] (default; override with 4 arguments),
+ * with dropout 0.1 (training) and without (eval): the fused "flash_attention"
+ * op with its fast and its reference kernels against the unfused composite
+ * (matmul, scale, causal softmax, dropout, matmul; fast kernels, oneDNN
+ * GEMMs). Each variant is a planned graph, forward only and forward +
+ * backward (cotangent input R); prints the median wall and process CPU time
+ * of 5 runs after one warm-up (CPU time is the steadier number on a shared
+ * machine) and the planned activation peak. OMP_NUM_THREADS defaults to the
+ * number of processors. */
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>

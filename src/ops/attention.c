@@ -1,29 +1,39 @@
-/* ops/attention.c - fused scaled-dot-product attention for CPU: FlashAttention
- * (Dao, Fu, Ermon, Rudra, Ré, NeurIPS 2022: Algorithm 1 forward with the online
- * softmax of Milakov & Gimelshein 2018, Algorithm 2 dropout, Algorithm 4 backward)
- * as "flash_attention"(q, k, v) and its backward-only op "flash_attention_backward".
- * Layer: ops. Derivation of the backward: docs/flash_attention_backward.md.
- * Design (a node has one output, and the executor runs no multi-result nodes):
- *  - forward out = dropout(softmax(scale q k^T, causal)) v in [BR, BC] tiles;
- *    the T x T matrix exists only as one [BR, BC] tile per thread. It does not
- *    save the row log-sum-exp L: the backward kernel recomputes L tile by tile
- *    (one more pass of q k^T, about 1/5 of the backward's work) instead of
- *    needing a second forward output or a separate "lse" node;
- *  - "flash_attention_backward"(q, k, v, out, dout) returns dq, dk, dv packed
- *    as [3, B, NH, T, HS]; the rule slices and reshapes it into the three
- *    gradients (one recompute of the scores instead of three);
- *  - dropout on P reproduces the unfused Dropout module exactly: P[b, h, t, s]
- *    is kept iff slapo_rng_uniform(seed, stream, step, offset + ((b NH + h) T +
- *    t) T + s) >= p (its flat index in the [B, NH, T, T] probabilities). */
+/* ops/attention.c - "flash_attention"(q, k, v) [B, NH, T, HS] = dropout(softmax(
+ * scale q k^T, causal)) v computed in [32, 32] tiles without the [T, T] matrix
+ * (Dao et al., "FlashAttention", NeurIPS 2022: Alg. 1 forward with the online
+ * softmax, Alg. 2 dropout, Alg. 4 backward), and its backward-only op
+ * "flash_attention_backward"(q, k, v, out, dout) -> [dq, dk, dv] packed as
+ * [3, B, NH, T, HS]. Layer: ops. Derivation: docs/flash_attention_backward.md.
+ * One output per node: the row log-sum-exp is recomputed in the backward
+ * kernel, and the rule slices the packed gradients apart (design note below). */
 #include <math.h>
 #include <string.h>
 
 #include "ops/internal.h"
 
+/* Design. The executor runs single-output nodes only, so:
+ *  - the forward saves only its output. The paper also saves the row
+ *    log-sum-exp L; here the backward kernel recomputes L for each query
+ *    tile with one more pass of q k^T (about 1/6 of the backward's work)
+ *    rather than adding a second forward result or a separate "lse" node,
+ *    which would cost the same pass plus a graph value;
+ *  - the backward is one op returning dq, dk, dv concatenated, so the scores
+ *    are recomputed once instead of once per gradient (three backward ops);
+ *    the rule takes slices 0, 1, 2 of dim 0 and reshapes them to q's shape;
+ *  - dropout on P reproduces the unfused Dropout module exactly: P[b, h, t, s]
+ *    is kept iff slapo_rng_uniform(seed, stream, step, offset + ((b NH + h) T
+ *    + t) T + s) >= p (its flat index in the [B, NH, T, T] probabilities) and
+ *    scaled by 1/(1-p); "stream" is the key of the dropout op it replaces
+ *    (slapo_rng_stream), applied only when env->training and p > 0.
+ * Nothing of size T x T is ever allocated: the fast kernels keep one or three
+ * [32, 32] tiles per thread on the stack; the reference kernels recompute
+ * each score where needed (they are O(T^2 HS) and single-threaded). */
+
 /* Tile sizes of the fast kernels: a [BR, BC] score tile (4 KiB) plus the
  * touched rows of q, k, v (BR + 2 BC rows of HS floats) stay in L1/L2. */
 #define BR 32
 #define BC 32
+_Static_assert(BR == BC, "transpose_tile needs square tiles");
 
 /* ------------------------------------------------------------------------ */
 /* Shared: shape checks, attributes, dropout keys                            */
@@ -122,7 +132,8 @@ static double dot_d(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-/* Row max m and log-sum-exp of scale * q_t . k_s over the visible keys. */
+/* Log-sum-exp of scale * q_t . k_s over the keys query t sees (max
+ * subtracted first). */
 static double row_lse(const fa_geom *g, const float *qt, const float *k, int64_t t) {
   int64_t n = n_keys(g, t);
   double m = -INFINITY, l = 0;
@@ -212,9 +223,9 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
  * once per ISA level (function multi-versioning, picked at load time by
  * CPUID), and inside that once for the common head sizes 64 and 128 so the
  * HS loops have constant trip counts. Every variant performs the same float
- * operations in the same order (ISO C mode contracts no FMAs; sums run in a
- * fixed order), so results are bitwise identical across ISA variants, thread
- * counts and data alignment. */
+ * operations in the same order (products accumulate through explicit fmaf;
+ * ISO C mode contracts nothing else; sums run in a fixed order), so results
+ * are bitwise identical across ISA variants, thread counts and alignment. */
 #if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define FA_CLONES \
   __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
@@ -222,10 +233,16 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
 #define FA_CLONES
 #endif
 #define FA_INLINE static inline __attribute__((always_inline))
+#if defined(__GNUC__) && !defined(__clang__)
+/* The vector helpers below are always inlined, so the (warned-about) ABI for
+ * passing 64-byte vectors by value without AVX-512 is never used. */
+#pragma GCC diagnostic ignored "-Wpsabi"
+#endif
 
 typedef float v16f __attribute__((vector_size(64)));
 typedef int32_t v16i __attribute__((vector_size(64)));
 #define VL 16
+_Static_assert(BC == 2 * VL, "tile rows are two vectors wide");
 
 /* Columns of the transposed operand packed per pass of tile_abt. */
 #define DCH 128
@@ -237,6 +254,15 @@ FA_INLINE v16f vld(const float *p) {
 }
 FA_INLINE void vst(float *p, v16f v) { memcpy(p, &v, sizeof v); }
 FA_INLINE v16f vdup(float x) { return (v16f){0} + x; }
+/* a * b + c lane by lane with one rounding (fmaf): FMA instructions in the
+ * x86-64-v3/v4 variants, libm's correctly rounded fmaf in the baseline one,
+ * so every variant gets the same bits. */
+FA_INLINE v16f vfma(v16f a, v16f b, v16f c) {
+  v16f r;
+#pragma omp simd
+  for (int j = 0; j < VL; j++) r[j] = fmaf(a[j], b[j], c[j]);
+  return r;
+}
 /* mask ? a : b, lane by lane (mask lanes are 0 or -1). */
 FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
   return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
@@ -289,14 +315,14 @@ FA_INLINE float row_sum(const float *x) {
   return r;
 }
 
-/* y[n] . x[n] with 16 lanes of partial sums, combined in a fixed order. */
+/* a[n] . b[n] with 16 lanes of partial sums, combined in a fixed order. */
 FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
   v16f acc = vdup(0.0f);
   int64_t i = 0;
-  for (; i + VL <= n; i += VL) acc += vld(a + i) * vld(b + i);
+  for (; i + VL <= n; i += VL) acc = vfma(vld(a + i), vld(b + i), acc);
   float s = 0.0f;
   for (int j = 0; j < VL; j++) s += acc[j];
-  for (; i < n; i++) s += a[i] * b[i];
+  for (; i < n; i++) s = fmaf(a[i], b[i], s);
   return s;
 }
 
@@ -326,8 +352,8 @@ FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, 
         v16f b0 = vld(Bt[d]), b1 = vld(Bt[d] + VL);
         for (int i = 0; i < 4; i++) {
           v16f x = vdup(a[i][d]);
-          acc[i][0] += x * b0;
-          acc[i][1] += x * b1;
+          acc[i][0] = vfma(x, b0, acc[i][0]);
+          acc[i][1] = vfma(x, b1, acc[i][1]);
         }
       }
       for (int i = 0; i < 4 && r + i < nr; i++) {
@@ -351,7 +377,7 @@ FA_INLINE void tile_acc(float *Y, const float W[BR][BC], const float *X, int64_t
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
         float w = W[i][j];
-        for (int64_t h = 0; h < HS; h++) Y[i * HS + h] += w * X[j * HS + h];
+        for (int64_t h = 0; h < HS; h++) Y[i * HS + h] = fmaf(w, X[j * HS + h], Y[i * HS + h]);
       }
     return;
   }
@@ -368,7 +394,7 @@ FA_INLINE void tile_acc(float *Y, const float W[BR][BC], const float *X, int64_t
         for (int k = 0; k < 4; k++) x[k] = vld(X + j * HS + h0 + k * VL);
         for (int ii = 0; ii < 4; ii++) {
           v16f wv = vdup(w[ii][j]);
-          for (int k = 0; k < 4; k++) acc[ii][k] += wv * x[k];
+          for (int k = 0; k < 4; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
         }
       }
       for (int ii = 0; ii < 4 && i + ii < m; ii++)
@@ -430,7 +456,10 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
     visible(g, r0, nr, c0, nc, nv);
     mask_tile(nv, nr, S);
     for (int64_t r = 0; r < nr; r++) {
-      if (!nv[r]) continue; /* every key of this tile is in row r's future: P = 0 */
+      if (!nv[r]) { /* every key of this tile is in row r's future: P = 0 */
+        memset(S[r], 0, sizeof S[r]);
+        continue;
+      }
       float mt = row_max(S[r], m[r]);
       float alpha = fexp(m[r] - mt); /* m[r] = -inf: alpha = 0 */
       exp_row(S[r], mt);

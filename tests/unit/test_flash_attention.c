@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -159,6 +160,29 @@ static void test_causal_dropout_eval(void **state) {
 static void test_full_dropout_train(void **state) {
   (void)state;
   check_case(false, 0.2, true);
+}
+
+/* The fast kernels give the same bytes with 1 and 2 threads (each output
+ * row is summed by one thread in a fixed order). */
+static void test_fast_kernels_thread_count_independent(void **state) {
+  (void)state;
+  slapo_tensor *vals[4];
+  for (int i = 0; i < 4; i++) vals[i] = random_f32(4, k_shape, 30 + (uint64_t)i);
+  attn_case fused = {true, true, 0.2};
+  slapo_graph *g = build_attention(&fused, k_shape);
+  slapo_kernel_env env = {.seed = 4, .step = 1, .training = true};
+  slapo_tensor *one[4], *two[4];
+  int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  run_attention(g, false, vals, &env, one);
+  omp_set_num_threads(2);
+  run_attention(g, false, vals, &env, two);
+  omp_set_num_threads(saved);
+  for (int i = 0; i < 4; i++)
+    assert_memory_equal(slapo_tensor_data(one[i]), slapo_tensor_data(two[i]),
+                        slapo_tensor_nbytes(one[i]));
+  free4(one), free4(two), free4(vals);
+  slapo_graph_free(g);
 }
 
 /* ---- memory ---- */
@@ -360,6 +384,26 @@ static void test_module_errors(void **state) {
   slapo_status s = slapo_flash_attention_new(lin, &fa);
   expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "can replace a GPT2Attention only, got Linear");
   assert_null(fa);
+  /* The module's forward checks its input. */
+  slapo_gpt2_config cfg = {1, 2, 16, 8, 32, 0.1, 1e-5};
+  slapo_module *gpt, *attn;
+  OK(slapo_gpt2_new(&cfg, &gpt));
+  OK(slapo_module_at(gpt, "transformer.h.0.attn", &attn));
+  OK(slapo_flash_attention_new(attn, &fa));
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  int64_t bad[3] = {2, 5, 12};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, bad);
+  assert_null(fa->type->forward(ctx, fa, 1, &x));
+  expect(slapo_ctx_status(ctx), SLAPO_SHAPE, slapo_ctx_message(ctx),
+         "FlashAttention expects one input x [B, T, 16], got 1 input(s) x [2, 5, 12]");
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+  slapo_module_free(fa);
+  slapo_module_free(gpt);
+
   slapo_module *list, *old = lin;
   OK(slapo_modulelist_new(&list));
   OK(slapo_module_add_child(list, "0", lin));
@@ -398,6 +442,7 @@ int main(void) {
       cmocka_unit_test(test_causal_dropout_train),
       cmocka_unit_test(test_causal_dropout_eval),
       cmocka_unit_test(test_full_dropout_train),
+      cmocka_unit_test(test_fast_kernels_thread_count_independent),
       cmocka_unit_test(test_peak_memory_far_below_composite),
       cmocka_unit_test(test_gpt2_swap_same_loss_and_grads),
       cmocka_unit_test(test_op_errors),
