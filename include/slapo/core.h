@@ -163,6 +163,13 @@ void slapo_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t 
  * always give the same value, whatever the tiling. */
 float slapo_rng_uniform(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index);
 
+/* The same stream, a block at a time, for kernels: slapo_rng_key hashes
+ * (seed, stream) once; slapo_rng_uniform4 returns the four uniforms of
+ * counter block `block`, i.e. out[j] == slapo_rng_uniform(seed, stream,
+ * step, 4 * block + j), bit for bit. Pure functions. */
+uint64_t slapo_rng_key(uint64_t seed, uint64_t stream);
+void slapo_rng_uniform4(uint64_t key, uint64_t step, uint64_t block, float out[4]);
+
 /* Standard normal N(0, 1) via Box-Muller on a pair of uniforms from the same
  * Philox block; pure function of its arguments like slapo_rng_uniform. */
 float slapo_rng_normal(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index);

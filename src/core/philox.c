@@ -31,19 +31,33 @@ void slapo_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t 
 
 /* Key = (seed, stream) mixed so that nearby seeds and streams give unrelated
  * keys; counter = (block index, step). */
-static void block_at(uint64_t seed, uint64_t stream, uint64_t step, uint64_t block,
-                     uint32_t out[4]) {
-  uint64_t k = slapo_hash_combine(seed, stream);
+uint64_t slapo_rng_key(uint64_t seed, uint64_t stream) { return slapo_hash_combine(seed, stream); }
+
+static void block_with_key(uint64_t k, uint64_t step, uint64_t block, uint32_t out[4]) {
   uint32_t key[2] = {(uint32_t)k, (uint32_t)(k >> 32)};
   uint32_t ctr[4] = {(uint32_t)block, (uint32_t)(block >> 32), (uint32_t)step,
                      (uint32_t)(step >> 32)};
   slapo_philox4x32_10(ctr, key, out);
 }
 
+static void block_at(uint64_t seed, uint64_t stream, uint64_t step, uint64_t block,
+                     uint32_t out[4]) {
+  block_with_key(slapo_rng_key(seed, stream), step, block, out);
+}
+
+/* Top 24 bits: every value is exactly representable in a float. */
+static float to_unit(uint32_t w) { return (float)(w >> 8) * (1.0f / 16777216.0f); }
+
 float slapo_rng_uniform(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index) {
   uint32_t w[4];
   block_at(seed, stream, step, index >> 2, w);
-  return (float)(w[index & 3] >> 8) * (1.0f / 16777216.0f);
+  return to_unit(w[index & 3]);
+}
+
+void slapo_rng_uniform4(uint64_t key, uint64_t step, uint64_t block, float out[4]) {
+  uint32_t w[4];
+  block_with_key(key, step, block, w);
+  for (int j = 0; j < 4; j++) out[j] = to_unit(w[j]);
 }
 
 float slapo_rng_normal(uint64_t seed, uint64_t stream, uint64_t step, uint64_t index) {

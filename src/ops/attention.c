@@ -87,6 +87,7 @@ typedef struct fa_geom {
   double p;
   float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
   uint64_t seed, stream, step, offset;
+  uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
   /* Fast kernels: the tensors, [BH, T, HS] each (dx: [3, BH, T, HS]). */
   const float *q, *k, *v, *dO;
   float *o, *dx;
@@ -107,6 +108,7 @@ static fa_geom geom_of(const slapo_node *node, const slapo_tensor *q,
   g.step = env ? env->step : 0;
   g.stream = (uint64_t)slapo_node_attr_int(node, "stream", 0);
   g.offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
+  g.key = slapo_rng_key(g.seed, g.stream);
   return g;
 }
 
@@ -115,7 +117,9 @@ static fa_geom geom_of(const slapo_node *node, const slapo_tensor *q,
 static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t s) {
   if (!g->dropout) return 1.0f;
   uint64_t i = g->offset + (uint64_t)((bh * g->T + t) * g->T + s);
-  float u = slapo_rng_uniform(g->seed, g->stream, g->step, i);
+  float u4[4];
+  slapo_rng_uniform4(g->key, g->step, i >> 2, u4); /* key hashed once per kernel */
+  float u = u4[i & 3];
   return (double)u >= g->p ? g->keep_scale : 0.0f;
 }
 

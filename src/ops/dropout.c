@@ -40,10 +40,25 @@ static void dropout_run(const slapo_node *node, const slapo_tensor *const *in,
    * unsharded mask (shards of a flattened contiguous tensor only). */
   uint64_t offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
   float scale = p < 1 ? (float)(1.0 / (1.0 - p)) : 0.0f;
-#pragma omp parallel for if (parallel) num_threads(slapo__threads_for(N * 16)) schedule(static)
-  for (int64_t i = 0; i < N; i++) {
-    float u = slapo_rng_uniform(env->seed, stream, env->step, offset + (uint64_t)i);
-    y[i] = (double)u >= p ? x[i] * scale : 0.0f;
+  if (!parallel) {
+    for (int64_t i = 0; i < N; i++) {
+      float u = slapo_rng_uniform(env->seed, stream, env->step, offset + (uint64_t)i);
+      y[i] = (double)u >= p ? x[i] * scale : 0.0f;
+    }
+    return;
+  }
+  /* Fast: hash the key once and use all four words of each Philox block
+   * (elements 4b..4b+3 of the unsharded tensor), same decisions bit for bit. */
+  uint64_t key = slapo_rng_key(env->seed, stream);
+  int64_t b0 = (int64_t)(offset >> 2), b1 = (int64_t)((offset + (uint64_t)N - 1) >> 2);
+#pragma omp parallel for num_threads(slapo__threads_for(N * 4)) schedule(static)
+  for (int64_t b = b0; b <= b1; b++) {
+    float u[4];
+    slapo_rng_uniform4(key, env->step, (uint64_t)b, u);
+    for (int j = 0; j < 4; j++) {
+      int64_t i = 4 * b + j - (int64_t)offset;
+      if (i >= 0 && i < N) y[i] = (double)u[j] >= p ? x[i] * scale : 0.0f;
+    }
   }
 }
 

@@ -51,6 +51,16 @@ static void test_uniform_pure_and_in_range(void **state) {
               slapo_rng_uniform(42, 7, 3, 6) != slapo_rng_uniform(42, 7, 4, 6));
 }
 
+static void test_uniform4_matches(void **state) {
+  (void)state;
+  uint64_t key = slapo_rng_key(42, 7);
+  for (uint64_t b = 0; b < 100; b++) {
+    float u[4];
+    slapo_rng_uniform4(key, 3, b, u);
+    for (int j = 0; j < 4; j++) assert_true(u[j] == slapo_rng_uniform(42, 7, 3, 4 * b + j));
+  }
+}
+
 static void test_normal_moments(void **state) {
   (void)state;
   double sum = 0, sumsq = 0;
@@ -70,6 +80,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_known_answers),
       cmocka_unit_test(test_uniform_pure_and_in_range),
+      cmocka_unit_test(test_uniform4_matches),
       cmocka_unit_test(test_normal_moments),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
