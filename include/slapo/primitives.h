@@ -92,13 +92,14 @@ slapo_status slapo_replace_all(slapo_sched *node, const char *type_name, const c
 slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *key,
                             const char *value);
 
-/* checkpoint: with ratio <= 0 (or 1 on a module without children) the
- * module's activations are recomputed in the backward instead of kept; with
- * 0 < ratio <= 1 on a module with children (a list such as transformer.h),
- * its first floor(ratio * n) children are checkpointed. Loss, outputs and
- * gradients stay bitwise equal (DESIGN.md §3).
- * Errors: SLAPO_INVALID_ARG (ratio > 1, or < 1 on a module without
- * children), SLAPO_STATE (already checkpointed). */
+/* checkpoint: with ratio <= 0 the module's activations are recomputed in
+ * the backward instead of kept; with 0 < ratio <= 1 on a module with
+ * children (a list such as transformer.h), its first floor(ratio * n)
+ * children are checkpointed. Loss, outputs and gradients stay bitwise equal
+ * (DESIGN.md §3).
+ * Errors: SLAPO_INVALID_ARG (the root; ratio > 1; a ratio on a module
+ * without children, or one selecting none), SLAPO_STATE (already
+ * checkpointed). */
 slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
 
 #ifdef __cplusplus

@@ -179,7 +179,7 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
   if (s == SLAPO_OK) s = slapo_sched_expand(log, root, &steps);
   size_t n = steps.n ? steps.items[steps.n - 1].number : 0;
   slapo_verify_check c, bad = {0};
-  if (s == SLAPO_OK && opts->bisect) {
+  if (s == SLAPO_OK && opts->bisect && n > 0) {
     /* Invariant: prefix lo passes, prefix hi fails. */
     s = check_prefix(build, ud, log, &steps, n, opts, &c);
     if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);

@@ -340,6 +340,11 @@ static int cmd_show(int argc, char **argv) {
     if (s == SLAPO_OK) {
       printf("schedule %s: %zu steps\n", schedule, steps.n);
       slapo_sched_steps_print(&steps, stdout);
+      if (n_disabled) {
+        printf("disabled:");
+        for (size_t i = 0; i < n_disabled; i++) printf(" %zu", disabled[i]);
+        printf("\n");
+      }
       s = slapo_apply_schedule(root, log, disabled, n_disabled, 0, NULL);
     }
     if (s == SLAPO_OK) {

@@ -335,12 +335,6 @@ void slapo_module_zero_grad(slapo_module *m) { slapo_module_visit_params(m, zero
 
 /* ---- repr ---- */
 
-static int64_t own_numel(const slapo_module *m) {
-  int64_t n = 0;
-  for (int i = 0; i < m->n_params; i++) n += slapo_tensor_numel(m->params[i]->value);
-  for (int i = 0; i < m->n_children; i++) n += own_numel(m->children[i]);
-  return n;
-}
 
 static void fmt_count(int64_t n, char *buf, size_t cap) {
   if (n >= 1000000) snprintf(buf, cap, "%.2fM", (double)n / 1e6);
@@ -365,7 +359,8 @@ static bool same_tree(const slapo_module *a, const slapo_module *b) {
 static void print_rec(const slapo_module *m, FILE *f, int indent, const char *label) {
   char desc[256] = "", cnt[32];
   if (m->type->describe) m->type->describe(m, desc, sizeof desc);
-  fmt_count(own_numel(m), cnt, sizeof cnt);
+  /* Distinct parameters: a tied weight counts once, where it is first seen. */
+  fmt_count(slapo_module_numel((slapo_module *)m), cnt, sizeof cnt);
   fprintf(f, "%*s%s%s%s(%s)", indent, "", label, label[0] ? ": " : "", m->type->name, desc);
   if (!m->n_children) {
     fprintf(f, "  # %s params\n", cnt);

@@ -18,4 +18,19 @@ slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_arg
                              const slapo_sched_arg *args, const slapo_sched_entry *from,
                              bool replayable);
 
+/* Checks that the line slapo__prim_log would append for node is one the log
+ * accepts (it prints as a .sched line that reads back the same), without
+ * appending it, so a primitive can refuse before it mutates.
+ * Errors: those of slapo_sched_log_append (SLAPO_INVALID_ARG, NOMEM). */
+slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int n_args,
+                                   const slapo_sched_arg *args);
+
+/* Swaps node's module for `mod` (consumed) in the parent's child table and
+ * rebuilds node's schedule subtree; on error nothing changes. replace.c. */
+slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);
+
+/* Writes the registered replacement modules' names, "A, B", into buf ("none"
+ * when there are none); truncated to cap. */
+void slapo__prim_registered_text(char *buf, size_t cap);
+
 #endif

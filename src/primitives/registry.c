@@ -34,7 +34,7 @@ slapo_status slapo_primitive_apply(slapo_sched *node, const slapo_sched_entry *e
   if (!p) {
     char known[256] = "";
     size_t used = 0;
-    for (int i = 0; i < N_PRIMS; i++)
+    for (int i = 0; i < N_PRIMS && used < sizeof known; i++)
       used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
                                k_prims[i]->name);
     s = slapo_error(SLAPO_NOT_FOUND, "unknown primitive '%s' (known: %s)", e->primitive, known);
@@ -56,9 +56,9 @@ const char *slapo__prim_path(const slapo_sched *node) {
   return p[0] ? p : ".";
 }
 
-slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_args,
-                             const slapo_sched_arg *args, const slapo_sched_entry *from,
-                             bool replayable) {
+static slapo_status log_append_to(slapo_sched_log *log, slapo_sched *node, const char *primitive,
+                                  int n_args, const slapo_sched_arg *args,
+                                  const slapo_sched_entry *from, bool replayable) {
   slapo_sched_entry e = {
       .path = slapo__prim_path(node),
       .primitive = primitive,
@@ -68,7 +68,38 @@ slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_arg
       .line = from ? from->line : 0,
       .replayable = replayable,
   };
-  return slapo_sched_log_append(slapo_sched_log_of(node), &e);
+  return slapo_sched_log_append(log, &e);
+}
+
+slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_args,
+                             const slapo_sched_arg *args, const slapo_sched_entry *from,
+                             bool replayable) {
+  return log_append_to(slapo_sched_log_of(node), node, primitive, n_args, args, from, replayable);
+}
+
+slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int n_args,
+                                   const slapo_sched_arg *args) {
+  slapo_sched_log *scratch;
+  SLAPO_TRY(slapo_sched_log_new(&scratch));
+  slapo_status s = log_append_to(scratch, node, primitive, n_args, args, NULL, true);
+  slapo_sched_log_free(scratch);
+  if (s == SLAPO_INVALID_ARG) {
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", slapo_last_error());
+    s = slapo_error(s, "%s: %s: the request cannot be logged as a .sched line: %s", primitive,
+                    slapo__prim_path(node), msg);
+  }
+  return s;
+}
+
+void slapo__prim_registered_text(char *buf, size_t cap) {
+  size_t used = 0;
+  int n = slapo_module_registered_count();
+  buf[0] = '\0';
+  for (int i = 0; i < n && used < cap; i++)
+    used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
+                             slapo_module_registered_name(i));
+  if (n == 0) snprintf(buf, cap, "none");
 }
 
 /* ---- replacement modules ---- */

@@ -12,6 +12,7 @@
  *             (checkpoints still load). Memory and work change as the new
  *             module's do (FlashAttention: no [B, NH, T, T] buffers).
  * Fails       SLAPO_INVALID_ARG  the node is the root
+ *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
  *             SLAPO_NOT_FOUND    no module registered under that name
  *             (factory's status) the module cannot be replaced by it
  * Verified by verify: outputs and gradients equal within tolerance (the new
@@ -30,15 +31,15 @@ static slapo_status build(slapo_sched *node, const char *name, slapo_module **ou
                                           "one of its children");
   slapo_module_factory f = slapo_module_factory_find(name);
   if (!f) {
-    char known[256] = "";
-    size_t used = 0;
-    for (int i = 0; i < slapo_module_registered_count(); i++)
-      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                               slapo_module_registered_name(i));
+    char known[256];
+    slapo__prim_registered_text(known, sizeof known);
     return slapo_error(SLAPO_NOT_FOUND, "replace: %s: no module is registered as '%s' "
                                         "(registered: %s)",
-                       path, name, used ? known : "none");
+                       path, name, known);
   }
+  /* The log line is checked before anything is built or swapped. */
+  slapo_sched_arg a = slapo_sched_arg_word(NULL, name);
+  SLAPO_TRY(slapo__prim_log_check(node, "replace", 1, &a));
   slapo_status s = f(slapo_sched_module(node), out);
   if (s != SLAPO_OK) {
     char msg[1024];
@@ -89,9 +90,14 @@ slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod) {
   }
   char type[128];
   snprintf(type, sizeof type, "%s", mod->type->name);
+  slapo_sched_arg a = slapo_sched_arg_word(NULL, type);
+  slapo_status s = slapo__prim_log_check(node, "replace", 1, &a);
+  if (s != SLAPO_OK) {
+    slapo_module_free(mod);
+    return s;
+  }
   SLAPO_TRY(slapo__prim_swap(node, mod));
   /* A C-only object cannot be rebuilt from a schedule file. */
-  slapo_sched_arg a = slapo_sched_arg_word(NULL, type);
   return slapo__prim_log(node, "replace", 1, &a, NULL, false);
 }
 

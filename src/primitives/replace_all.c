@@ -12,6 +12,7 @@
  * Effect      as `replace` for each match; all replacements are built before
  *             any is swapped in, so a factory error changes nothing.
  * Fails       SLAPO_NO_MATCH     no module of that type below the node
+ *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
  *             SLAPO_NOT_FOUND    no module registered under that name
  *             (factory's status) a module cannot be replaced by it
  * Verified by verify, as `replace`. */
@@ -19,8 +20,6 @@
 #include <string.h>
 
 #include "primitives/internal.h"
-
-slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);
 
 static bool inside(const char *path, const char *outer) {
   size_t n = strlen(outer);
@@ -31,11 +30,17 @@ static slapo_status replace_all_impl(slapo_sched *node, const char *type, const 
                                      const slapo_sched_entry *from) {
   const char *where = slapo__prim_path(node);
   slapo_module_factory f = slapo_module_factory_find(name);
-  if (!f)
-    return slapo_error(SLAPO_NOT_FOUND, "replace_all: %s: no module is registered as '%s'",
-                       where, name);
-  /* Snapshot of matching nodes (outermost only), as paths: swapping rebuilds
-   * subtrees and invalidates node handles. */
+  if (!f) {
+    char known[256];
+    slapo__prim_registered_text(known, sizeof known);
+    return slapo_error(SLAPO_NOT_FOUND,
+                       "replace_all: %s: no module is registered as '%s' (registered: %s)", where,
+                       name, known);
+  }
+  /* The log line is checked before anything is built or swapped. */
+  slapo_sched_arg a[2] = {slapo_sched_arg_word(NULL, type), slapo_sched_arg_word(NULL, name)};
+  SLAPO_TRY(slapo__prim_log_check(node, "replace_all", 2, a));
+  /* Snapshot of matching nodes (outermost only), taken before any swap. */
   size_t cap = slapo_sched_count(node), n = 0;
   slapo_sched **match = slapo_calloc(cap + 1, sizeof *match);
   slapo_module **made = slapo_calloc(cap + 1, sizeof *made);
@@ -71,13 +76,14 @@ static slapo_status replace_all_impl(slapo_sched *node, const char *type, const 
   for (size_t i = 0; i < n; i++) {
     s = slapo__prim_swap(match[i], made[i]);
     made[i] = NULL;
-    if (s != SLAPO_OK) break; /* NOMEM mid-way: earlier swaps stay (logged below) */
+    /* NOMEM mid-way (the failed swap undoes itself): earlier swaps stay
+     * and are not logged. */
+    if (s != SLAPO_OK) break;
   }
   for (size_t i = 0; i < n; i++) slapo_module_free(made[i]);
   slapo_free(match);
   slapo_free(made);
   SLAPO_TRY(s);
-  slapo_sched_arg a[2] = {slapo_sched_arg_word(NULL, type), slapo_sched_arg_word(NULL, name)};
   return slapo__prim_log(node, "replace_all", 2, a, from, true);
 }
 

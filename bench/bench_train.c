@@ -1,0 +1,252 @@
+/* bench/bench_train.c - GPT-2 training-step throughput of slapo: one step is
+ * zero_grad + slapo_step (forward and backward) + global-norm clipping (1.0)
+ * + AdamW, the same work bench/train_peer.py times for PyTorch (see
+ * bench/run_train_bench.sh, which runs the two side by side). Inputs are
+ * random token ids (no tokenizer). Prints one line: tokens/s from the median
+ * step time, step ms (median, min), MFU, the measured GEMM peak, the planned
+ * activation peak and the persistent bytes (weights, gradients, AdamW m, v).
+ *
+ * MFU (model FLOPs utilization; PaLM, Chowdhery et al. 2022, appendix B, as
+ * llm.c's estimate_mfu): flops per token = 6 N + 12 L T C, with N every
+ * parameter (tied wte counted once: it is also lm_head's GEMM; wpe included
+ * as llm.c does), L layers, T the sequence length, C the width; the second
+ * term is the attention's QK^T and AV products, forward and backward, counted
+ * over the full T x T matrix as PaLM does. MFU = flops per token * tokens/s /
+ * peak, where the peak is measured here with a 1024^3 f32 matmul through
+ * slapo (planned one-node graph, median of 7 samples).
+ * --profile: also prints the mean ms per op type over the timed steps. */
+#include <getopt.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "slapo/exec.h"
+#include "slapo/train.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of t[0..n) (sorts t). */
+static double median(double *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_train: %s failed: %s\n", what, slapo_last_error());
+  exit(1);
+}
+
+#define CHECK(expr)                                                            \
+  do {                                                                         \
+    if ((expr) != SLAPO_OK) die(#expr);                                        \
+  } while (0)
+
+/* GFLOP/s of a 1024^3 matmul through slapo: a planned one-node graph re-run
+ * (dispatch included), each of 7 samples >= 50 ms of runs, median. */
+static double gemm_peak_gflops(void) {
+  const int64_t n = 1024;
+  int64_t sh[2] = {n, n};
+  slapo_tensor *a, *b;
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &a));
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &b));
+  float *pa = slapo_tensor_data(a), *pb = slapo_tensor_data(b);
+  for (int64_t i = 0; i < n * n; i++) {
+    pa[i] = (float)(i % 97) / 97.0f - 0.5f;
+    pb[i] = (float)(i % 89) / 89.0f - 0.5f;
+  }
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  slapo_plan *p;
+  CHECK(slapo_graph_new(&g));
+  CHECK(slapo_ctx_new(g, &ctx));
+  slapo_node *y = slapo_matmul(ctx, slapo_input(ctx, "a", SLAPO_DTYPE_F32, 2, sh),
+                               slapo_input(ctx, "b", SLAPO_DTYPE_F32, 2, sh), false, false);
+  slapo_output(ctx, 1, &y);
+  CHECK(slapo_ctx_status(ctx));
+  CHECK(slapo_plan_new(g, NULL, &p));
+  CHECK(slapo_plan_bind_input(p, "a", a));
+  CHECK(slapo_plan_bind_input(p, "b", b));
+  CHECK(slapo_plan_run(p, NULL)); /* warm-up: creates the oneDNN primitive */
+  double t[7];
+  for (int s = 0; s < 7; s++) {
+    int runs = 0;
+    double t0 = now_s(), dt;
+    do {
+      CHECK(slapo_plan_run(p, NULL));
+      runs++;
+    } while ((dt = now_s() - t0) < 0.05);
+    t[s] = dt / runs;
+  }
+  slapo_plan_free(p);
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+  slapo_tensor_free(a);
+  slapo_tensor_free(b);
+  return 2.0 * (double)(n * n * n) / median(t, 7) / 1e9;
+}
+
+/* Mean ms per op type over the timed steps (--profile). */
+typedef struct op_time {
+  const char *op;
+  double ms;
+} op_time;
+
+static int cmp_op_time(const void *a, const void *b) {
+  double x = ((const op_time *)a)->ms, y = ((const op_time *)b)->ms;
+  return (x < y) - (x > y);
+}
+
+static void add_profile(const slapo_runner *r, op_time *ops, int *n_ops, int cap) {
+  const slapo_graph *g = slapo_runner_graph(r);
+  const slapo_plan *p = slapo_runner_plan(r);
+  for (slapo_node *n = slapo_graph_first(g); n; n = n->next) {
+    if (n->kind != SLAPO_NODE_CALL_OP) continue;
+    int k = 0;
+    while (k < *n_ops && strcmp(ops[k].op, n->target)) k++;
+    if (k == *n_ops) {
+      if (k == cap) continue;
+      ops[(*n_ops)++] = (op_time){n->target, 0};
+    }
+    ops[k].ms += slapo_plan_node_ms(p, n);
+  }
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--profile]\n"
+          "  --config   GPT-2 config (tiny, small, 124M, ...)  [small]\n"
+          "  --batch    sequences per step                    [4]\n"
+          "  --seq      tokens per sequence                   [256]\n"
+          "  --steps    timed steps, after 2 warm-up steps    [10]\n"
+          "  --profile  print mean ms per op type\n"
+          "OMP_NUM_THREADS sets the threads (default: all processors).\n");
+}
+
+int main(int argc, char **argv) {
+  const char *config = "small";
+  int64_t B = 4, T = 256;
+  int steps = 10;
+  bool profile = false;
+  static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+                                        {"batch", required_argument, NULL, 'b'},
+                                        {"seq", required_argument, NULL, 't'},
+                                        {"steps", required_argument, NULL, 's'},
+                                        {"profile", no_argument, NULL, 'p'},
+                                        {"help", no_argument, NULL, 'h'},
+                                        {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
+    switch (c) {
+    case 'c': config = optarg; break;
+    case 'b': B = atoll(optarg); break;
+    case 't': T = atoll(optarg); break;
+    case 's': steps = atoi(optarg); break;
+    case 'p': profile = true; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (B < 1 || T < 1 || steps < 1) {
+    usage(stderr);
+    return 2;
+  }
+
+  double peak_gflops = gemm_peak_gflops();
+
+  slapo_gpt2_config cfg;
+  slapo_module *model;
+  CHECK(slapo_gpt2_config_named(config, &cfg));
+  CHECK(slapo_gpt2_new(&cfg, &model));
+  CHECK(slapo_module_materialize(model, 1));
+  slapo_plan_opts opts = {.timing = profile};
+  slapo_runner *r;
+  CHECK(slapo_runner_new(model, &opts, &r));
+  slapo_adamw *opt;
+  CHECK(slapo_adamw_new(model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, &opt));
+
+  /* idx, targets [B, T] i32: random ids in [0, V) from a fixed LCG. */
+  int64_t sh[2] = {B, T};
+  slapo_tensor *x, *y;
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
+  int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
+  uint64_t lcg = 12345;
+  for (int64_t i = 0; i < B * T; i++) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)cfg.vocab_size);
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)cfg.vocab_size);
+  }
+  const slapo_tensor *in[2] = {x, y};
+
+  int total = steps + 2;
+  double *times = malloc((size_t)steps * sizeof *times);
+  op_time ops[128];
+  int n_ops = 0;
+  float loss = 0;
+  double phase[4] = {0}; /* zero_grad, step, clip, adamw: summed seconds */
+  for (int it = 0; it < total; it++) {
+    slapo_kernel_env env = {.seed = 1, .step = (uint64_t)it, .training = true};
+    const slapo_tensor *l;
+    double t0 = now_s();
+    slapo_module_zero_grad(model);
+    double t1 = now_s();
+    CHECK(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &l));
+    double t2 = now_s();
+    slapo_clip_grad_norm(model, 1.0);
+    double t3 = now_s();
+    slapo_adamw_step(opt, 1e-4f);
+    double t4 = now_s();
+    loss = *(const float *)slapo_tensor_data(l);
+    if (it < 2) continue;
+    times[it - 2] = t4 - t0;
+    phase[0] += t1 - t0, phase[1] += t2 - t1, phase[2] += t3 - t2, phase[3] += t4 - t3;
+    if (profile) add_profile(r, ops, &n_ops, 128);
+  }
+
+  double min_s = times[0];
+  for (int i = 1; i < steps; i++) min_s = times[i] < min_s ? times[i] : min_s;
+  double med = median(times, steps);
+  double tok_s = (double)(B * T) / med;
+  int64_t N = slapo_module_numel(model);
+  double flops_per_tok = 6.0 * (double)N + 12.0 * cfg.n_layer * (double)T * (double)cfg.n_embd;
+  double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
+  /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
+  double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
+  printf("slapo config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
+         "mfu=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
+         "persistent_mb=%.1f loss=%.4f params=%lld threads=%d\n",
+         config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
+         flops_per_tok * tok_s / 1e9, peak_gflops, (double)slapo_runner_peak_nbytes(r) / 1e6,
+         persistent_mb, loss, (long long)N, omp_get_max_threads());
+  printf("phases (mean ms): zero_grad %.1f, step %.1f, clip %.1f, adamw %.1f\n",
+         1e3 * phase[0] / steps, 1e3 * phase[1] / steps, 1e3 * phase[2] / steps,
+         1e3 * phase[3] / steps);
+  if (profile) {
+    qsort(ops, (size_t)n_ops, sizeof *ops, cmp_op_time);
+    double all = 0;
+    for (int k = 0; k < n_ops; k++) all += ops[k].ms;
+    printf("per op type (mean over %d steps; graph only, no optimizer): %.1f ms\n", steps,
+           all / steps);
+    for (int k = 0; k < n_ops; k++)
+      printf("  %-24s %8.2f ms %5.1f%%\n", ops[k].op, ops[k].ms / steps, 100 * ops[k].ms / all);
+  }
+  free(times);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  slapo_adamw_free(opt);
+  slapo_runner_free(r);
+  slapo_module_free(model);
+  return 0;
+}

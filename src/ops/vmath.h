@@ -1,0 +1,87 @@
+/* ops/vmath.h - float math for fast kernels, written so that GCC vectorizes
+ * the loops that use it: no libm calls (glibc's vector libm needs
+ * -ffast-math) and no float comparisons (without -fno-trapping-math GCC
+ * will not if-convert them), only arithmetic and integer bit operations.
+ * Plus SLAPO__SIMD_CLONES, which compiles a loop for AVX-512 and AVX2 as
+ * well as the baseline and picks one at load time (the build targets plain
+ * x86-64). Layer: ops (internal).
+ * exp: Cody & Waite range reduction with the degree-7 polynomial of Cephes'
+ * expf (S. L. Moshier, Cephes Math Library, expf.c), ~1 ulp on [-ln2/2, ln2/2]. */
+#ifndef SLAPO_OPS_VMATH_H
+#define SLAPO_OPS_VMATH_H
+
+#include <stdint.h>
+#include <string.h>
+
+/* Loop functions marked with this get one clone per ISA level. The clones
+ * compute the same bits: the build is ISO C (-std=c17), where GCC does not
+ * contract a * b + c into an FMA, so every clone rounds every operation the
+ * same way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SLAPO__SIMD_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
+#else
+#define SLAPO__SIMD_CLONES
+#endif
+
+/* x with its magnitude limited to `lim_bits` (the bit pattern of a positive
+ * float), sign kept; NaN passes through. An unsigned compare of the bit
+ * patterns orders non-negative floats like the floats themselves. */
+static inline float slapo__clamp_abs(float x, uint32_t lim_bits) {
+  uint32_t b;
+  memcpy(&b, &x, sizeof b);
+  uint32_t m = b & 0x7fffffffu;
+  m = m > 0x7f800000u ? m : m < lim_bits ? m : lim_bits;
+  b = (b & 0x80000000u) | m;
+  memcpy(&x, &b, sizeof b);
+  return x;
+}
+
+/* e^a for |a| <= 87 (callers bound it; outside, the 2^n scale overflows).
+ * The argument is a double and is reduced in double, so e^a is accurate to
+ * ~2 ulp of float even when a is large: a float argument alone would carry
+ * an error of |a| * 2^-24 into the result. */
+static inline float slapo__exp_bounded(double a) {
+  /* n = round-to-nearest(a / ln 2) by the 1.5 * 2^52 shift; r = a - n ln 2
+   * in double, |r| <= ln2 / 2, then rounded to float for the polynomial. */
+  double n = (a * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;
+  float r = (float)(a - n * 0.6931471805599453);
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n as a float */
+  float scale;
+  memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+/* GELU, tanh form (Hendrycks & Gimpel 2016 eq. 2; GPT-2), and its
+ * derivative, without tanh: with u = sqrt(2/pi) (x + 0.044715 x^3),
+ * E = e^(-2u) and s = 1 / (1 + E) = sigmoid(2u):
+ *   0.5 x (1 + tanh u) = x s                       (1 + tanh u = 2s)
+ *   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u'         (t = tanh u)
+ *        = s + 2 x (E s) s sqrt(2/pi) (1 + 3 * 0.044715 x^2)
+ * using 1 - t^2 = 4 s (1 - s) and 1 - s = E s. No term cancels, so the
+ * relative error stays ~1e-7 where 1 + tanhf(u) would lose every digit
+ * (x < -4). u is formed in double (see slapo__exp_bounded). x is clamped
+ * to |x| <= 9.5 inside E only (|2u| <= 87): beyond, GELU is x itself to
+ * float precision on the right, and below 4e-37 in magnitude on the left. */
+#define SLAPO__GELU_XMAX_BITS 0x41180000u /* 9.5f */
+
+static inline float slapo__gelu_tanh_E(float x) {
+  double xd = slapo__clamp_abs(x, SLAPO__GELU_XMAX_BITS);
+  return slapo__exp_bounded(-1.5957691216057308 * (xd + 0.044715 * xd * xd * xd));
+}
+
+static inline float slapo__gelu_tanh(float x) { return x / (1.0f + slapo__gelu_tanh_E(x)); }
+
+static inline float slapo__gelu_tanh_grad(float x) {
+  float E = slapo__gelu_tanh_E(x);
+  float s = 1.0f / (1.0f + E);
+  return s + 2.0f * x * (E * s) * s * 0.7978845608f * (1.0f + 0.134145f * x * x);
+}
+
+#endif

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# tests/cli/test_cli_sched.sh - the schedule side of the `slapo` command:
+# `primitives` and `help <primitive>`, `show --schedule` (numbered steps with
+# file:line, --disable), parse errors as file:line:col, `verify` (bitwise for
+# checkpoint, exit 1 for a broken schedule) and `train --schedule`.
+# Usage: test_cli_sched.sh path/to/slapo path/to/source-root
+# Prints "N passed, M failed" and exits non-zero when any check fails.
+set -u
+
+SLAPO=${1:?usage: test_cli_sched.sh path/to/slapo path/to/source-root}
+SRC=${2:?usage: test_cli_sched.sh path/to/slapo path/to/source-root}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_cli_sched_XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+cd "$SRC" || exit 1 # schedules/ paths as users type them
+
+passed=0
+failed=0
+OUT="$TMP/out"
+ERR="$TMP/err"
+
+# run NAME WANT_RC CMD... : runs the command, keeps stdout/stderr, checks rc.
+rc_ok=0
+run() {
+  local name=$1 want=$2
+  shift 2
+  "$@" >"$OUT" 2>"$ERR"
+  local rc=$?
+  if [ "$rc" -eq "$want" ]; then
+    rc_ok=1
+    passed=$((passed + 1))
+  else
+    rc_ok=0
+    failed=$((failed + 1))
+    echo "FAIL $name: exit $rc, want $want"
+    echo "  stdout: $(head -c 400 "$OUT")"
+    echo "  stderr: $(head -c 400 "$ERR")"
+  fi
+}
+
+# check NAME FILE PATTERN : the last run's FILE ("out", "err" or a path)
+# has a line matching the extended regex PATTERN.
+check() {
+  local name=$1 file=$2 pat=$3
+  case "$file" in out) file=$OUT ;; err) file=$ERR ;; esac
+  if [ "$rc_ok" -eq 1 ] && grep -qE -- "$pat" "$file"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name: no line matches /$pat/"
+    echo "  $(head -c 600 "$file")"
+  fi
+}
+
+# lacks NAME FILE PATTERN : no line of FILE matches PATTERN.
+lacks() {
+  local name=$1 file=$2 pat=$3
+  case "$file" in out) file=$OUT ;; err) file=$ERR ;; esac
+  if [ "$rc_ok" -eq 1 ] && ! grep -qE -- "$pat" "$file"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $name: a line matches /$pat/: $(grep -E -- "$pat" "$file" | head -3)"
+  fi
+}
+
+FA=schedules/gpt2_flash_attention.sched
+CK=schedules/gpt2_checkpoint.sched
+
+# ---- primitives, help ----
+run "primitives" 0 "$SLAPO" primitives
+for p in replace replace_all annotate checkpoint; do
+  check "primitives lists $p" out "^$p +[a-z]"
+done
+check "primitives lists replacement modules" out "^FlashAttention +"
+
+run "help checkpoint" 0 "$SLAPO" help checkpoint
+check "help checkpoint: signature" out "^checkpoint \[ratio=r\]"
+check "help checkpoint: C form" out "slapo_checkpoint\(node"
+check "help checkpoint: preconditions" out "Fails: INVALID_ARG"
+check "help checkpoint: verification" out "Verified: bitwise"
+for p in replace replace_all annotate; do
+  run "help $p" 0 "$SLAPO" help "$p"
+  check "help $p: doc" out "^  Fails: "
+done
+
+run "help bogus" 1 "$SLAPO" help bogus
+check "help bogus: message" err "^slapo: not_found: no primitive 'bogus'"
+
+# ---- show --schedule ----
+run "show" 0 "$SLAPO" show --config tiny --schedule "$FA"
+check "show: step count" out "^schedule $FA: 5 steps$"
+for i in 0 1 2 3; do
+  check "show: step $((i + 1))" out \
+    "^$((i + 1)) +transformer\.h\.$i\.attn +replace +FlashAttention +# $FA:3$"
+done
+check "show: step 5" out "^5 +transformer\.h +checkpoint +ratio=1\.0 +# $FA:4$"
+check "show: applied log" out "^transformer\.h\.3\.attn +replace +FlashAttention$"
+check "show: scheduled tree" out "\(attn\): FlashAttention\("
+
+run "show --disable" 0 "$SLAPO" show --config tiny --schedule "$FA" --disable 1,2
+check "show --disable: steps still numbered" out "^1 +transformer\.h\.0\.attn +replace"
+check "show --disable: count" out "^applied \(2 disabled\):$"
+sed -n '/^applied/,$p' "$OUT" >"$TMP/applied"
+check "show --disable: step 3 applied" "$TMP/applied" "^transformer\.h\.2\.attn +replace +FlashAttention$"
+check "show --disable: step 5 applied" "$TMP/applied" "^transformer\.h +checkpoint +ratio=1\.0$"
+lacks "show --disable: step 1 skipped" "$TMP/applied" "^transformer\.h\.0\.attn +replace"
+lacks "show --disable: step 2 skipped" "$TMP/applied" "^transformer\.h\.1\.attn +replace"
+check "show --disable: h.0-1 keep GPT2Attention" "$TMP/applied" "\(attn\): GPT2Attention\("
+
+printf '# bad\ntransformer.h checkpoint ratio=0.5.1\n' >"$TMP/malformed.sched"
+run "show malformed" 1 "$SLAPO" show --config tiny --schedule "$TMP/malformed.sched"
+check "show malformed: file:line:col" err "^slapo: parse: $TMP/malformed\.sched:2:[0-9]+: expected a number"
+lacks "show malformed: nothing applied" out "^applied"
+
+printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
+run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
+check "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
+
+# ---- verify ----
+run "verify checkpoint" 0 "$SLAPO" verify --schedule "$CK"
+check "verify checkpoint: bitwise" out "^steps 1-1 .*$CK:3 transformer\.h checkpoint\): equal bitwise$"
+check "verify checkpoint: ok" out "^verify: ok$"
+
+run "verify flash attention" 0 "$SLAPO" verify --schedule "$FA" --batch 1 --seq 8 --final-only
+check "verify flash attention: tolerance" out "^steps 1-5 .*: within tolerance"
+
+printf 'transformer.h.0 checkpoint\ntransformer.h.1 frobnicate\n' >"$TMP/broken.sched"
+run "verify broken" 1 "$SLAPO" verify --schedule "$TMP/broken.sched"
+check "verify broken: message" err "^slapo: not_found: $TMP/broken\.sched:2: unknown primitive 'frobnicate'"
+
+# ---- train --schedule ----
+for i in $(seq 40); do
+  echo "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins."
+done >"$TMP/corpus.txt"
+run "train --schedule" 0 "$SLAPO" train --config tiny --steps 2 --batch 1 --seq 8 --sample 0 \
+  --data "$TMP/corpus.txt" --schedule "$FA"
+check "train --schedule: applied" out "applied 5 steps"
+check "train --schedule: steps ran" out "^step 2/2 loss [0-9.]+"
+
+run "train --schedule --disable" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 \
+  --sample 0 --data "$TMP/corpus.txt" --schedule "$FA" --disable 5
+check "train --disable: count" out "applied 4 steps \(1 disabled\)"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
