@@ -10,161 +10,128 @@
 
 #include <string.h>
 
+#include "common/opfix.h"
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
 #define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
-typedef struct fx {
-  slapo_graph *g;
-  slapo_ctx *ctx;
-} fx;
-
-static int setup(void **state) {
-  fx *f = test_malloc(sizeof *f);
-  OK(slapo_graph_new(&f->g));
-  OK(slapo_ctx_new(f->g, &f->ctx));
-  *state = f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fx *f = *state;
-  slapo_ctx_free(f->ctx);
-  slapo_graph_free(f->g);
-  test_free(f);
-  return 0;
-}
-
-static slapo_node *in(fx *f, const char *name, int ndim, const int64_t *shape) {
-  slapo_node *n = slapo_input(f->ctx, name, SLAPO_DTYPE_F32, ndim, shape);
-  assert_non_null(n);
-  return n;
-}
-
-/* The ctx failed with `s`, its message and the thread's contain every
- * string of `subs` (NULL-terminated), and the graph holds only the inputs. */
-static void expect_fail(fx *f, slapo_node *n, slapo_status s, int n_nodes,
-                        const char *const *subs) {
-  assert_null(n);
-  assert_int_equal(slapo_ctx_status(f->ctx), s);
-  for (int i = 0; subs[i]; i++) {
-    if (!strstr(slapo_ctx_message(f->ctx), subs[i]))
-      fail_msg("ctx message '%s' lacks '%s'", slapo_ctx_message(f->ctx), subs[i]);
-    if (!strstr(slapo_last_error(), subs[i]))
-      fail_msg("last error '%s' lacks '%s'", slapo_last_error(), subs[i]);
-  }
-  assert_int_equal(slapo_graph_count(f->g), n_nodes);
-  OK(slapo_graph_lint(f->g));
-}
-
-#define SUBS(...) ((const char *const[]){__VA_ARGS__, NULL})
-
 static void test_inner_dims(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 2, (int64_t[]){2, 3}), *b = in(f, "b", 2, (int64_t[]){4, 5});
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
-              SUBS("matmul: a [2, 3] and b [4, 5]: inner dims 3 and 4 differ",
-                   "a is [.., M, K], b is [.., K, N]"));
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 2, (int64_t[]){2, 3}),
+             *b = opfix_input(f, "b", 2, (int64_t[]){4, 5});
+  opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("matmul: a [2, 3] and b [4, 5]: inner dims 3 and 4 differ",
+                               "a is [.., M, K], b is [.., K, N]"));
   /* Sticky: a valid call after the failure returns NULL and adds nothing. */
   assert_null(slapo_matmul(f->ctx, a, a, false, true));
   assert_int_equal(slapo_graph_count(f->g), 2);
 }
 
 static void test_inner_dims_trans(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 3, (int64_t[]){7, 2, 3}), *b = in(f, "b", 2, (int64_t[]){3, 5});
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 3, (int64_t[]){7, 2, 3}),
+             *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
   /* b stored [N, K] = [3, 5] gives K = 5 against a's 3. */
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, true), SLAPO_SHAPE, 2,
-              SUBS("matmul: a [7, 2, 3] and b [3, 5]: inner dims 3 and 5 differ",
-                   "b is [.., N, K] with trans_b=1"));
+  opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, true), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("matmul: a [7, 2, 3] and b [3, 5]: inner dims 3 and 5 differ",
+                               "b is [.., N, K] with trans_b=1"));
 }
 
 static void test_batch_not_broadcastable(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 4, (int64_t[]){2, 3, 4, 5}), *b = in(f, "b", 3, (int64_t[]){4, 5, 6});
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
-              SUBS("matmul: a [2, 3, 4, 5] and b [4, 5, 6]", "batch dims [2, 3] and [4]",
-                   "do not broadcast (3 vs 4)"));
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 4, (int64_t[]){2, 3, 4, 5}),
+             *b = opfix_input(f, "b", 3, (int64_t[]){4, 5, 6});
+  opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("matmul: a [2, 3, 4, 5] and b [4, 5, 6]",
+                               "batch dims [2, 3] and [4]", "do not broadcast (3 vs 4)"));
 }
 
 static void test_vector_operand(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 1, (int64_t[]){3}), *b = in(f, "b", 2, (int64_t[]){3, 5});
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
-              SUBS("matmul: a [3] and b [3, 5]", "at least 2 dims", "reshape a vector"));
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 1, (int64_t[]){3}),
+             *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
+  opfix_expect_fail(
+      f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
+      OPFIX_SUBS("matmul: a [3] and b [3, 5]", "at least 2 dims", "reshape a vector"));
 }
 
 static void test_dtype(void **state) {
-  fx *f = *state;
-  slapo_node *a = slapo_input(f->ctx, "a", SLAPO_DTYPE_I32, 2, (int64_t[]){2, 3});
-  slapo_node *b = in(f, "b", 2, (int64_t[]){3, 5});
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_DTYPE, 2,
-              SUBS("matmul: input 0 (a) has dtype i32, expected f32"));
+  opfix *f = *state;
+  slapo_node *a = opfix_input_dt(f, "a", SLAPO_DTYPE_I32, 2, (int64_t[]){2, 3});
+  slapo_node *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
+  opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_DTYPE, 2,
+                    OPFIX_SUBS("matmul: input 0 (a) has dtype i32, expected f32"));
 }
 
 static void test_bad_trans_attr(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 2, (int64_t[]){2, 3}), *b = in(f, "b", 2, (int64_t[]){3, 5});
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 2, (int64_t[]){2, 3}),
+             *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
   slapo_attr t = slapo_attr_int("trans_a", 2);
   slapo_node *ab[2] = {a, b};
-  expect_fail(f, slapo_op_call(f->ctx, "matmul", 2, ab, 1, &t), SLAPO_INVALID_ARG, 2,
-              SUBS("matmul: trans_a=2 and trans_b=0 must be 0 or 1"));
+  opfix_expect_fail(f, slapo_op_call(f->ctx, "matmul", 2, ab, 1, &t), SLAPO_INVALID_ARG, 2,
+                    OPFIX_SUBS("matmul: trans_a=2 and trans_b=0 must be 0 or 1"));
 }
 
 static void test_module_path_prefix(void **state) {
-  fx *f = *state;
-  slapo_node *a = in(f, "a", 2, (int64_t[]){2, 3}), *b = in(f, "b", 2, (int64_t[]){4, 5});
+  opfix *f = *state;
+  slapo_node *a = opfix_input(f, "a", 2, (int64_t[]){2, 3}),
+             *b = opfix_input(f, "b", 2, (int64_t[]){4, 5});
   OK(slapo_ctx_push_origin(f->ctx, "transformer.h.0.attn"));
-  expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
-              SUBS("transformer.h.0.attn: matmul: a [2, 3] and b [4, 5]"));
+  opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("transformer.h.0.attn: matmul: a [2, 3] and b [4, 5]"));
   slapo_ctx_pop_origin(f->ctx);
 }
 
 static void test_linear_weight_mismatch(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 3, (int64_t[]){2, 7, 3}), *w = in(f, "w", 2, (int64_t[]){4, 5});
-  expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_SHAPE, 2,
-              SUBS("linear: x [2, 7, 3] and w [4, 5]",
-                   "x's last dim 3 differs from w's in-features 5 (w is [out, in])"));
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 3, (int64_t[]){2, 7, 3}),
+             *w = opfix_input(f, "w", 2, (int64_t[]){4, 5});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("linear: x [2, 7, 3] and w [4, 5]",
+                               "x's last dim 3 differs from w's in-features 5 (w is [out, in])"));
 }
 
 static void test_linear_weight_rank(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 2, (int64_t[]){2, 3}), *w = in(f, "w", 1, (int64_t[]){3});
-  expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_SHAPE, 2,
-              SUBS("linear: w [3] must be 2-d [out, in]"));
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3}),
+             *w = opfix_input(f, "w", 1, (int64_t[]){3});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_SHAPE, 2,
+                    OPFIX_SUBS("linear: w [3] must be 2-d [out, in]"));
 }
 
 static void test_linear_bias_mismatch(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 2, (int64_t[]){2, 3}), *w = in(f, "w", 2, (int64_t[]){4, 3});
-  slapo_node *b = in(f, "b", 1, (int64_t[]){3});
-  expect_fail(f, slapo_linear(f->ctx, x, w, b), SLAPO_SHAPE, 3,
-              SUBS("linear: b [3] does not match w [4, 3]: expected [4]"));
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3}),
+             *w = opfix_input(f, "w", 2, (int64_t[]){4, 3});
+  slapo_node *b = opfix_input(f, "b", 1, (int64_t[]){3});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, b), SLAPO_SHAPE, 3,
+                    OPFIX_SUBS("linear: b [3] does not match w [4, 3]: expected [4]"));
 }
 
 static void test_linear_bias_rank(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 2, (int64_t[]){2, 3}), *w = in(f, "w", 2, (int64_t[]){4, 3});
-  slapo_node *b = in(f, "b", 2, (int64_t[]){1, 4});
-  expect_fail(f, slapo_linear(f->ctx, x, w, b), SLAPO_SHAPE, 3,
-              SUBS("linear: b [1, 4] does not match w [4, 3]: expected [4]"));
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3}),
+             *w = opfix_input(f, "w", 2, (int64_t[]){4, 3});
+  slapo_node *b = opfix_input(f, "b", 2, (int64_t[]){1, 4});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, b), SLAPO_SHAPE, 3,
+                    OPFIX_SUBS("linear: b [1, 4] does not match w [4, 3]: expected [4]"));
 }
 
 static void test_linear_input_count(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 2, (int64_t[]){2, 3});
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3});
   slapo_node *xs[4] = {x, x, x, x};
-  expect_fail(f, slapo_op_call(f->ctx, "linear", 4, xs, 0, NULL), SLAPO_INVALID_ARG, 1,
-              SUBS("linear: expects 2 or 3 inputs (x, w[, b]), got 4"));
+  opfix_expect_fail(f, slapo_op_call(f->ctx, "linear", 4, xs, 0, NULL), SLAPO_INVALID_ARG, 1,
+                    OPFIX_SUBS("linear: expects 2 or 3 inputs (x, w[, b]), got 4"));
 }
 
 static void test_linear_input_count_one(void **state) {
-  fx *f = *state;
-  slapo_node *x = in(f, "x", 2, (int64_t[]){2, 3});
-  expect_fail(f, slapo_op_call(f->ctx, "linear", 1, &x, 0, NULL), SLAPO_INVALID_ARG, 1,
-              SUBS("linear: expects 2 or 3 inputs (x, w[, b]), got 1"));
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3});
+  opfix_expect_fail(f, slapo_op_call(f->ctx, "linear", 1, &x, 0, NULL), SLAPO_INVALID_ARG, 1,
+                    OPFIX_SUBS("linear: expects 2 or 3 inputs (x, w[, b]), got 1"));
 }
 
 /* The eager helper reports the same error. */
@@ -184,19 +151,19 @@ static void test_eager_mismatch(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_inner_dims, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_inner_dims_trans, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_batch_not_broadcastable, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_vector_operand, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_dtype, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_bad_trans_attr, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_module_path_prefix, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_weight_mismatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_weight_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_bias_mismatch, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_bias_rank, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_input_count, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_linear_input_count_one, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_inner_dims, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_inner_dims_trans, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_batch_not_broadcastable, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_vector_operand, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_dtype, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_bad_trans_attr, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_module_path_prefix, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_weight_mismatch, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_weight_rank, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_bias_mismatch, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_bias_rank, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_input_count, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_linear_input_count_one, opfix_setup, opfix_teardown),
       cmocka_unit_test(test_eager_mismatch),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,10 +1,11 @@
 /* tests/primitives/prim_test.h - helpers the primitive and apply tests share
  * (header only: every test file is its own executable): a tiny materialized
- * GPT-2, token batches, one eval + one train step with logits, loss and
- * every gradient by parameter path, bitwise and tolerance comparisons, and a
+ * GPT-2 and a schedule over it, token batches, one eval + one train step
+ * with logits, loss and every gradient by parameter path (of one model, or
+ * of a plain and a scheduled one), bitwise and tolerance comparisons, and a
  * snapshot of a schedule (log, module tree, schedule tree, checkpoint flags,
- * parameter tags, model version) to prove a failed primitive changed nothing.
- * Include after <cmocka.h>. */
+ * parameter tags, model version) to prove a failed primitive changed nothing
+ * (PT_EXPECT_REFUSED). Include after <cmocka.h>. */
 #ifndef SLAPO_TESTS_PRIM_TEST_H
 #define SLAPO_TESTS_PRIM_TEST_H
 
@@ -31,6 +32,29 @@ static inline slapo_module *pt_model(const slapo_gpt2_config *cfg) {
   OK(slapo_gpt2_new(cfg, &m));
   OK(slapo_module_materialize(m, PT_SEED));
   return m;
+}
+
+/* A schedule tree over a fresh pt_model(cfg); owned with its model
+ * (pt_sched_free). The model is slapo_sched_module(root). */
+static inline slapo_sched *pt_sched_new(const slapo_gpt2_config *cfg) {
+  slapo_sched *root;
+  OK(slapo_sched_create(pt_model(cfg), &root));
+  return root;
+}
+
+/* Frees root's tree and the model under it (NULL is fine). */
+static inline void pt_sched_free(slapo_sched *root) {
+  if (!root) return;
+  slapo_module *m = slapo_sched_module(root);
+  slapo_sched_free(root);
+  slapo_module_free(m);
+}
+
+/* The schedule node at `path` below root (borrowed from root's tree). */
+static inline slapo_sched *pt_at(slapo_sched *root, const char *path) {
+  slapo_sched *n;
+  OK(slapo_sched_at(root, path, &n));
+  return n;
 }
 
 /* idx and targets [B, T] i32 token ids below `vocab`. */
@@ -96,6 +120,22 @@ static inline void pt_result_free(pt_result *r) {
   slapo_tensor_free(r->logits);
   for (int i = 0; i < r->n; i++) slapo_free(r->paths[i]), slapo_tensor_free(r->grads[i]);
   memset(r, 0, sizeof *r);
+}
+
+/* Runs a plain pt_model(cfg) into *plain and root's model (built from the
+ * same cfg, then scheduled) into *sched, both with pt_run on one token batch
+ * [PT_B, T] from pt_inputs. Free both with pt_result_free; plain->params
+ * are NULL (the plain model is freed here). */
+static inline void pt_run_both(slapo_sched *root, const slapo_gpt2_config *cfg, int64_t T,
+                               pt_result *plain, pt_result *sched) {
+  slapo_tensor *in[2];
+  pt_inputs(PT_B, T, cfg->vocab_size, in);
+  slapo_module *ref = pt_model(cfg);
+  pt_run(ref, in, plain);
+  pt_run(slapo_sched_module(root), in, sched);
+  slapo_module_free(ref);
+  memset(plain->params, 0, sizeof plain->params);
+  pt_inputs_free(in);
 }
 
 static inline bool pt_same_bytes(const slapo_tensor *a, const slapo_tensor *b) {
@@ -290,6 +330,18 @@ static inline void pt_expect_error(slapo_status got, slapo_status want,
 
 #define PT_EXPECT_ERROR(got, want, ...) \
   pt_expect_error((got), (want), (const char *const[]){__VA_ARGS__, NULL})
+
+/* A primitive refuses: `call` (evaluated once, after the snapshot) returns
+ * `want` with a message holding every needle, and root's tree, log,
+ * checkpoint flags, tags and model version are exactly as before it.
+ * `root` is evaluated twice. */
+#define PT_EXPECT_REFUSED(root, call, want, ...)  \
+  do {                                            \
+    pt_snap before_;                              \
+    pt_snap_take((root), &before_);               \
+    PT_EXPECT_ERROR((call), (want), __VA_ARGS__); \
+    pt_snap_expect_same((root), &before_);        \
+  } while (0)
 
 /* ---- replay: the log of `root` read back and applied to a fresh model
  * gives the same schedule tree, checkpoint flags and tags ---- */

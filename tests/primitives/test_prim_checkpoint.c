@@ -13,12 +13,6 @@
 
 #include "primitives/prim_test.h"
 
-static slapo_sched *at(slapo_sched *root, const char *path) {
-  slapo_sched *n;
-  OK(slapo_sched_at(root, path, &n));
-  return n;
-}
-
 static void expect_ckpt(slapo_module *m, const char *want) {
   char *got = pt_capture(pt_print_ckpt, m);
   assert_string_equal(got, want);
@@ -27,57 +21,44 @@ static void expect_ckpt(slapo_module *m, const char *want) {
 
 static void test_outputs_and_grads_bitwise_equal(void **state) {
   (void)state;
-  slapo_tensor *in[2];
-  pt_inputs(PT_B, PT_T, k_tiny.vocab_size, in);
-  slapo_module *ref = pt_model(&k_tiny), *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_checkpoint(at(root, "transformer.h.0"), 0));
-  OK(slapo_checkpoint(at(root, "transformer.h.1.mlp"), 0));
-  OK(slapo_checkpoint(at(root, "transformer.h.1.attn"), 0));
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_module *m = slapo_sched_module(root);
+  OK(slapo_checkpoint(pt_at(root, "transformer.h.0"), 0));
+  OK(slapo_checkpoint(pt_at(root, "transformer.h.1.mlp"), 0));
+  OK(slapo_checkpoint(pt_at(root, "transformer.h.1.attn"), 0));
   expect_ckpt(m, "transformer.h.0\ntransformer.h.1.attn\ntransformer.h.1.mlp\n");
   pt_result a, b;
-  pt_run(ref, in, &a);
-  pt_run(m, in, &b);
+  pt_run_both(root, &k_tiny, PT_T, &a, &b);
   pt_expect_bitwise(&b, &a);
   pt_result_free(&a), pt_result_free(&b);
-  slapo_sched_free(root);
-  slapo_module_free(ref), slapo_module_free(m);
-  pt_inputs_free(in);
+  pt_sched_free(root);
 }
 
 static void test_ratio_half_of_four_layers(void **state) {
   (void)state;
-  slapo_tensor *in[2];
-  pt_inputs(PT_B, 24, k_tiny4.vocab_size, in);
-  slapo_module *ref = pt_model(&k_tiny4), *m = pt_model(&k_tiny4);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_checkpoint(at(root, "transformer.h"), 0.5));
+  slapo_sched *root = pt_sched_new(&k_tiny4);
+  slapo_module *m = slapo_sched_module(root);
+  OK(slapo_checkpoint(pt_at(root, "transformer.h"), 0.5));
   expect_ckpt(m, "transformer.h.0\ntransformer.h.1\n");
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h checkpoint ratio=0.5");
   free(line);
   pt_result a, b;
-  pt_run(ref, in, &a);
-  pt_run(m, in, &b);
+  pt_run_both(root, &k_tiny4, 24, &a, &b);
   pt_expect_bitwise(&b, &a);
   print_message("planned activation peak of a train step: %zu B plain, %zu B with h.0 and h.1 "
                 "checkpointed\n",
                 a.peak_train, b.peak_train);
   assert_true(b.peak_train < a.peak_train);
   pt_result_free(&a), pt_result_free(&b);
-  slapo_sched_free(root);
-  slapo_module_free(ref), slapo_module_free(m);
-  pt_inputs_free(in);
+  pt_sched_free(root);
 }
 
 static void test_log_lines_are_sched_form_and_replay(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny4);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_checkpoint(at(root, "transformer.h.3.mlp"), 0));
+  slapo_sched *root = pt_sched_new(&k_tiny4);
+  slapo_module *m = slapo_sched_module(root);
+  OK(slapo_checkpoint(pt_at(root, "transformer.h.3.mlp"), 0));
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.3.mlp checkpoint");
   free(line);
@@ -88,11 +69,11 @@ static void test_log_lines_are_sched_form_and_replay(void **state) {
   OK(slapo_sched_parse("transformer.h   checkpoint   ratio=0.75\n"
                        "transformer.h.3.attn checkpoint\n",
                        "c.sched", &src));
-  OK(slapo_primitive_apply(at(root, "transformer.h"), slapo_sched_log_entry(src, 0)));
+  OK(slapo_primitive_apply(pt_at(root, "transformer.h"), slapo_sched_log_entry(src, 0)));
   line = pt_last_printed_line(root);
   assert_string_equal(line, "transformer.h checkpoint ratio=0.75");
   free(line);
-  OK(slapo_primitive_apply(at(root, "transformer.h.3.attn"), slapo_sched_log_entry(src, 1)));
+  OK(slapo_primitive_apply(pt_at(root, "transformer.h.3.attn"), slapo_sched_log_entry(src, 1)));
   line = pt_last_printed_line(root);
   assert_string_equal(line, "transformer.h.3.attn checkpoint");
   free(line);
@@ -103,36 +84,24 @@ static void test_log_lines_are_sched_form_and_replay(void **state) {
                  "transformer.h.3.mlp\n");
   pt_expect_replays(root, &k_tiny4);
   slapo_sched_log_free(src);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 /* ---- preconditions ---- */
 
 static void test_fail_root(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(root, 0), SLAPO_INVALID_ARG, "checkpoint: ",
-                  "cannot checkpoint the root module");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(root, 0), SLAPO_INVALID_ARG,
+                    "checkpoint: ", "cannot checkpoint the root module");
+  pt_sched_free(root);
 }
 
 static void test_fail_ratio_out_of_range(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(at(root, "transformer.h"), 1.5), SLAPO_INVALID_ARG,
-                  "checkpoint: transformer.h: ratio=1.5 is not in (0, 1]");
-  pt_snap_expect_same(root, &s);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(pt_at(root, "transformer.h"), 1.5), SLAPO_INVALID_ARG,
+                    "checkpoint: transformer.h: ratio=1.5 is not in (0, 1]");
   /* The text form: 0 and a non-number are refused too. */
   slapo_sched_log *src;
   OK(slapo_sched_parse("transformer.h checkpoint ratio=0\n"
@@ -141,69 +110,49 @@ static void test_fail_ratio_out_of_range(void **state) {
                        "r.sched", &src));
   const char *want[3] = {"ratio=0 is not in (0, 1]", "ratio", "depth"};
   for (size_t i = 0; i < 3; i++) {
-    pt_snap_take(root, &s);
     char loc[32];
     snprintf(loc, sizeof loc, "r.sched:%zu: ", i + 1);
-    PT_EXPECT_ERROR(slapo_primitive_apply(at(root, "transformer.h"), slapo_sched_log_entry(src, i)),
-                    SLAPO_INVALID_ARG, loc, want[i]);
-    pt_snap_expect_same(root, &s);
+    PT_EXPECT_REFUSED(
+        root, slapo_primitive_apply(pt_at(root, "transformer.h"), slapo_sched_log_entry(src, i)),
+        SLAPO_INVALID_ARG, loc, want[i]);
   }
   slapo_sched_log_free(src);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 static void test_fail_ratio_without_children(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(at(root, "transformer.h.0.mlp.c_fc"), 0.5), SLAPO_INVALID_ARG,
-                  "checkpoint: transformer.h.0.mlp.c_fc (a Linear) has no children for ratio=0.5",
-                  "drop the ratio");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(pt_at(root, "transformer.h.0.mlp.c_fc"), 0.5),
+                    SLAPO_INVALID_ARG,
+                    "checkpoint: transformer.h.0.mlp.c_fc (a Linear) has no children for ratio=0.5",
+                    "drop the ratio");
+  pt_sched_free(root);
 }
 
 static void test_fail_ratio_selects_none(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(at(root, "transformer.h"), 0.1), SLAPO_INVALID_ARG,
-                  "checkpoint: transformer.h: ratio=0.1 of 2 children selects none");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(pt_at(root, "transformer.h"), 0.1), SLAPO_INVALID_ARG,
+                    "checkpoint: transformer.h: ratio=0.1 of 2 children selects none");
+  pt_sched_free(root);
 }
 
 static void test_fail_already_checkpointed(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny4);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_checkpoint(at(root, "transformer.h.1"), 0));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(at(root, "transformer.h.1"), 0), SLAPO_STATE,
-                  "checkpoint: transformer.h.1 is already checkpointed");
-  pt_snap_expect_same(root, &s);
+  slapo_sched *root = pt_sched_new(&k_tiny4);
+  slapo_module *m = slapo_sched_module(root);
+  OK(slapo_checkpoint(pt_at(root, "transformer.h.1"), 0));
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(pt_at(root, "transformer.h.1"), 0), SLAPO_STATE,
+                    "checkpoint: transformer.h.1 is already checkpointed");
   /* A ratio reaching h.1 fails whole: h.0 stays as it was. */
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_checkpoint(at(root, "transformer.h"), 0.5), SLAPO_STATE,
-                  "checkpoint: transformer.h.1 is already checkpointed");
-  pt_snap_expect_same(root, &s);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint(pt_at(root, "transformer.h"), 0.5), SLAPO_STATE,
+                    "checkpoint: transformer.h.1 is already checkpointed");
   expect_ckpt(m, "transformer.h.1\n");
   /* One that stops before it succeeds. */
-  OK(slapo_checkpoint(at(root, "transformer.h"), 0.25));
+  OK(slapo_checkpoint(pt_at(root, "transformer.h"), 0.25));
   expect_ckpt(m, "transformer.h.0\ntransformer.h.1\n");
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 int main(void) {

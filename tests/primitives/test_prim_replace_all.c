@@ -18,63 +18,45 @@ static int setup(void **state) {
   return slapo_models_init() == SLAPO_OK ? 0 : -1;
 }
 
-static slapo_sched *at(slapo_sched *root, const char *path) {
-  slapo_sched *n;
-  OK(slapo_sched_at(root, path, &n));
-  return n;
-}
-
 static const char *type_at(slapo_sched *root, const char *path) {
-  return slapo_sched_module(at(root, path))->type->name;
+  return slapo_sched_module(pt_at(root, path))->type->name;
 }
 
 static void test_outputs_and_grads_equal_after_replace_all(void **state) {
   (void)state;
-  slapo_tensor *in[2];
-  pt_inputs(PT_B, PT_T, k_tiny.vocab_size, in);
-  slapo_module *ref = pt_model(&k_tiny), *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  slapo_parameter *w1 = slapo_module_param(
-      slapo_sched_module(at(root, "transformer.h.1.attn.c_attn")), "weight");
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_parameter *w1 =
+      slapo_module_param(slapo_sched_module(pt_at(root, "transformer.h.1.attn.c_attn")), "weight");
   OK(slapo_replace_all(root, "GPT2Attention", "FlashAttention"));
   assert_string_equal(type_at(root, "transformer.h.0.attn"), "FlashAttention");
   assert_string_equal(type_at(root, "transformer.h.1.attn"), "FlashAttention");
   /* Same parameter objects under the new modules. */
-  assert_ptr_equal(slapo_module_param(slapo_sched_module(at(root, "transformer.h.1.attn.c_attn")),
-                                      "weight"),
-                   w1);
+  assert_ptr_equal(
+      slapo_module_param(slapo_sched_module(pt_at(root, "transformer.h.1.attn.c_attn")), "weight"),
+      w1);
   pt_result a, b;
-  pt_run(ref, in, &a);
-  pt_run(m, in, &b);
+  pt_run_both(root, &k_tiny, PT_T, &a, &b);
   pt_expect_close(&b, &a, 1e-5, 1e-4);
   pt_result_free(&a), pt_result_free(&b);
-  slapo_sched_free(root);
-  slapo_module_free(ref), slapo_module_free(m);
-  pt_inputs_free(in);
+  pt_sched_free(root);
 }
 
 /* Below a subtree only that subtree's matches change. */
 static void test_subtree_only(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_replace_all(at(root, "transformer.h.1"), "GPT2Attention", "FlashAttention"));
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  OK(slapo_replace_all(pt_at(root, "transformer.h.1"), "GPT2Attention", "FlashAttention"));
   assert_string_equal(type_at(root, "transformer.h.0.attn"), "GPT2Attention");
   assert_string_equal(type_at(root, "transformer.h.1.attn"), "FlashAttention");
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.1 replace_all GPT2Attention FlashAttention");
   free(line);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 static void test_log_line_is_sched_form_and_replays(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
+  slapo_sched *root = pt_sched_new(&k_tiny);
   OK(slapo_replace_all(root, "GPT2Attention", "FlashAttention"));
   /* One primitive, one line. */
   assert_int_equal(slapo_sched_log_count(slapo_sched_log_of(root)), 1);
@@ -86,82 +68,55 @@ static void test_log_line_is_sched_form_and_replays(void **state) {
   free(line);
   assert_true(slapo_sched_log_entry(slapo_sched_log_of(root), 0)->replayable);
   pt_expect_replays(root, &k_tiny);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 static void test_fail_no_module_of_type(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_replace_all(root, "BertAttention", "FlashAttention"), SLAPO_NO_MATCH,
-                  "replace_all", "no BertAttention module below .");
-  pt_snap_expect_same(root, &s);
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_replace_all(at(root, "transformer.h.0.mlp"), "GPT2Attention",
-                                    "FlashAttention"),
-                  SLAPO_NO_MATCH, "no GPT2Attention module below transformer.h.0.mlp");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_replace_all(root, "BertAttention", "FlashAttention"),
+                    SLAPO_NO_MATCH, "replace_all", "no BertAttention module below .");
+  PT_EXPECT_REFUSED(
+      root,
+      slapo_replace_all(pt_at(root, "transformer.h.0.mlp"), "GPT2Attention", "FlashAttention"),
+      SLAPO_NO_MATCH, "no GPT2Attention module below transformer.h.0.mlp");
+  pt_sched_free(root);
 }
 
 static void test_fail_unregistered_name(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_replace_all(root, "GPT2Attention", "SlowAttention"), SLAPO_NOT_FOUND,
-                  "replace_all", "no module is registered as 'SlowAttention'", "registered: ",
-                  "FlashAttention");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(root, slapo_replace_all(root, "GPT2Attention", "SlowAttention"),
+                    SLAPO_NOT_FOUND, "replace_all", "no module is registered as 'SlowAttention'",
+                    "registered: ", "FlashAttention");
+  pt_sched_free(root);
 }
 
 /* Every Linear is a match; FlashAttention refuses the first, so nothing is
  * swapped (not even matches it could have taken). */
 static void test_fail_factory_changes_nothing(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_replace_all(root, "Linear", "FlashAttention"), SLAPO_INVALID_ARG,
-                  "replace_all: transformer.h.0.attn.c_attn: ",
-                  "can replace a GPT2Attention only, got Linear");
-  pt_snap_expect_same(root, &s);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  PT_EXPECT_REFUSED(
+      root, slapo_replace_all(root, "Linear", "FlashAttention"), SLAPO_INVALID_ARG,
+      "replace_all: transformer.h.0.attn.c_attn: ", "can replace a GPT2Attention only, got Linear");
+  pt_sched_free(root);
 }
 
 static void test_fail_text_form_arguments(void **state) {
   (void)state;
-  slapo_module *m = pt_model(&k_tiny);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
+  slapo_sched *root = pt_sched_new(&k_tiny);
   slapo_sched_log *src;
   OK(slapo_sched_parse(". replace_all GPT2Attention\n"
                        ". replace_all GPT2Attention FlashAttention Extra\n",
                        "bad.sched", &src));
-  pt_snap s;
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_primitive_apply(root, slapo_sched_log_entry(src, 0)), SLAPO_INVALID_ARG,
-                  "bad.sched:1: ", "expected a module type and a registered module name");
-  pt_snap_expect_same(root, &s);
-  pt_snap_take(root, &s);
-  PT_EXPECT_ERROR(slapo_primitive_apply(root, slapo_sched_log_entry(src, 1)), SLAPO_INVALID_ARG,
-                  "bad.sched:2: ");
-  pt_snap_expect_same(root, &s);
+  PT_EXPECT_REFUSED(root, slapo_primitive_apply(root, slapo_sched_log_entry(src, 0)),
+                    SLAPO_INVALID_ARG,
+                    "bad.sched:1: ", "expected a module type and a registered module name");
+  PT_EXPECT_REFUSED(root, slapo_primitive_apply(root, slapo_sched_log_entry(src, 1)),
+                    SLAPO_INVALID_ARG, "bad.sched:2: ");
   slapo_sched_log_free(src);
-  slapo_sched_free(root);
-  slapo_module_free(m);
+  pt_sched_free(root);
 }
 
 int main(void) {

@@ -14,65 +14,12 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/opfix.h"
 #include "slapo/ops.h"
 
 #define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* ---- helpers ---- */
-
-typedef struct fixture {
-  slapo_graph *g;
-  slapo_ctx *ctx;
-} fixture;
-
-static int setup(void **state) {
-  static fixture f;
-  assert_ok(slapo_graph_new(&f.g));
-  assert_ok(slapo_ctx_new(f.g, &f.ctx));
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  slapo_ctx_free(f->ctx);
-  slapo_graph_free(f->g);
-  return 0;
-}
-
-static slapo_tensor *tensor(int ndim, const int64_t *shape, const float *data) {
-  slapo_tensor *t;
-  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, ndim, shape, &t));
-  if (data) memcpy(slapo_tensor_data(t), data, slapo_tensor_nbytes(t));
-  return t;
-}
-
-static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
-static float uniform(float lo, float hi) {
-  g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
-  return lo + (hi - lo) * (float)((g_rng >> 40) * 0x1p-24);
-}
-
-static slapo_tensor *random_tensor(int ndim, const int64_t *shape, float lo, float hi) {
-  slapo_tensor *t = tensor(ndim, shape, NULL);
-  float *p = slapo_tensor_data(t);
-  for (int64_t i = 0; i < slapo_tensor_numel(t); i++) p[i] = uniform(lo, hi);
-  return t;
-}
-
-/* Runs node's reference (fast = false) or fast kernel on `in`; owned result. */
-static slapo_tensor *run(const slapo_node *node, const slapo_tensor *const *in, bool fast) {
-  assert_non_null(node);
-  slapo_tensor *out = tensor(node->ndim, node->shape, NULL);
-  /* Kernels must write every element: poison the output first. */
-  float *o = slapo_tensor_data(out);
-  for (int64_t i = 0; i < slapo_tensor_numel(out); i++) o[i] = NAN;
-  slapo_kernel_env env = {0};
-  slapo_kernel_fn k = fast ? node->op->fast : node->op->ref;
-  assert_non_null(k);
-  k(node, in, out, &env);
-  return out;
-}
 
 /* Evaluates every call_op node of g with reference kernels, placeholders
  * bound by name to `vals` (borrowed). Results live in node->aux until
@@ -90,7 +37,7 @@ static void eval_graph(slapo_graph *g, int n, const char *const *names,
       const slapo_tensor *in[8];
       assert_true(nd->n_inputs <= 8);
       for (int i = 0; i < nd->n_inputs; i++) in[i] = nd->inputs[i]->aux;
-      nd->aux = run(nd, in, false);
+      nd->aux = opfix_run(nd, in, false);
     }
   }
 }
@@ -102,29 +49,19 @@ static void free_values(slapo_graph *g) {
   }
 }
 
-static void expect_values(const slapo_tensor *t, const float *want, int64_t n, float tol) {
-  assert_int_equal(slapo_tensor_numel(t), n);
-  const float *p = slapo_tensor_data(t);
-  for (int64_t i = 0; i < n; i++)
-    if (!(fabsf(p[i] - want[i]) <= tol))
-      fail_msg("element %lld: got %.9g, want %.9g", (long long)i, p[i], want[i]);
-}
-
-/* Checks op node `y` (already built in f) on inputs `in` against `want`,
- * with both kernels. */
+/* Both kernels of op node y (every op of the group has a fast one) on `in`
+ * against want [n], to within tol. */
 static void check_op(const slapo_node *y, const slapo_tensor *const *in, const float *want,
                      int64_t n, float tol) {
-  for (int fast = 0; fast < 2; fast++) {
-    slapo_tensor *out = run(y, in, fast);
-    expect_values(out, want, n, tol);
-    slapo_tensor_free(out);
-  }
+  assert_non_null(y);
+  assert_non_null(y->op->fast);
+  opfix_check_kernels(y, in, n, want, tol, 0);
 }
 
 /* ---- binary ops ---- */
 
 static void test_binary_same_shape(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s[] = {2, 3};
   slapo_node *a = slapo_input(f->ctx, "a", SLAPO_DTYPE_F32, 2, s);
   slapo_node *b = slapo_input(f->ctx, "b", SLAPO_DTYPE_F32, 2, s);
@@ -133,8 +70,8 @@ static void test_binary_same_shape(void **state) {
   assert_ok(slapo_ctx_status(f->ctx));
   assert_int_equal(add->ndim, 2);
   assert_int_equal(add->shape[1], 3);
-  slapo_tensor *ta = tensor(2, s, (const float[]){1, 2, 3, 4, 5, 6});
-  slapo_tensor *tb = tensor(2, s, (const float[]){2, 4, 8, -1, -2, 0.5f});
+  slapo_tensor *ta = opfix_tensor(2, s, (const float[]){1, 2, 3, 4, 5, 6});
+  slapo_tensor *tb = opfix_tensor(2, s, (const float[]){2, 4, 8, -1, -2, 0.5f});
   const slapo_tensor *in[] = {ta, tb};
   check_op(add, in, (const float[]){3, 6, 11, 3, 3, 6.5f}, 6, 0);
   check_op(sub, in, (const float[]){-1, -2, -5, 5, 7, 5.5f}, 6, 0);
@@ -145,18 +82,18 @@ static void test_binary_same_shape(void **state) {
 }
 
 static void test_binary_broadcast(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s23[] = {2, 3}, s3[] = {3}, s21[] = {2, 1}, s13[] = {1, 3};
   slapo_node *a = slapo_input(f->ctx, "a", SLAPO_DTYPE_F32, 2, s23);
   slapo_node *r = slapo_input(f->ctx, "r", SLAPO_DTYPE_F32, 1, s3);
   slapo_node *c = slapo_input(f->ctx, "c", SLAPO_DTYPE_F32, 2, s21);
   slapo_node *d = slapo_input(f->ctx, "d", SLAPO_DTYPE_F32, 2, s13);
   slapo_node *z = slapo_input(f->ctx, "z", SLAPO_DTYPE_F32, 0, NULL);
-  slapo_tensor *ta = tensor(2, s23, (const float[]){1, 2, 3, 4, 5, 6});
-  slapo_tensor *tr = tensor(1, s3, (const float[]){10, 20, 30});
-  slapo_tensor *tc = tensor(2, s21, (const float[]){100, 200});
-  slapo_tensor *td = tensor(2, s13, (const float[]){1, 2, 3});
-  slapo_tensor *tz = tensor(0, NULL, (const float[]){2});
+  slapo_tensor *ta = opfix_tensor(2, s23, (const float[]){1, 2, 3, 4, 5, 6});
+  slapo_tensor *tr = opfix_tensor(1, s3, (const float[]){10, 20, 30});
+  slapo_tensor *tc = opfix_tensor(2, s21, (const float[]){100, 200});
+  slapo_tensor *td = opfix_tensor(2, s13, (const float[]){1, 2, 3});
+  slapo_tensor *tz = opfix_tensor(0, NULL, (const float[]){2});
 
   /* [2, 3] + [3]: the bias-add row broadcast (fast row loop). */
   slapo_node *y = slapo_add(f->ctx, a, r);
@@ -197,15 +134,15 @@ static void test_binary_broadcast(void **state) {
 
 /* Inputs may be strided views (contiguous_inputs = false). */
 static void test_strided_inputs(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s32[] = {3, 2}, s23[] = {2, 3}, s3[] = {3};
   const int perm[] = {1, 0};
   /* base [3, 2] = {1..6}; its transpose [2, 3] = {1, 3, 5, 2, 4, 6}. */
-  slapo_tensor *base = tensor(2, s32, (const float[]){1, 2, 3, 4, 5, 6});
+  slapo_tensor *base = opfix_tensor(2, s32, (const float[]){1, 2, 3, 4, 5, 6});
   slapo_tensor *tt;
   assert_ok(slapo_tensor_permute(base, perm, &tt));
   assert_false(slapo_tensor_is_contiguous(tt));
-  slapo_tensor *tr = tensor(1, s3, (const float[]){10, 20, 30});
+  slapo_tensor *tr = opfix_tensor(1, s3, (const float[]){10, 20, 30});
   slapo_node *a = slapo_input(f->ctx, "a", SLAPO_DTYPE_F32, 2, s23);
   slapo_node *r = slapo_input(f->ctx, "r", SLAPO_DTYPE_F32, 1, s3);
   check_op(slapo_add(f->ctx, a, r), (const slapo_tensor *[]){tt, tr},
@@ -227,22 +164,22 @@ static void test_strided_inputs(void **state) {
 /* ---- one-input ops: values ---- */
 
 /* Builds op(x) on x [n] with the given attributes and checks both kernels. */
-static void check_unary(fixture *f, const char *op, int n_attrs, const slapo_attr *attrs,
-                        int n, const float *x, const float *want, float tol) {
+static void check_unary(opfix *f, const char *op, int n_attrs, const slapo_attr *attrs, int n,
+                        const float *x, const float *want, float tol) {
   const int64_t s[] = {n};
   slapo_node *xn = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 1, s);
   slapo_node *y = slapo_op_call(f->ctx, op, 1, &xn, n_attrs, attrs);
   if (!y) fail_msg("%s: %s", op, slapo_ctx_message(f->ctx));
-  slapo_tensor *tx = tensor(1, s, x);
+  slapo_tensor *tx = opfix_tensor(1, s, x);
   check_op(y, (const slapo_tensor *[]){tx}, want, n, tol);
   slapo_tensor_free(tx);
 }
 
 static void test_scalar_ops(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s[] = {4};
   slapo_node *x = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 1, s);
-  slapo_tensor *tx = tensor(1, s, (const float[]){-2, 0, 0.5f, 4});
+  slapo_tensor *tx = opfix_tensor(1, s, (const float[]){-2, 0, 0.5f, 4});
   const slapo_tensor *in[] = {tx};
   slapo_node *y = slapo_add_scalar(f->ctx, x, 1.5);
   assert_non_null(y);
@@ -266,7 +203,7 @@ static void test_scalar_ops(void **state) {
 }
 
 static void test_unary_values(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   check_unary(f, "neg", 0, NULL, 3, (const float[]){1, -2, 0},
               (const float[]){-1, 2, 0}, 0);
   check_unary(f, "exp", 0, NULL, 3, (const float[]){0, 1, -1},
@@ -282,15 +219,15 @@ static void test_unary_values(void **state) {
   /* IEEE edge values pass through (no error at build or run time). */
   const int64_t s[] = {1};
   slapo_node *x = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 1, s);
-  slapo_tensor *tz = tensor(1, s, (const float[]){0});
-  slapo_tensor *out = run(slapo_log(f->ctx, x), (const slapo_tensor *[]){tz}, true);
+  slapo_tensor *tz = opfix_tensor(1, s, (const float[]){0});
+  slapo_tensor *out = opfix_run(slapo_log(f->ctx, x), (const slapo_tensor *[]){tz}, true);
   assert_true(isinf(((float *)slapo_tensor_data(out))[0]));
   slapo_tensor_free(out);
   slapo_tensor_free(tz);
 }
 
 static void test_activation_values(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   check_unary(f, "relu", 0, NULL, 4, (const float[]){-1, 0, 2, -0.0f},
               (const float[]){0, 0, 2, 0}, 0);
   check_unary(f, "sigmoid", 0, NULL, 3, (const float[]){0, 1, -1},
@@ -303,7 +240,7 @@ static void test_activation_values(void **state) {
 }
 
 static void test_gelu_values(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const float x[] = {1, -1, 2, -0.5f, 0, 3};
   /* Python: 0.5*x*(1+math.tanh(math.sqrt(2/math.pi)*(x+0.044715*x**3))). */
   const float want_tanh[] = {0.8411920f, -0.1588080f, 1.9545977f, -0.1542860f, 0, 2.9963626f};
@@ -327,13 +264,13 @@ static void test_gelu_values(void **state) {
 
 /* The fused backward ops against hand-computed derivatives. */
 static void test_fused_backward_values(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s[] = {4};
   slapo_node *x = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 1, s);
   slapo_node *dy = slapo_input(f->ctx, "dy", SLAPO_DTYPE_F32, 1, s);
   slapo_node *in[] = {x, dy};
-  slapo_tensor *tx = tensor(1, s, (const float[]){-1, 0, 1, 2});
-  slapo_tensor *tdy = tensor(1, s, (const float[]){2, 2, 2, 0.5f});
+  slapo_tensor *tx = opfix_tensor(1, s, (const float[]){-1, 0, 1, 2});
+  slapo_tensor *tdy = opfix_tensor(1, s, (const float[]){2, 2, 2, 0.5f});
   const slapo_tensor *tin[] = {tx, tdy};
   /* relu'(0) = 0, as in PyTorch. */
   check_op(slapo_op_call(f->ctx, "relu_backward", 2, in, 0, NULL), tin,
@@ -415,7 +352,7 @@ static double max_rel_diff(const slapo_tensor *a, const slapo_tensor *b) {
 }
 
 static void compare_fast_ref(const slapo_node *y, const slapo_tensor *const *in) {
-  slapo_tensor *r = run(y, in, false), *q = run(y, in, true);
+  slapo_tensor *r = opfix_run(y, in, false), *q = opfix_run(y, in, true);
   double d = max_rel_diff(q, r);
   /* The default fast_atol (1e-5 relative): float libm vs double libm
    * differ by a few ulp (~1e-7 relative). */
@@ -430,10 +367,10 @@ static void compare_fast_ref(const slapo_node *y, const slapo_tensor *const *in)
 #define FR_C 257
 
 static void test_fast_vs_ref_unary(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s[] = {FR_R, FR_C};
-  slapo_tensor *sym = random_tensor(2, s, -4, 4);  /* x [R, C] */
-  slapo_tensor *pos = random_tensor(2, s, 0.1f, 4); /* x [R, C] > 0 */
+  slapo_tensor *sym = opfix_random(2, s, -4, 4);   /* x [R, C] */
+  slapo_tensor *pos = opfix_random(2, s, 0.1f, 4); /* x [R, C] > 0 */
   slapo_node *x = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 2, s);
   struct {
     const char *op;
@@ -477,15 +414,15 @@ static void test_fast_vs_ref_unary(void **state) {
 }
 
 static void test_fast_vs_ref_binary(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t sf[] = {FR_R, FR_C}, sr[] = {FR_C}, sc[] = {FR_R, 1}, s1r[] = {1, FR_C},
                 st[] = {FR_C, FR_R};
   const int perm[] = {1, 0};
   /* Operands in [0.5, 2] so that div stays tame. */
-  slapo_tensor *full = random_tensor(2, sf, 0.5f, 2), *full2 = random_tensor(2, sf, 0.5f, 2);
-  slapo_tensor *row = random_tensor(1, sr, 0.5f, 2), *col = random_tensor(2, sc, 0.5f, 2);
-  slapo_tensor *row1 = random_tensor(2, s1r, 0.5f, 2), *one = random_tensor(0, NULL, 0.5f, 2);
-  slapo_tensor *base = random_tensor(2, st, 0.5f, 2), *tt;
+  slapo_tensor *full = opfix_random(2, sf, 0.5f, 2), *full2 = opfix_random(2, sf, 0.5f, 2);
+  slapo_tensor *row = opfix_random(1, sr, 0.5f, 2), *col = opfix_random(2, sc, 0.5f, 2);
+  slapo_tensor *row1 = opfix_random(2, s1r, 0.5f, 2), *one = opfix_random(0, NULL, 0.5f, 2);
+  slapo_tensor *base = opfix_random(2, st, 0.5f, 2), *tt;
   assert_ok(slapo_tensor_permute(base, perm, &tt)); /* [R, C] strided */
   slapo_node *nf = slapo_input(f->ctx, "f", SLAPO_DTYPE_F32, 2, sf);
   slapo_node *nr = slapo_input(f->ctx, "r", SLAPO_DTYPE_F32, 1, sr);
@@ -512,8 +449,8 @@ static void test_fast_vs_ref_binary(void **state) {
     for (int o = 0; o < 4; o++) {
       slapo_node *ab[] = {pairs[p].a, pairs[p].b};
       slapo_node *y = slapo_op_call(f->ctx, ops[o], 2, ab, 0, NULL);
-      slapo_tensor *r = run(y, (const slapo_tensor *[]){pairs[p].ta, pairs[p].tb}, false);
-      slapo_tensor *q = run(y, (const slapo_tensor *[]){pairs[p].ta, pairs[p].tb}, true);
+      slapo_tensor *r = opfix_run(y, (const slapo_tensor *[]){pairs[p].ta, pairs[p].tb}, false);
+      slapo_tensor *q = opfix_run(y, (const slapo_tensor *[]){pairs[p].ta, pairs[p].tb}, true);
       /* One IEEE operation: the double reference rounds to the same float. */
       if (!slapo_tensor_equal(r, q)) fail_msg("%s, case %zu: fast != reference", ops[o], p);
       slapo_tensor_free(r);
@@ -523,7 +460,7 @@ static void test_fast_vs_ref_binary(void **state) {
   /* The fused backward ops, same-shape and strided. */
   const char *bw[] = {"relu_backward", "silu_backward", "gelu_backward", "gelu_backward"};
   const char *approx[] = {NULL, NULL, "tanh", "none"};
-  slapo_tensor *xs = random_tensor(2, sf, -4, 4);
+  slapo_tensor *xs = opfix_random(2, sf, -4, 4);
   for (int i = 0; i < 4; i++) {
     slapo_attr a = slapo_attr_str("approximate", approx[i] ? approx[i] : "none");
     slapo_node *in[] = {nf, nf};
@@ -558,7 +495,7 @@ typedef struct grad_case {
 
 /* Loss sum(dy * op(inputs)) in double, evaluated with the reference kernel. */
 static double loss_of(const slapo_node *y, const slapo_tensor *const *in, const slapo_tensor *dy) {
-  slapo_tensor *out = run(y, in, false);
+  slapo_tensor *out = opfix_run(y, in, false);
   const float *o = slapo_tensor_data(out), *d = slapo_tensor_data(dy);
   double l = 0;
   for (int64_t i = 0; i < slapo_tensor_numel(out); i++) l += (double)o[i] * d[i];
@@ -576,7 +513,7 @@ static void check_gradient(const grad_case *c) {
   slapo_tensor *tv[3];
   for (int i = 0; i < c->n_in; i++) {
     x[i] = slapo_input(ctx, names[i], SLAPO_DTYPE_F32, c->ndim[i], c->shape[i]);
-    tv[i] = random_tensor(c->ndim[i], c->shape[i], c->lo, c->hi);
+    tv[i] = opfix_random(c->ndim[i], c->shape[i], c->lo, c->hi);
   }
   if (!strcmp(c->op, "relu")) {
     /* Keep clear of the kink so central differences are exact. */
@@ -587,7 +524,7 @@ static void check_gradient(const grad_case *c) {
   slapo_node *y = slapo_op_call(ctx, c->op, c->n_in, x, c->n_attrs, &c->attr);
   if (!y) fail_msg("%s: %s", c->op, slapo_ctx_message(ctx));
   slapo_node *dy = slapo_input(ctx, "dy", SLAPO_DTYPE_F32, y->ndim, y->shape);
-  tv[c->n_in] = random_tensor(y->ndim, y->shape, -1, 1);
+  tv[c->n_in] = opfix_random(y->ndim, y->shape, -1, 1);
   const bool need[2] = {true, true};
   slapo_node *dx[2] = {NULL, NULL};
   assert_ok(y->op->backward(ctx, y, dy, need, dx));
@@ -666,7 +603,7 @@ static void test_gradients(void **state) {
 
 /* The rules reuse the forward value and emit the documented nodes. */
 static void test_backward_structure(void **state) {
-  fixture *f = *state;
+  opfix *f = *state;
   const int64_t s[] = {3};
   slapo_node *x = slapo_input(f->ctx, "x", SLAPO_DTYPE_F32, 1, s);
   slapo_node *dy = slapo_input(f->ctx, "dy", SLAPO_DTYPE_F32, 1, s);
@@ -697,19 +634,19 @@ static void test_backward_structure(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_binary_same_shape, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_binary_broadcast, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_strided_inputs, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_scalar_ops, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_unary_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_activation_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_gelu_values, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fused_backward_values, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_binary_same_shape, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_binary_broadcast, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_strided_inputs, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_scalar_ops, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_unary_values, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_activation_values, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_gelu_values, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_fused_backward_values, opfix_setup, opfix_teardown),
       cmocka_unit_test(test_registry),
-      cmocka_unit_test_setup_teardown(test_fast_vs_ref_unary, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_fast_vs_ref_binary, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_fast_vs_ref_unary, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_fast_vs_ref_binary, opfix_setup, opfix_teardown),
       cmocka_unit_test(test_gradients),
-      cmocka_unit_test_setup_teardown(test_backward_structure, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_backward_structure, opfix_setup, opfix_teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

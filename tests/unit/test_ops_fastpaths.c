@@ -2,9 +2,11 @@
  * speed, against their references on sizes and ranges the op table's small
  * examples do not reach: GELU (tanh form) and its derivative over
  * [-12, 12] (ops/vmath.h's exp-based form), dropout's vectorized Philox on
- * long tensors at unaligned offsets (bitwise), and the whole-block paths of
- * the elementwise kernels (blocks of 4096 plus a remainder). Runs kernels
- * through slapo_eager in reference and fast mode. */
+ * long tensors at unaligned offsets (bitwise), the whole-block paths of
+ * the elementwise kernels (blocks of 4096 plus a remainder), and softmax's
+ * vectorized rows (lanes plus a tail, causal rows of every length, logits
+ * spread wide enough to reach the clamped exp range). Runs kernels through
+ * slapo_eager in reference and fast mode. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -130,11 +132,52 @@ static void test_elementwise_blocks(void **state) {
   slapo_tensor_free(row);
 }
 
+/* Softmax and its backward, fast vs reference, elementwise within 4e-7 of
+ * the row's largest output (a few ulp). */
+static void test_softmax_rows(void **state) {
+  (void)state;
+  int64_t shape[3] = {3, 37, 53}; /* rows of 53 = 3 lanes of 16 + 5 */
+  slapo_tensor *x, *dy;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 3, shape, &x));
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 3, shape, &dy));
+  float *xp = slapo_tensor_data(x), *dp = slapo_tensor_data(dy);
+  int64_t n = slapo_tensor_numel(x);
+  for (int64_t i = 0; i < n; i++) {
+    xp[i] = (float)((i * 7919) % 2001 - 1000) * 0.12f; /* [-120, 120] */
+    dp[i] = (float)((i * 104729) % 201 - 100) * 0.01f;
+  }
+  for (int causal = 0; causal < 2; causal++) {
+    slapo_attr a = slapo_attr_int("causal", causal);
+    const slapo_tensor *in[1] = {x};
+    slapo_tensor *r, *f;
+    both("softmax", 1, in, 1, &a, NULL, &r, &f);
+    const float *rp = slapo_tensor_data(r), *fp = slapo_tensor_data(f);
+    for (int64_t i = 0; i < n; i++)
+      if (fabsf(fp[i] - rp[i]) > 4e-7f)
+        fail_msg("softmax causal=%d [%lld]: fast %.9g ref %.9g", causal, (long long)i, fp[i],
+                 rp[i]);
+    const slapo_tensor *bin[2] = {r, dy};
+    slapo_tensor *br, *bf;
+    both("softmax_backward", 2, bin, 0, NULL, NULL, &br, &bf);
+    const float *brp = slapo_tensor_data(br), *bfp = slapo_tensor_data(bf);
+    for (int64_t i = 0; i < n; i++)
+      if (fabsf(bfp[i] - brp[i]) > 4e-7f)
+        fail_msg("softmax_backward [%lld]: fast %.9g ref %.9g", (long long)i, bfp[i], brp[i]);
+    slapo_tensor_free(r);
+    slapo_tensor_free(f);
+    slapo_tensor_free(br);
+    slapo_tensor_free(bf);
+  }
+  slapo_tensor_free(x);
+  slapo_tensor_free(dy);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_gelu_tanh_accuracy),
       cmocka_unit_test(test_dropout_fast_is_bitwise_reference),
       cmocka_unit_test(test_elementwise_blocks),
+      cmocka_unit_test(test_softmax_rows),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
