@@ -38,6 +38,15 @@ slapo_status slapo_adamw_new(slapo_module *model, const slapo_adamw_config *cfg,
 void slapo_adamw_free(slapo_adamw *o);
 /* One update with learning rate `lr` from the parameters' gradients. */
 void slapo_adamw_step(slapo_adamw *o, float lr);
+/* The same update with every gradient read as g * grad_scale: bitwise what
+ * scaling the gradients first and then calling slapo_adamw_step gives (one
+ * float product either way). With slapo_clip_grad_norm(model, 0) (measure
+ * only) and slapo_clip_scale, clipping costs one read of the gradients
+ * instead of a read plus a read-write pass over them. zero_grads: set every
+ * gradient to 0 once read, as slapo_module_zero_grad would before the next
+ * step, in the same pass over memory; otherwise the gradients are left as
+ * they were (unscaled). */
+void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool zero_grads);
 /* Number of steps taken (t). */
 int64_t slapo_adamw_steps(const slapo_adamw *o);
 /* Saves / loads the state (m and v per parameter path, t) to / from a
@@ -50,6 +59,10 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path);
  * clip_grad_norm_); returns the norm before clipping. max_norm <= 0: only
  * measures. */
 double slapo_clip_grad_norm(slapo_module *model, double max_norm);
+/* The factor slapo_clip_grad_norm scales the gradients by, for a measured
+ * global norm: max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm,
+ * else 1 (as torch.nn.utils.clip_grad_norm_). */
+float slapo_clip_scale(double norm, double max_norm);
 
 /* Learning rate at `step` (0-based): linear warmup from 0 over `warmup`
  * steps to `max_lr`, then cosine decay to `min_lr` at `total` steps. */
@@ -100,7 +113,7 @@ slapo_status slapo_sample(slapo_runner *r, int64_t n_ctx, int32_t *tokens, int64
 typedef struct slapo_train_config {
   const char *model_config; /* "tiny", "small", "124M", …                 */
   const char *data;         /* text file, token file or directory         */
-  int64_t steps, batch, seq;
+  int64_t steps, batch, seq; /* seq 0: the config's context, at most 256 */
   int64_t grad_accum;       /* micro-batches per step (>= 1)              */
   float lr, min_lr;
   int64_t warmup;

@@ -18,6 +18,13 @@ slapo_status slapo_apply_schedule(slapo_sched *root, const slapo_sched_log *log,
   slapo_sched_steps steps = {0};
   SLAPO_TRY(slapo_sched_expand(log, root, &steps));
   slapo_status s = SLAPO_OK;
+  size_t last = steps.n ? steps.items[steps.n - 1].number : 0;
+  for (size_t i = 0; i < n_disabled && s == SLAPO_OK; i++)
+    if (disabled[i] < 1 || disabled[i] > last)
+      s = slapo_error(SLAPO_INVALID_ARG,
+                      "disabled step %zu does not exist: the schedule expands to %zu steps on "
+                      "this model (see slapo show --schedule)",
+                      disabled[i], last);
   for (size_t i = 0; i < steps.n && s == SLAPO_OK; i++) {
     const slapo_sched_step *st = &steps.items[i];
     if (upto && st->number > upto) break;

@@ -178,6 +178,12 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
   if (s == SLAPO_OK) s = slapo_sched_create(m, &root);
   if (s == SLAPO_OK) s = slapo_sched_expand(log, root, &steps);
   size_t n = steps.n ? steps.items[steps.n - 1].number : 0;
+  for (size_t i = 0; s == SLAPO_OK && i < opts->n_disabled; i++)
+    if (opts->disabled[i] < 1 || opts->disabled[i] > n)
+      s = slapo_error(SLAPO_INVALID_ARG,
+                      "disabled step %zu does not exist: the schedule expands to %zu steps on "
+                      "this model (see slapo show --schedule)",
+                      opts->disabled[i], n);
   slapo_verify_check c, bad = {0};
   if (s == SLAPO_OK && opts->bisect && n > 0) {
     /* Invariant: prefix lo passes, prefix hi fails. */
@@ -216,7 +222,7 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
     for (size_t i = 0; i < steps.n; i++)
       if (steps.items[i].number == *first_bad) st = &steps.items[i];
     s = slapo_error(SLAPO_VERIFY,
-                    "verify: step %zu (%s:%d: %s %s) breaks %s: worst %s %.3g at %s",
+                    "step %zu (%s:%d: %s %s) breaks %s: worst %s %.3g at %s",
                     *first_bad, st && st->entry->file ? st->entry->file : "?",
                     st ? st->entry->line : 0, st ? st->path : "?",
                     st ? st->entry->primitive : "?",

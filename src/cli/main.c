@@ -44,6 +44,23 @@ static void top_usage(FILE *f) {
           "Run 'slapo <command> --help' for the options of a command.\n");
 }
 
+/* The long name of option `val` in `opts`. */
+static const char *opt_name(const struct option *opts, int val) {
+  for (; opts->name; opts++)
+    if (opts->val == val) return opts->name;
+  return "?";
+}
+
+/* Usage error for getopt_long's result `o` (':' missing value, '?'
+ * unknown) or a bad value of option `o`. */
+static int option_error(const char *cmd, const struct option *opts, int o, char **argv) {
+  char buf[256];
+  if (o == ':') snprintf(buf, sizeof buf, "option '--%s' needs a value", opt_name(opts, optopt));
+  else if (o == '?') snprintf(buf, sizeof buf, "unknown option '%s'", argv[optind - 1]);
+  else snprintf(buf, sizeof buf, "--%s: bad value '%s'", opt_name(opts, o), optarg);
+  return usage_error(cmd, "%s", buf);
+}
+
 /* ---- numbers ---- */
 
 static bool parse_i64(const char *s, int64_t *out) {
@@ -86,7 +103,16 @@ static bool parse_list(const char *s, size_t **out, size_t *n) {
       free(v);
       return false;
     }
+    for (size_t i = 0; i < *n; i++)
+      if (v[i] == (size_t)x) { /* a duplicate */
+        free(v);
+        return false;
+      }
     v[(*n)++] = (size_t)x;
+    if (*end == ',' && !end[1]) { /* a trailing comma */
+      free(v);
+      return false;
+    }
     p = *end ? end + 1 : end;
   }
   free(*out);
@@ -111,7 +137,7 @@ static void on_event(const slapo_train_event *e, void *ud) {
   }
   if (e->sample) {
     if (p->bar_open) fputc('\n', stdout), p->bar_open = false;
-    printf("\n--- sample (%d tokens) ---\n%s\n---\n", (int)strlen(e->sample), e->sample);
+    printf("\n--- sample ---\n%s\n---\n", e->sample);
     return;
   }
   double eta = e->step ? e->elapsed_s / (double)e->step * (double)(e->steps - e->step) : 0;
@@ -152,7 +178,8 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
           "                      [%s]\n"
           "  --steps N           optimizer steps [%lld]\n"
           "  --batch B           sequences per micro-batch [%lld]\n"
-          "  --seq T             tokens per sequence [%lld]\n"
+          "  --seq T             tokens per sequence (0: the config's context, at most\n"
+          "                      256) [%lld]\n"
           "  --grad-accum K      micro-batches per step [%lld]\n"
           "  --lr X              peak learning rate [%g]\n"
           "  --min-lr X          final learning rate [%g]\n"
@@ -217,7 +244,7 @@ static int cmd_train(int argc, char **argv) {
   size_t *disabled = NULL;
   int o;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     int64_t i = 0;
     double f = 0;
     bool ok = true;
@@ -227,7 +254,7 @@ static int cmd_train(int argc, char **argv) {
     case OPT_DATA: c.data = optarg; break;
     case OPT_STEPS: ok = parse_i64(optarg, &c.steps) && c.steps > 0; break;
     case OPT_BATCH: ok = parse_i64(optarg, &c.batch) && c.batch > 0; break;
-    case OPT_SEQ: ok = parse_i64(optarg, &c.seq) && c.seq > 0; break;
+    case OPT_SEQ: ok = parse_i64(optarg, &c.seq) && c.seq >= 0; break;
     case OPT_ACCUM: ok = parse_i64(optarg, &c.grad_accum) && c.grad_accum > 0; break;
     case OPT_LR: ok = parse_f(optarg, &f) && f > 0, c.lr = (float)f; break;
     case OPT_MIN_LR: ok = parse_f(optarg, &f) && f >= 0, c.min_lr = (float)f; break;
@@ -254,22 +281,29 @@ static int cmd_train(int argc, char **argv) {
     case OPT_HELP: free(disabled); train_usage(stdout, &d); return 0;
     default:
       free(disabled);
-      return usage_error("train", "unknown or incomplete option '%s'", argv[optind - 1]);
+      return option_error("train", opts, o, argv);
     }
     if (!ok) {
       free(disabled);
-      return usage_error("train", "bad value '%s'", optarg);
+      return option_error("train", opts, o, argv);
     }
   }
   c.disabled = disabled;
+  if (c.n_disabled && !c.schedule) {
+    free(disabled);
+    return usage_error("train", "%s", "--disable needs --schedule");
+  }
   if (optind < argc || strcmp(model, "gpt2")) {
     free(disabled);
     if (optind < argc) return usage_error("train", "unexpected argument '%s'", argv[optind]);
     return usage_error("train", "unknown model '%s' (known: gpt2)", model);
   }
-  printf("slapo train: model=%s config=%s data=%s steps=%lld batch=%lld seq=%lld "
+  char seqs[32];
+  if (c.seq) snprintf(seqs, sizeof seqs, "%lld", (long long)c.seq);
+  else snprintf(seqs, sizeof seqs, "auto");
+  printf("slapo train: model=%s config=%s data=%s steps=%lld batch=%lld seq=%s "
          "grad_accum=%lld lr=%g min_lr=%g warmup=%lld weight_decay=%g grad_clip=%g seed=%llu\n",
-         model, c.model_config, c.data, (long long)c.steps, (long long)c.batch, (long long)c.seq,
+         model, c.model_config, c.data, (long long)c.steps, (long long)c.batch, seqs,
          (long long)c.grad_accum, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay,
          c.grad_clip, (unsigned long long)c.seed);
   fflush(stdout);
@@ -293,7 +327,7 @@ static int cmd_show(int argc, char **argv) {
                                        {0, 0, 0, 0}};
   int o;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     switch (o) {
     case OPT_MODEL: model = optarg; break;
     case OPT_CONFIG: config = optarg; break;
@@ -301,7 +335,7 @@ static int cmd_show(int argc, char **argv) {
     case OPT_DISABLE:
       if (!parse_list(optarg, &disabled, &n_disabled)) {
         free(disabled);
-        return usage_error("show", "bad value '%s'", optarg);
+        return option_error("show", opts, o, argv);
       }
       break;
     case OPT_HELP:
@@ -317,12 +351,13 @@ static int cmd_show(int argc, char **argv) {
       return 0;
     default:
       free(disabled);
-      return usage_error("show", "unknown or incomplete option '%s'", argv[optind - 1]);
+      return option_error("show", opts, o, argv);
     }
   }
-  if (optind < argc || strcmp(model, "gpt2")) {
+  if (optind < argc || strcmp(model, "gpt2") || (n_disabled && !schedule)) {
     free(disabled);
     if (optind < argc) return usage_error("show", "unexpected argument '%s'", argv[optind]);
+    if (!schedule) return usage_error("show", "%s", "--disable needs --schedule");
     return usage_error("show", "unknown model '%s' (known: gpt2)", model);
   }
   slapo_gpt2_config mc;
@@ -416,7 +451,7 @@ static int cmd_verify(int argc, char **argv) {
       {0, 0, 0, 0}};
   int o;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
     bool ok = true;
     switch (o) {
     case OPT_MODEL: model = optarg; break;
@@ -451,11 +486,11 @@ static int cmd_verify(int argc, char **argv) {
       return 0;
     default:
       free(disabled);
-      return usage_error("verify", "unknown or incomplete option '%s'", argv[optind - 1]);
+      return option_error("verify", opts, o, argv);
     }
     if (!ok) {
       free(disabled);
-      return usage_error("verify", "bad value '%s'", optarg);
+      return option_error("verify", opts, o, argv);
     }
   }
   if (optind < argc || strcmp(model, "gpt2") || !schedule) {
@@ -487,7 +522,12 @@ static int cmd_verify(int argc, char **argv) {
     printf("slapo verify: model=%s config=%s schedule=%s batch=%lld seq=%lld dropout=%g "
            "atol=%g rtol=%g%s\n",
            model, config, schedule, (long long)batch, (long long)seq, dropout, atol, rtol,
-           bisect ? " bisect" : per_entry ? " per-entry" : "");
+           bisect ? " bisect" : per_entry ? " (checked after every step)" : "");
+    if (n_disabled) {
+      printf("disabled steps:");
+      for (size_t i = 0; i < n_disabled; i++) printf(" %zu", disabled[i]);
+      printf("\n");
+    }
     const slapo_tensor *in[2] = {idx, tgt};
     slapo_verify_opts vo = {2, in, (uint64_t)seed, 1, atol, rtol, disabled, n_disabled,
                             per_entry, bisect};

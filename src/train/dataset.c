@@ -48,6 +48,16 @@ static slapo_status read_append(const char *path, unsigned char **buf, size_t *l
   return s;
 }
 
+/* A file is text when its first 4 KiB hold no NUL byte. */
+static bool is_text(const char *path) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return false;
+  char head[4096];
+  size_t k = fread(head, 1, sizeof head, f);
+  fclose(f);
+  return memchr(head, '\0', k) == NULL;
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -60,7 +70,7 @@ static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len,
   slapo_status s = SLAPO_OK;
   struct dirent *e;
   while (s == SLAPO_OK && (e = readdir(d))) {
-    if (strchr(e->d_name, '.')) continue; /* skips ., .., *.dat, *.u8 */
+    if (e->d_name[0] == '.') continue; /* ., .., hidden files */
     if (n == capn) {
       capn = capn ? 2 * capn : 32;
       char **nn = slapo_realloc(names, (size_t)capn * sizeof *nn);
@@ -75,12 +85,20 @@ static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len,
   }
   closedir(d);
   if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
+  size_t before = *len;
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     char full[4096];
     snprintf(full, sizeof full, "%s/%s", path, names[i]);
+    /* Regular text files only: symbolic links (fortunes' *.u8 point at the
+     * text files themselves) would count the text twice, and binary files
+     * (fortunes' *.dat indexes) are not text. */
     struct stat st;
-    if (stat(full, &st) == 0 && S_ISREG(st.st_mode)) s = read_append(full, buf, len, cap);
+    if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || !is_text(full)) continue;
+    s = read_append(full, buf, len, cap);
   }
+  if (s == SLAPO_OK && *len == before)
+    s = slapo_error(SLAPO_IO, "data: directory %s has no text files (files without NUL bytes "
+                              "in their first 4 KiB)", path);
   for (int i = 0; i < n; i++) slapo_free(names[i]);
   slapo_free(names);
   return s;
@@ -108,6 +126,10 @@ slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dat
     memcpy(header, buf, sizeof header);
     llmc = header[0] == LLMC_MAGIC;
   }
+  size_t plen = strlen(path);
+  if (s == SLAPO_OK && !llmc && plen > 4 && !strcmp(path + plen - 4, ".bin"))
+    s = slapo_error(SLAPO_IO, "data: %s is not an llm.c token file (it does not start with the "
+                              "magic number %d)", path, LLMC_MAGIC);
   if (s == SLAPO_OK && llmc) {
     int64_t ntok = header[2];
     size_t want = sizeof header + (size_t)ntok * 2;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/assert.h"
 #include "slapo/train.h"
@@ -21,7 +22,7 @@ void slapo_train_config_default(slapo_train_config *c) {
       .data = DEFAULT_CORPUS,
       .steps = 300,
       .batch = 4,
-      .seq = 256,
+      .seq = 0,
       .grad_accum = 1,
       .lr = 1e-3f,
       .min_lr = 1e-4f,
@@ -105,17 +106,33 @@ static slapo_status save_checkpoint(slapo_module *model, const slapo_adamw *opt,
   return slapo_adamw_save(opt, op);
 }
 
-slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *ud) {
-  if (c->steps < 1 || c->batch < 1 || c->seq < 1 || c->grad_accum < 1)
+slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void *ud) {
+  slapo_train_config local = *cfg;
+  const slapo_train_config *c = &local;
+  if (c->steps < 1 || c->batch < 1 || c->seq < 0 || c->grad_accum < 1)
     return slapo_error(SLAPO_INVALID_ARG,
-                       "train: steps (%lld), batch (%lld), seq (%lld) and grad_accum (%lld) must "
-                       "be >= 1",
-                       (long long)c->steps, (long long)c->batch, (long long)c->seq,
-                       (long long)c->grad_accum);
+                       "train: steps (%lld), batch (%lld) and grad_accum (%lld) must be >= 1, "
+                       "seq (%lld) >= 0",
+                       (long long)c->steps, (long long)c->batch, (long long)c->grad_accum,
+                       (long long)c->seq);
   if (c->threads > 0) omp_set_num_threads(c->threads);
   slapo_gpt2_config mc;
   SLAPO_TRY(slapo_gpt2_config_named(c->model_config, &mc));
   if (c->dropout >= 0) mc.dropout = c->dropout;
+  /* seq 0: the config's context, at most 256 (a CPU-sized default). */
+  if (local.seq == 0) local.seq = mc.n_ctx < 256 ? mc.n_ctx : 256;
+  if (c->save) {
+    /* Fail before training, not after it, when the checkpoint cannot be
+     * written: the atomic write needs a writable directory. */
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", c->save);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    else snprintf(dir, sizeof dir, ".");
+    if (access(dir, W_OK) != 0)
+      return slapo_error(SLAPO_IO, "train: cannot write the checkpoint %s: directory %s: %s",
+                         c->save, dir, strerror(errno));
+  }
   if (c->seq > mc.n_ctx)
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)mc.n_ctx);
@@ -170,6 +187,12 @@ slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *u
   say(cb, ud, "model: GPT-2 %s, %d layers, %lld wide, %d heads, context %lld, %.2fM parameters",
       c->model_config, mc.n_layer, (long long)mc.n_embd, mc.n_head, (long long)mc.n_ctx,
       (double)slapo_module_numel(model) / 1e6);
+  say(cb, ud, "batch: %lld sequences of %lld tokens x %lld micro-batches = %lld tokens a step",
+      (long long)c->batch, (long long)c->seq, (long long)c->grad_accum,
+      (long long)(c->batch * c->seq * c->grad_accum));
+  if (c->warmup >= c->steps)
+    say(cb, ud, "note: --warmup %lld is not shorter than --steps %lld: the learning rate never "
+        "reaches its peak", (long long)c->warmup, (long long)c->steps);
   if ((s = slapo_runner_new(model, NULL, &runner)) != SLAPO_OK) goto done;
   slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, c->weight_decay};
   if ((s = slapo_adamw_new(model, &ac, &opt)) != SLAPO_OK) goto done;

@@ -510,7 +510,7 @@ static void test_dataset_errors(void **state) {
   tmp_path(p, sizeof p, "emptydir");
   assert_int_equal(mkdir(p, 0755), 0);
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
-  expect_msg("is empty");
+  expect_msg("has no text files");
   assert_null(d);
 }
 
@@ -519,13 +519,20 @@ static void test_dataset_directory(void **state) {
   char dir[512], p[600];
   tmp_path(dir, sizeof dir, "corpus");
   assert_int_equal(mkdir(dir, 0755), 0);
-  /* Only names without '.' count, in name order; subdirectories are skipped. */
-  const char *files[][2] = {{"b", "BBBB"}, {"a", "AAAA"}, {"c.dat", "CCCC"}, {".hidden", "HHHH"},
-                            {"ab", "XY"}};
+  /* Regular text files count, in name order; hidden files, subdirectories,
+   * symbolic links and binary files (a NUL byte, like fortunes' .dat
+   * indexes) are skipped. */
+  const char *files[][2] = {{"b", "BBBB"}, {"a.txt", "AAAA"}, {".hidden", "HHHH"}, {"ab", "XY"}};
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     snprintf(p, sizeof p, "%s/%s", dir, files[i][0]);
     write_file(p, files[i][1], strlen(files[i][1]));
   }
+  snprintf(p, sizeof p, "%s/c.dat", dir);
+  write_file(p, "CC\0C", 4);
+  char target[600];
+  snprintf(target, sizeof target, "%s/b", dir);
+  snprintf(p, sizeof p, "%s/b.u8", dir);
+  assert_int_equal(symlink(target, p), 0);
   snprintf(p, sizeof p, "%s/sub", dir);
   assert_int_equal(mkdir(p, 0755), 0);
   snprintf(p, sizeof p, "%s/sub/z", dir);
