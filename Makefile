@@ -40,8 +40,9 @@ run: build
 
 # Benchmarks (never run as tests); the PyTorch peer needs python3-torch.
 bench: build
-	@tools/install_deps.sh python3-torch
+	@tools/install_deps.sh python3-torch libopenblas0-openmp
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
+	bench/run_train_bench.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) $(ASAN_DIR)

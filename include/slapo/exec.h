@@ -22,6 +22,13 @@ typedef struct slapo_plan_opts {
   bool reference;
   /* Record wall time per node (slapo_plan_node_ms). */
   bool timing;
+  /* > 0: output values with index >= accumulate_from are *accumulated*
+   * into tensors bound with slapo_plan_bind_accumulator instead of being
+   * kept until the next run (slapo_step's parameter gradients): each is
+   * added into its tensor right after the node that computes it runs, while
+   * it is still in cache, and its buffer is then free for later nodes, so
+   * these values no longer count in the planned peak. 0: none. */
+  int accumulate_from;
 } slapo_plan_opts;
 
 /* A compiled, runnable graph: buffer assignment and execution order. */
@@ -54,13 +61,23 @@ size_t slapo_plan_measured_peak_nbytes(const slapo_plan *p);
 slapo_status slapo_plan_bind_input(slapo_plan *p, const char *name, const slapo_tensor *t);
 slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_tensor *t);
 
+/* Binds `acc` as the accumulator of output value i (i >= the plan's
+ * opts.accumulate_from): every run adds value i into it (acc += value,
+ * elementwise, the same single f32 addition per element as adding after
+ * the run). `acc` is borrowed until the plan is freed or rebound; f32,
+ * contiguous, of the value's shape. Errors: SLAPO_INVALID_ARG (NULL, i not
+ * an accumulated output, acc strided, meta or not f32), SLAPO_SHAPE (both
+ * shapes named). */
+slapo_status slapo_plan_bind_accumulator(slapo_plan *p, int i, slapo_tensor *acc);
+
 /* Runs every node in order. `env` may be NULL (seed 0, step 0, training).
- * Errors: SLAPO_STATE naming the first unbound placeholder or param,
- * SLAPO_NOMEM. */
+ * Errors: SLAPO_STATE naming the first unbound placeholder, param or
+ * accumulator, SLAPO_NOMEM. */
 slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env);
 
-/* Number of values of the output node, and value i after a run. Borrowed:
- * valid until the next run or slapo_plan_free. */
+/* Number of values of the output node, and value i after a run (NULL for
+ * an accumulated value: it went into its accumulator). Borrowed: valid
+ * until the next run or slapo_plan_free. */
 int slapo_plan_output_count(const slapo_plan *p);
 const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i);
 

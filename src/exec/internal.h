@@ -53,6 +53,10 @@ typedef struct exec_node {
   const slapo_tensor *val;     /* the value: &t, or the bound tensor */
   int n_release;
   int *release;                /* buffers whose last reader is this node */
+  int n_acc;
+  int *acc;                    /* accumulated output values this node
+                                  computes (indices into the output node's
+                                  inputs), added right after it runs */
 } exec_node;
 
 struct slapo_plan {
@@ -83,6 +87,12 @@ struct slapo_plan {
   slapo_storage *copy_storage;
   void *scratch;               /* grown on demand, reused across runs */
   size_t scratch_nbytes;
+
+  /* Accumulated outputs (opts.accumulate_from > 0): the bound tensor per
+   * output value index [n_outputs], NULL where none is bound or the value
+   * is kept until the next run. */
+  int n_outputs;
+  slapo_tensor **accumulator;
 
   /* Timing (opts.timing): ms per node of the last run; origin groups. */
   double *ms;

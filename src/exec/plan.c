@@ -247,12 +247,36 @@ static slapo_status liveness(slapo_plan *p) {
       e->buf = p->nodes[e->in[0]].buf; /* the storage it shares (-1: bound) */
     }
     /* A read of any view of a buffer is a read of the buffer. The output
-     * node's reads last until the next run. */
+     * node's reads last until the next run, except those of accumulated
+     * values, which are read (added into their accumulator) by the node
+     * that computes them. */
     for (int j = 0; j < e->n_in; j++) {
       int r = p->nodes[e->in[j]].buf;
       if (r < 0) continue;
-      int until = e->kind == EXEC_OUTPUT ? p->n_nodes : i;
+      bool acc = e->kind == EXEC_OUTPUT && p->opts.accumulate_from > 0 &&
+                 j >= p->opts.accumulate_from;
+      int until = e->kind == EXEC_OUTPUT && !acc ? p->n_nodes : acc ? e->in[j] : i;
       if (until > p->bufs[r].last) p->bufs[r].last = until;
+    }
+  }
+
+  /* Accumulated outputs: each value's node gets the output indices it adds. */
+  const exec_node *on = &p->nodes[p->out_idx];
+  p->n_outputs = on->n_in;
+  p->accumulator = ALLOC(p, slapo_tensor *, p->n_outputs);
+  if (!p->accumulator) return nomem("accumulators");
+  memset(p->accumulator, 0, (size_t)p->n_outputs * sizeof *p->accumulator);
+  if (p->opts.accumulate_from > 0) {
+    for (int j = p->opts.accumulate_from; j < on->n_in; j++) p->nodes[on->in[j]].n_acc++;
+    for (int i = 0; i < p->n_nodes; i++) {
+      exec_node *e = &p->nodes[i];
+      e->acc = ALLOC(p, int, e->n_acc);
+      if (!e->acc) return nomem("accumulators");
+      e->n_acc = 0;
+    }
+    for (int j = p->opts.accumulate_from; j < on->n_in; j++) {
+      exec_node *v = &p->nodes[on->in[j]];
+      v->acc[v->n_acc++] = j;
     }
   }
 

@@ -1,9 +1,11 @@
 /* exec/run.c - the executor: binding inputs and parameters, running the
  * planned nodes in graph order (fast kernel unless opts.reference, view ops
  * fill a header over their input's storage), copying strided inputs of
- * contiguous_inputs ops into a reused scratch buffer, per-node timing and the
- * live-bytes high-water mark. The hot path allocates nothing except scratch
- * growth and, in debug allocation mode, one block per buffer. Layer: exec. */
+ * contiguous_inputs ops into a reused scratch buffer, adding accumulated
+ * outputs into their bound tensors as soon as they are computed, per-node
+ * timing and the live-bytes high-water mark. The hot path allocates nothing
+ * except scratch growth and, in debug allocation mode, one block per buffer.
+ * Layer: exec. */
 #include <string.h>
 #include <time.h>
 
@@ -58,6 +60,61 @@ slapo_status slapo_plan_bind_input(slapo_plan *p, const char *name, const slapo_
 
 slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_tensor *t) {
   return bind(p, SLAPO_NODE_PARAM, "plan_bind_param", path, t);
+}
+
+static bool accumulated(const slapo_plan *p, int i) {
+  return p->opts.accumulate_from > 0 && i >= p->opts.accumulate_from && i < p->n_outputs;
+}
+
+slapo_status slapo_plan_bind_accumulator(slapo_plan *p, int i, slapo_tensor *acc) {
+  if (!p || !acc)
+    return slapo_error(SLAPO_INVALID_ARG, "plan_bind_accumulator: plan or tensor is NULL");
+  if (!accumulated(p, i))
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "plan_bind_accumulator: output %d is not accumulated (the plan has %d "
+                       "outputs; opts.accumulate_from = %d)",
+                       i, p->n_outputs, p->opts.accumulate_from);
+  const slapo_node *v = p->nodes[p->nodes[p->out_idx].in[i]].node;
+  if (!acc->storage || acc->dtype != SLAPO_DTYPE_F32 || v->dtype != SLAPO_DTYPE_F32 ||
+      !slapo_tensor_is_contiguous(acc))
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "plan_bind_accumulator: output %d ('%s'): the accumulator must be a "
+                       "contiguous f32 tensor with storage, and the value f32",
+                       i, v->name);
+  if (!slapo_shape_equal(acc->ndim, acc->shape, v->ndim, v->shape)) {
+    char want[160], got[160];
+    return slapo_error(SLAPO_SHAPE,
+                       "plan_bind_accumulator: output %d ('%s') is %s, the accumulator %s", i,
+                       v->name, slapo_shape_str(v->ndim, v->shape, want, sizeof want),
+                       slapo_shape_str(acc->ndim, acc->shape, got, sizeof got));
+  }
+  p->accumulator[i] = acc;
+  return SLAPO_OK;
+}
+
+/* acc += val elementwise (val any strides). Parallel over the elements. */
+static void accumulate(slapo_tensor *acc, const slapo_tensor *val) {
+  float *dst = slapo_tensor_data(acc); /* [numel] contiguous */
+  int64_t numel = slapo_tensor_numel(acc);
+  if (slapo_tensor_is_contiguous(val)) {
+    const float *src = slapo_tensor_data(val); /* [numel] */
+#pragma omp parallel for schedule(static) if (numel > 65536)
+    for (int64_t j = 0; j < numel; j++) dst[j] += src[j];
+    return;
+  }
+  /* A strided value (a view of a bound tensor): the odometer walk of the
+   * reference gathers, one element at a time. */
+  const float *src = slapo_tensor_data(val);
+  int64_t idx[SLAPO_MAX_DIMS] = {0}, off = 0;
+  for (int64_t j = 0; j < numel; j++) {
+    dst[j] += src[off];
+    for (int k = val->ndim - 1; k >= 0; k--) {
+      off += val->strides[k];
+      if (++idx[k] < val->shape[k]) break;
+      off -= val->strides[k] * val->shape[k];
+      idx[k] = 0;
+    }
+  }
 }
 
 /* ------------------------------------------------------------------------ */
@@ -159,6 +216,13 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
                        ph ? "placeholder" : "param", e->node->target, e->node->name,
                        ph ? "slapo_plan_bind_input" : "slapo_plan_bind_param", e->node->target);
   }
+  for (int i = 0; i < p->n_outputs; i++) {
+    if (!accumulated(p, i) || p->accumulator[i]) continue;
+    return slapo_error(SLAPO_STATE,
+                       "plan_run: output %d ('%s') is accumulated but has no accumulator; "
+                       "call slapo_plan_bind_accumulator(plan, %d, tensor) before running",
+                       i, p->nodes[p->nodes[p->out_idx].in[i]].node->name, i);
+  }
   slapo_kernel_env dflt = {.seed = 0, .step = 0, .training = true};
   if (!env) env = &dflt;
 
@@ -186,6 +250,7 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
     } else if (e->kind == EXEC_VIEW) {
       run_view(p, e);
     }
+    for (int k = 0; k < e->n_acc; k++) accumulate(p->accumulator[e->acc[k]], e->val);
     for (int k = 0; k < e->n_release; k++) {
       exec_buf *b = &p->bufs[e->release[k]];
       live -= b->nbytes;
@@ -203,6 +268,7 @@ int slapo_plan_output_count(const slapo_plan *p) {
 }
 
 const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i) {
-  if (!p || !p->ran || i < 0 || i >= slapo_plan_output_count(p)) return NULL;
+  if (!p || !p->ran || i < 0 || i >= slapo_plan_output_count(p) || accumulated(p, i))
+    return NULL;
   return p->nodes[p->nodes[p->out_idx].in[i]].val;
 }

@@ -139,16 +139,37 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
     outs[0] = y;
     s = slapo_backward(ctx, y, NULL, n, wrt, outs + 1);
     if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
+    /* Split gradients as one concat instead of zero-padded pieces summed
+     * (fold_grads.c): same values, far less memory traffic. */
+    int folded = 0;
+    if (s == SLAPO_OK) s = slapo__fold_split_grads(b->g, &folded);
+    if (folded) slapo_logf(1, "step: %d split gradients joined with concat", folded);
+    /* Embedding gradients scattered into the other gradient of a tied weight
+     * rather than into zeros then added (fold_index_add.c). */
+    if (s == SLAPO_OK) s = slapo__fold_index_add(b->g, &folded);
+    if (folded) slapo_logf(1, "step: %d index_add into zeros folded into an add", folded);
   } else {
     if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
   }
+  /* Dropouts that copy without changing a value (p = 0, or eval mode) go
+   * (drop_identity.c). */
+  int dropped = 0;
+  if (s == SLAPO_OK) s = slapo__drop_identity_dropouts(b->g, mode == SLAPO_STEP_TRAIN, &dropped);
+  if (dropped) slapo_logf(1, "step: %d identity dropouts removed", dropped);
   if (s != SLAPO_OK) goto done;
   slapo_logf(1, "step: built %s graph with %d nodes, %d parameters",
              mode == SLAPO_STEP_TRAIN ? "train" : "eval", slapo_graph_count(b->g), n);
-  s = slapo_plan_new(b->g, &r->opts, &b->plan);
+  /* Gradients (outputs 1..n) are added into each parameter's grad by the
+   * executor as soon as they are computed (while in cache), so they do not
+   * stay in the activation arena until the step ends. */
+  slapo_plan_opts po = r->opts;
+  po.accumulate_from = mode == SLAPO_STEP_TRAIN ? 1 : 0;
+  s = slapo_plan_new(b->g, &po, &b->plan);
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     slapo_parameter *p = slapo_map_value_at(bs.param_objs, (size_t)i);
     s = slapo_plan_bind_param(b->plan, p->path, p->value);
+    if (s == SLAPO_OK && mode == SLAPO_STEP_TRAIN)
+      s = slapo_plan_bind_accumulator(b->plan, i + 1, p->grad);
   }
   if (s == SLAPO_OK && getenv("SLAPO_DEBUG_STEP") && !(b->text = graph_text(b->g)))
     s = slapo_error(SLAPO_NOMEM, "step: out of memory");
@@ -201,23 +222,8 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
   }
   slapo_kernel_env e = env ? *env : (slapo_kernel_env){0};
   e.training = mode == SLAPO_STEP_TRAIN && (!env || env->training);
+  /* TRAIN: the run also adds each gradient into its parameter's grad. */
   SLAPO_TRY(slapo_plan_run(b->plan, &e));
-  if (mode == SLAPO_STEP_TRAIN) {
-    for (int i = 0; i < b->n_params; i++) {
-      const slapo_tensor *g = slapo_plan_output(b->plan, i + 1);
-      slapo_tensor *acc = b->params[i]->grad, *tmp = NULL;
-      if (!slapo_tensor_is_contiguous(g)) {
-        SLAPO_TRY(slapo_tensor_contiguous(g, &tmp));
-        g = tmp;
-      }
-      const float *src = slapo_tensor_data(g); /* [numel] */
-      float *dst = slapo_tensor_data(acc);     /* [numel] */
-      int64_t numel = slapo_tensor_numel(acc);
-#pragma omp parallel for schedule(static) if (numel > 65536)
-      for (int64_t j = 0; j < numel; j++) dst[j] += src[j];
-      slapo_tensor_free(tmp);
-    }
-  }
   if (out) *out = slapo_plan_output(b->plan, 0);
   return SLAPO_OK;
 }

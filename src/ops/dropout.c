@@ -68,50 +68,56 @@ static void dropout_ref(const slapo_node *node, const slapo_tensor *const *in,
  * key slapo_rng_key(seed, stream) split into two words, counter (block lo,
  * block hi, step lo, step hi), element g is word g % 4 of block g / 4,
  * u = (word >> 8) * 2^-24), but with the key hashed once per node, each
- * Philox block used for all four of its elements, and PHILOX_LANES blocks
+ * Philox block used for all four of its elements, and batches of blocks
  * computed side by side so that the ten rounds vectorize (in AVX-512,
  * 16 blocks per instruction). u >= p is decided in integers: u = k * 2^-24
  * for the integer k = word >> 8, so u >= p exactly when k >= ceil(p * 2^24)
  * (p * 2^24 is exact in double). The op tests compare it with the reference
  * bitwise. Philox4x32-10: Salmon et al., SC'11 (constants as core/philox.c). */
-enum { PHILOX_LANES = 16 };
+enum { PHILOX_LANES = 64 }; /* blocks per batch: 256 elements */
+
+/* Philox4x32-10 of the blocks b0 .. b0 + PHILOX_LANES - 1 with counter
+ * words 2-3 = step: w[4 l + q] = word q of block b0 + l, i.e. the word of
+ * element 4 (b0 + l) + q. One block per iteration of the outer loop, which
+ * GCC vectorizes across blocks; the ten rounds are unrolled inside it. */
+static inline void philox_batch(uint64_t b0, uint64_t step, uint64_t key,
+                                uint32_t w[4 * PHILOX_LANES]) {
+  for (int l = 0; l < PHILOX_LANES; l++) {
+    uint64_t b = b0 + (uint64_t)l;
+    uint32_t c0 = (uint32_t)b, c1 = (uint32_t)(b >> 32);
+    uint32_t c2 = (uint32_t)step, c3 = (uint32_t)(step >> 32);
+    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
+    for (int round = 0; round < 10; round++) {
+      uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+      uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+      uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+      c1 = (uint32_t)p1;
+      c3 = (uint32_t)p0;
+      c0 = n0;
+      c2 = n2;
+      k0 += 0x9E3779B9u;
+      k1 += 0xBB67AE85u;
+    }
+    w[4 * l] = c0, w[4 * l + 1] = c1, w[4 * l + 2] = c2, w[4 * l + 3] = c3;
+  }
+}
 
 /* y = dropout(x) for the elements [lo, hi) of the unsharded index space; x
  * and y point at element lo. */
 SLAPO__SIMD_CLONES static void dropout_span(const float *restrict x, float *restrict y,
                                             uint64_t lo, uint64_t hi, uint64_t step,
                                             uint64_t key, uint32_t thresh, float scale) {
+  uint32_t w[4 * PHILOX_LANES];
   for (uint64_t b0 = lo / 4; b0 * 4 < hi; b0 += PHILOX_LANES) {
-    uint32_t c0[PHILOX_LANES], c1[PHILOX_LANES], c2[PHILOX_LANES], c3[PHILOX_LANES];
-    for (int l = 0; l < PHILOX_LANES; l++) {
-      c0[l] = (uint32_t)(b0 + (uint64_t)l);
-      c1[l] = (uint32_t)((b0 + (uint64_t)l) >> 32);
-      c2[l] = (uint32_t)step;
-      c3[l] = (uint32_t)(step >> 32);
-    }
-    uint32_t k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);
-    for (int round = 0; round < 10; round++) {
-      for (int l = 0; l < PHILOX_LANES; l++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0[l];
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2[l];
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1[l] ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3[l] ^ k1;
-        c1[l] = (uint32_t)p1;
-        c3[l] = (uint32_t)p0;
-        c0[l] = n0;
-        c2[l] = n2;
-      }
-      k0 += 0x9E3779B9u;
-      k1 += 0xBB67AE85u;
-    }
-    /* Element e = 4 (b0 + l) + q takes word q of lane l. */
-    const uint32_t *words[4] = {c0, c1, c2, c3};
+    philox_batch(b0, step, key, w);
     uint64_t e0 = b0 * 4, e1 = e0 + 4 * PHILOX_LANES;
     uint64_t from = e0 > lo ? e0 : lo, to = e1 < hi ? e1 : hi;
-    for (uint64_t e = from; e < to; e++) {
-      uint32_t k = words[e & 3][(e - e0) >> 2] >> 8;
-      y[e - lo] = k >= thresh ? x[e - lo] * scale : 0.0f;
-    }
+    const uint32_t *wf = w + (from - e0);
+    const float *xf = x + (from - lo);
+    float *yf = y + (from - lo);
+    int64_t n = (int64_t)(to - from);
+    for (int64_t i = 0; i < n; i++) yf[i] = (wf[i] >> 8) >= thresh ? xf[i] * scale : 0.0f;
   }
 }
 
@@ -129,7 +135,7 @@ static void dropout_fast(const slapo_node *node, const slapo_tensor *const *in,
   }
   uint64_t key = slapo_rng_key(env->seed, a.stream);
   uint32_t thresh = (uint32_t)ceil(a.p * 16777216.0);
-  const uint64_t chunk = 4 * PHILOX_LANES * 64; /* elements */
+  const uint64_t chunk = 4 * PHILOX_LANES * 16; /* elements */
   uint64_t end = a.offset + (uint64_t)N;
   uint64_t first = a.offset / chunk, last = (end + chunk - 1) / chunk;
   int64_t n_chunks = (int64_t)(last - first);

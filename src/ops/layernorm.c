@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "ops/internal.h"
+#include "ops/vmath.h"
 
 #define LN_EPS_DEFAULT 1e-5
 
@@ -86,16 +87,46 @@ static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in
   }
 }
 
+/* The fast kernels' row sums use LANES interleaved partial sums (element c
+ * goes to lane c % LANES, the lanes added in order at the end): a fixed
+ * order, so reproducible, and one the compiler vectorizes, where a single
+ * running float sum waits on the previous add for every element. */
+enum { LANES = 16 };
+
+static inline float lanes_total(const float *acc) {
+  float t = 0.0f;
+  for (int l = 0; l < LANES; l++) t += acc[l];
+  return t;
+}
+
 /* Mean and 1/std of one row in float, two passes (a one-pass E[x^2] - E[x]^2
  * loses precision when |mean| >> std). */
-static void row_stats(const float *xr, int64_t C, float eps, float *mean, float *rstd) {
-  float m = 0.0f, v = 0.0f;
-  for (int64_t c = 0; c < C; c++) m += xr[c];
-  m /= (float)C;
-  for (int64_t c = 0; c < C; c++) v += (xr[c] - m) * (xr[c] - m);
-  v /= (float)C;
+SLAPO__SIMD_CLONES static void row_stats(const float *xr, int64_t C, float eps, float *mean,
+                                         float *rstd) {
+  float acc[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= C; c += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] += xr[c + l];
+  for (int l = 0; c < C; c++, l++) acc[l] += xr[c];
+  float m = lanes_total(acc) / (float)C;
+  float vacc[LANES] = {0};
+  for (c = 0; c + LANES <= C; c += LANES)
+    for (int l = 0; l < LANES; l++) vacc[l] += (xr[c + l] - m) * (xr[c + l] - m);
+  for (int l = 0; c < C; c++, l++) vacc[l] += (xr[c] - m) * (xr[c] - m);
+  float v = lanes_total(vacc) / (float)C;
   *mean = m;
   *rstd = 1.0f / sqrtf(v + eps);
+}
+
+/* y = (x - mean) rstd [* w + b] for one row. */
+SLAPO__SIMD_CLONES static void norm_row(const float *restrict xr, const float *restrict w,
+                                        const float *restrict b, float *restrict yr, int64_t C,
+                                        float mean, float rstd) {
+  if (w) {
+    for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
+  } else {
+    for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd;
+  }
 }
 
 static void layer_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
@@ -114,11 +145,7 @@ static void layer_norm_fast(const slapo_node *node, const slapo_tensor *const *i
     float *yr = y + r * C;
     float mean, rstd;
     row_stats(xr, C, eps, &mean, &rstd);
-    if (w) {
-      for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
-    } else {
-      for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd;
-    }
+    norm_row(xr, w, b, yr, C, mean, rstd);
   }
 }
 
@@ -218,6 +245,33 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
   }
 }
 
+/* dx for one row: rstd (dyw - mean(dyw) - xhat mean(dyw xhat)), the two
+ * means from lane sums. */
+SLAPO__SIMD_CLONES static void backward_row(const float *restrict xr, const float *restrict w,
+                                            const float *restrict dyr, float *restrict dxr,
+                                            int64_t C, float mean, float rstd) {
+  float a1[LANES] = {0}, a2[LANES] = {0};
+  int64_t c = 0;
+  for (; c + LANES <= C; c += LANES) {
+    for (int l = 0; l < LANES; l++) {
+      float dyw = w ? dyr[c + l] * w[c + l] : dyr[c + l];
+      a1[l] += dyw;
+      a2[l] += dyw * (xr[c + l] - mean) * rstd;
+    }
+  }
+  for (int l = 0; c < C; c++, l++) {
+    float dyw = w ? dyr[c] * w[c] : dyr[c];
+    a1[l] += dyw;
+    a2[l] += dyw * (xr[c] - mean) * rstd;
+  }
+  float mean_dyw = lanes_total(a1) / (float)C, mean_dyw_xhat = lanes_total(a2) / (float)C;
+  for (c = 0; c < C; c++) {
+    float dyw = w ? dyr[c] * w[c] : dyr[c];
+    float xhat = (xr[c] - mean) * rstd;
+    dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+  }
+}
+
 static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                      slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
@@ -235,18 +289,7 @@ static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor 
     float *dxr = dx + r * C;
     float mean, rstd;
     row_stats(xr, C, eps, &mean, &rstd);
-    float sum_dyw = 0.0f, sum_dyw_xhat = 0.0f;
-    for (int64_t c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      sum_dyw += dyw;
-      sum_dyw_xhat += dyw * (xr[c] - mean) * rstd;
-    }
-    float mean_dyw = sum_dyw / (float)C, mean_dyw_xhat = sum_dyw_xhat / (float)C;
-    for (int64_t c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      float xhat = (xr[c] - mean) * rstd;
-      dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
-    }
+    backward_row(xr, w, dyr, dxr, C, mean, rstd);
   }
 }
 

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
+#include "ops/vmath.h"
 
 /* Rows of x [R, S] and the causal geometry [.., T, S] of a node's input. */
 typedef struct rows {
@@ -75,7 +76,44 @@ static void softmax_ref(const slapo_node *node, const slapo_tensor *const *in,
   }
 }
 
-/* Fast: rows in parallel, one expf per element (stored, then scaled). */
+/* One row's exponentials and their sum for the fast kernel: y[s] =
+ * e^(x[s] - m) for s < n, summed in LANES interleaved partial sums (a
+ * fixed order, so reproducible) that let the loop vectorize; e^ is
+ * slapo__exp_bounded (ops/vmath.h), ~2 ulp, with arguments below -87 (e^-87
+ * ~ 1.6e-38, nothing next to the row's maximum, which contributes 1)
+ * clamped to -87. Returns the sum. */
+enum { LANES = 16 };
+#define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
+
+SLAPO__SIMD_CLONES static float exp_row(const float *restrict x, float *restrict y, int64_t n,
+                                        float m) {
+  float acc[LANES] = {0};
+  int64_t s = 0;
+  for (; s + LANES <= n; s += LANES) {
+    for (int l = 0; l < LANES; l++) {
+      float e = slapo__exp_bounded(slapo__clamp_abs(x[s + l] - m, EXP_ARG_MAX_BITS));
+      y[s + l] = e;
+      acc[l] += e;
+    }
+  }
+  for (int l = 0; s < n; s++, l++) {
+    float e = slapo__exp_bounded(slapo__clamp_abs(x[s] - m, EXP_ARG_MAX_BITS));
+    y[s] = e;
+    acc[l] += e;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; l++) sum += acc[l];
+  return sum;
+}
+
+/* y[s] *= k for s < n, zeros up to S. */
+SLAPO__SIMD_CLONES static void scale_row(float *restrict y, int64_t n, int64_t S, float k) {
+  for (int64_t s = 0; s < n; s++) y[s] *= k;
+  for (int64_t s = n; s < S; s++) y[s] = 0.0f;
+}
+
+/* Fast: rows in parallel; max, then the vectorized exponentials and sum,
+ * then one scaling pass. */
 static void softmax_fast(const slapo_node *node, const slapo_tensor *const *in,
                          slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
@@ -90,15 +128,8 @@ static void softmax_fast(const slapo_node *node, const slapo_tensor *const *in,
     float m = -INFINITY;
     for (int64_t s = 0; s < n; s++) m = fmaxf(m, xr[s]);
     if (m == -INFINITY) n = 0;
-    float sum = 0.0f;
-    for (int64_t s = 0; s < n; s++) {
-      float e = expf(xr[s] - m);
-      yr[s] = e;
-      sum += e;
-    }
-    float inv = n ? 1.0f / sum : 0.0f;
-    for (int64_t s = 0; s < n; s++) yr[s] *= inv;
-    for (int64_t s = n; s < g.S; s++) yr[s] = 0.0f;
+    float sum = n ? exp_row(xr, yr, n, m) : 0.0f;
+    scale_row(yr, n, g.S, n ? 1.0f / sum : 0.0f);
   }
 }
 
@@ -158,6 +189,21 @@ static void softmax_backward_ref(const slapo_node *node, const slapo_tensor *con
   }
 }
 
+/* dx = y (dy - <dy, y>) for one row; the dot product in LANES interleaved
+ * partial sums (fixed order; vectorizes). */
+SLAPO__SIMD_CLONES static void softmax_backward_row(const float *restrict y,
+                                                    const float *restrict dy,
+                                                    float *restrict dx, int64_t S) {
+  float acc[LANES] = {0};
+  int64_t s = 0;
+  for (; s + LANES <= S; s += LANES)
+    for (int l = 0; l < LANES; l++) acc[l] += dy[s + l] * y[s + l];
+  for (int l = 0; s < S; s++, l++) acc[l] += dy[s] * y[s];
+  float dot = 0.0f;
+  for (int l = 0; l < LANES; l++) dot += acc[l];
+  for (s = 0; s < S; s++) dx[s] = y[s] * (dy[s] - dot);
+}
+
 static void softmax_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                   slapo_tensor *out, const slapo_kernel_env *env) {
   (void)node, (void)env;
@@ -167,13 +213,7 @@ static void softmax_backward_fast(const slapo_node *node, const slapo_tensor *co
   int64_t S = in[0]->shape[in[0]->ndim - 1];
   int64_t R = S ? slapo_tensor_numel(in[0]) / S : 0;
 #pragma omp parallel for num_threads(slapo__threads_for(R * S)) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    const float *yr = y + r * S, *dyr = dy + r * S;
-    float *dxr = dx + r * S;
-    float dot = 0.0f;
-    for (int64_t s = 0; s < S; s++) dot += dyr[s] * yr[s];
-    for (int64_t s = 0; s < S; s++) dxr[s] = yr[s] * (dyr[s] - dot);
-  }
+  for (int64_t r = 0; r < R; r++) softmax_backward_row(y + r * S, dy + r * S, dx + r * S, S);
 }
 
 static slapo_node *softmax_backward_example(slapo_ctx *ctx) {

@@ -67,12 +67,6 @@ static void optim_path(const char *model_path, char *out, size_t cap) {
     snprintf(out, cap, "%s.optim.safetensors", model_path);
 }
 
-static void scale_grad(slapo_parameter *p, const char *path, void *ud) {
-  (void)path;
-  float c = *(const float *)ud, *g = slapo_tensor_data(p->grad);
-  int64_t n = slapo_tensor_numel(p->grad);
-  for (int64_t i = 0; i < n; i++) g[i] *= c;
-}
 
 static slapo_status eval_loss(slapo_runner *r, const slapo_dataset *d, const slapo_train_config *c,
                               slapo_tensor *x, slapo_tensor *y, double *out) {
@@ -221,9 +215,9 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
     goto done;
   }
   double t0 = now_s();
+  slapo_module_zero_grad(model);
   for (int64_t step = start; step < c->steps; step++) {
     double ts = now_s(), loss_sum = 0;
-    slapo_module_zero_grad(model);
     for (int64_t m = 0; m < c->grad_accum; m++) {
       int64_t micro = step * c->grad_accum + m;
       if ((s = slapo_dataset_batch(data, false, c->seed, micro, x, y)) != SLAPO_OK) goto done;
@@ -233,14 +227,12 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
       loss_sum += *(const float *)slapo_tensor_data(loss);
     }
     /* Each micro-batch loss is a mean, so the accumulated gradient is
-     * grad_accum times the big-batch gradient. */
-    if (c->grad_accum > 1) {
-      float inv = 1.0f / (float)c->grad_accum;
-      slapo_module_visit_params(model, scale_grad, &inv);
-    }
-    double norm = slapo_clip_grad_norm(model, c->grad_clip);
+     * grad_accum times the big-batch gradient: averaging, clipping and the
+     * next step's zeroing all happen inside AdamW's one pass over memory. */
+    float avg = 1.0f / (float)c->grad_accum;
+    double norm = slapo_clip_grad_norm(model, 0) * avg;
     float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
-    slapo_adamw_step(opt, lr);
+    slapo_adamw_step_scaled(opt, lr, avg * slapo_clip_scale(norm, c->grad_clip), true);
     double dt = now_s() - ts;
     slapo_train_event e = {0};
     e.step = step + 1;

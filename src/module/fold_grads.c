@@ -1,0 +1,129 @@
+/* module/fold_grads.c - a pass over a step's joint graph, run after the
+ * backward is derived: the gradient of a value that was split (slapo_split
+ * emits one `slice` per piece) arrives as one zero-padded `slice_backward`
+ * per piece, summed by autograd with `add` nodes; when the pieces tile the
+ * sliced dim exactly, that sum is the pieces' gradients joined with one
+ * `concat`. Layer: module.
+ * Why: GPT-2's attention splits c_attn's [B, T, 3C] output into q, k, v;
+ * its backward then wrote three zero-filled [B, T, 3C] buffers and added
+ * them twice (about 13 passes over 3C-wide data) where a concat writes the
+ * result once (2 passes). Exact: each element of the sum is one piece's
+ * value plus zeros (x + 0 = x; only the sign of a zero can differ). */
+#include <string.h>
+
+#include "module/internal.h"
+
+/* One piece: the gradient node it carries and its range along the dim. */
+typedef struct piece {
+  slapo_node *dy;
+  int64_t start, end;
+} piece;
+
+#define MAX_PIECES 16
+
+typedef struct tree {
+  const slapo_node *root;
+  int n;
+  piece p[MAX_PIECES];
+  slapo_node *inner[2 * MAX_PIECES]; /* adds and slice_backwards to erase */
+  int n_inner;
+  int dim;   /* normalized sliced dim */
+  bool have_dim;
+} tree;
+
+static bool is_op(const slapo_node *n, const char *op) {
+  return n->kind == SLAPO_NODE_CALL_OP && !strcmp(n->target, op);
+}
+
+/* Python slice-index normalization, as the slice ops do it. */
+static int64_t clamp_index(int64_t i, int64_t n) {
+  if (i < 0) i = i < -n ? 0 : i + n;
+  return i > n ? n : i;
+}
+
+/* Adds the leaves under `n` (the root add, or a node used only by the add
+ * above it) to t; false when the subtree is not a sum of step-1
+ * slice_backwards of the root's shape along one dim. */
+static bool collect(tree *t, slapo_node *n) {
+  const slapo_node *r = t->root;
+  if (n != r && n->n_users != 1) return false;
+  if (n->dtype != r->dtype || !slapo_shape_equal(n->ndim, n->shape, r->ndim, r->shape))
+    return false;
+  if (t->n_inner == 2 * MAX_PIECES) return false;
+  if (is_op(n, "add")) {
+    t->inner[t->n_inner++] = n;
+    return collect(t, n->inputs[0]) && collect(t, n->inputs[1]);
+  }
+  if (!is_op(n, "slice_backward") || t->n == MAX_PIECES) return false;
+  if (slapo_node_attr_int(n, "step", 1) != 1) return false;
+  int64_t dim = slapo_node_attr_int(n, "dim", 0);
+  if (dim < 0) dim += n->ndim;
+  if (dim < 0 || dim >= n->ndim) return false;
+  if (t->have_dim && dim != t->dim) return false;
+  t->dim = (int)dim;
+  t->have_dim = true;
+  int64_t len = n->shape[dim];
+  int64_t start = clamp_index(slapo_node_attr_int(n, "start", 0), len);
+  int64_t extent = n->inputs[0]->shape[dim]; /* dy holds the slice */
+  t->inner[t->n_inner++] = n;
+  t->p[t->n++] = (piece){n->inputs[0], start, start + extent};
+  return true;
+}
+
+/* Sorts pieces by start and checks that they tile [0, len) exactly. */
+static bool tiles(tree *t) {
+  for (int i = 1; i < t->n; i++) {
+    piece x = t->p[i];
+    int j = i - 1;
+    while (j >= 0 && t->p[j].start > x.start) {
+      t->p[j + 1] = t->p[j];
+      j--;
+    }
+    t->p[j + 1] = x;
+  }
+  int64_t at = 0;
+  for (int i = 0; i < t->n; i++) {
+    if (t->p[i].start != at) return false;
+    at = t->p[i].end;
+  }
+  return at == t->root->shape[t->dim];
+}
+
+/* Replaces the sum rooted at `root` by a concat when it has the form above;
+ * *cat is the concat, or NULL when the sum has another form. */
+static slapo_status try_fold(slapo_graph *g, slapo_node *root, slapo_node **cat_out) {
+  *cat_out = NULL;
+  tree t = {.root = root};
+  if (!collect(&t, root) || t.n < 2 || !tiles(&t)) return SLAPO_OK;
+  slapo_node *ins[MAX_PIECES];
+  for (int i = 0; i < t.n; i++) ins[i] = t.p[i].dy;
+  slapo_attr dim = slapo_attr_int("dim", t.dim);
+  slapo_node *cat;
+  slapo_graph_insert_before(g, root);
+  slapo_status s = slapo_graph_add_call_op(g, "concat", slapo_op_find("concat"), t.n, ins, 1,
+                                           &dim, &cat);
+  slapo_graph_insert_at_end(g);
+  if (s != SLAPO_OK) return s;
+  SLAPO_TRY(slapo_node_set_meta(cat, root->dtype, root->ndim, root->shape));
+  SLAPO_TRY(slapo_node_set_origin(cat, root->origin ? root->origin : "", root->op_seq));
+  SLAPO_TRY(slapo_node_replace_all_uses(root, cat));
+  /* inner[] lists every node of the tree parents-first, so each has no
+   * users left by the time it is erased. */
+  for (int i = 0; i < t.n_inner; i++) SLAPO_TRY(slapo_graph_erase(g, t.inner[i]));
+  *cat_out = cat;
+  return SLAPO_OK;
+}
+
+slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded) {
+  int count = 0;
+  /* Walk backwards so that the outermost add of a sum is met first; after a
+   * fold, go on before the concat (the erased nodes all came before it). */
+  for (slapo_node *n = slapo_graph_last(g); n;) {
+    slapo_node *cat = NULL;
+    if (is_op(n, "add")) SLAPO_TRY(try_fold(g, n, &cat));
+    count += cat != NULL;
+    n = cat ? cat->prev : n->prev;
+  }
+  if (n_folded) *n_folded = count;
+  return SLAPO_OK;
+}

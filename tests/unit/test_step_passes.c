@@ -1,0 +1,287 @@
+/* tests/unit/test_step_passes.c - the graph passes slapo_step runs. The
+ * split-gradient fold (src/module/fold_grads.c): a value split into pieces
+ * that tile a dim gets
+ * its gradient from one concat, bitwise equal to the unfolded sum of
+ * zero-padded slice_backwards, also when x has another user (the concat
+ * is then added to that user's gradient); sums that are not such a tiling
+ * (a gap, strided slices) are left alone; and a GPT-2 step folds one split
+ * per attention layer. Identity dropouts (src/module/drop_identity.c): a
+ * GPT-2 step keeps its dropout nodes only when training with p > 0, and a
+ * step without them computes the same bytes. The index_add fold
+ * (src/module/fold_index_add.c): a tied embedding / output weight gets its
+ * gradient from one index_add into the output layer's gradient, equal to
+ * the unfolded sum within float rounding. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <string.h>
+
+#include "module/internal.h"
+#include "slapo/autograd.h"
+#include "slapo/exec.h"
+#include "slapo/models.h"
+
+#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
+
+static int count_op(const slapo_graph *g, const char *op) {
+  int n = 0;
+  for (slapo_node *x = slapo_graph_first(g); x; x = x->next)
+    n += x->kind == SLAPO_NODE_CALL_OP && !strcmp(x->target, op);
+  return n;
+}
+
+/* How the pieces of x [2, 3, 6] are cut along dim 2. */
+typedef enum cut { CUT_SPLIT, CUT_GAP, CUT_STRIDED, CUT_REUSED } cut;
+
+/* loss = sum(p0^2) + sum(exp(p1)) + sum(3 * p2) for pieces p_i of x, and
+ * dloss/dx; returns the graph (owned) with output (loss, dx). */
+static slapo_graph *build(cut how) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  assert_ok(slapo_graph_new(&g));
+  assert_ok(slapo_ctx_new(g, &ctx));
+  int64_t shape[3] = {2, 3, 6};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, shape), *p[3];
+  if (how == CUT_SPLIT || how == CUT_REUSED) {
+    int64_t sizes[3] = {2, 1, 3};
+    assert_ok(slapo_split(ctx, x, 2, 3, sizes, p));
+  } else if (how == CUT_GAP) { /* [0, 2), [2, 3), [4, 6): element 3 has no piece */
+    p[0] = slapo_slice(ctx, x, 2, 0, 2);
+    p[1] = slapo_slice(ctx, x, 2, 2, 3);
+    p[2] = slapo_slice(ctx, x, -1, 4, 6);
+  } else { /* [0, 6) step 2 and [1, 6) step 2 tile the dim but are strided */
+    slapo_attr a[4] = {slapo_attr_int("dim", 2), slapo_attr_int("start", 0),
+                       slapo_attr_int("end", 6), slapo_attr_int("step", 2)};
+    p[0] = slapo_op_call(ctx, "slice", 1, &x, 4, a);
+    a[1] = slapo_attr_int("start", 1);
+    p[1] = slapo_op_call(ctx, "slice", 1, &x, 4, a);
+    p[2] = slapo_slice(ctx, x, 2, 0, 1);
+  }
+  slapo_node *t0 = slapo_mul(ctx, p[0], p[0]);
+  slapo_node *t1 = slapo_exp(ctx, p[1]);
+  slapo_node *t2 = slapo_mul_scalar(ctx, p[2], 3.0);
+  int64_t all[3] = {0, 1, 2};
+  slapo_node *loss = slapo_add(ctx, slapo_sum(ctx, t0, 3, all, false),
+                               slapo_sum(ctx, t1, 3, all, false));
+  loss = slapo_add(ctx, loss, slapo_sum(ctx, t2, 3, all, false));
+  /* CUT_REUSED: x also feeds the loss directly, so dx = (sum of the
+   * pieces' gradients) + that user's gradient. */
+  if (how == CUT_REUSED) loss = slapo_add(ctx, loss, slapo_sum(ctx, x, 3, all, false));
+  slapo_node *dx = NULL;
+  assert_ok(slapo_backward(ctx, loss, NULL, 1, &x, &dx));
+  slapo_node *outs[2] = {loss, dx};
+  assert_non_null(slapo_output(ctx, 2, outs));
+  assert_ok(slapo_ctx_status(ctx));
+  slapo_ctx_free(ctx);
+  return g;
+}
+
+/* Runs g on fixed x; returns an owned copy of dx. */
+static slapo_tensor *run(const slapo_graph *g) {
+  int64_t shape[3] = {2, 3, 6};
+  slapo_tensor *x, *dx;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 3, shape, &x));
+  float *xp = slapo_tensor_data(x);
+  for (int i = 0; i < 36; i++) xp[i] = (float)(i % 7) * 0.25f - 0.75f;
+  slapo_plan *p;
+  assert_ok(slapo_plan_new(g, NULL, &p));
+  assert_ok(slapo_plan_bind_input(p, "x", x));
+  assert_ok(slapo_plan_run(p, NULL));
+  assert_ok(slapo_tensor_contiguous(slapo_plan_output(p, 1), &dx));
+  slapo_plan_free(p);
+  slapo_tensor_free(x);
+  return dx;
+}
+
+static void check_folds(cut how) {
+  slapo_graph *plain = build(how), *folded = build(how);
+  int n = -1;
+  assert_ok(slapo__fold_split_grads(folded, &n));
+  assert_int_equal(n, 1);
+  assert_ok(slapo_graph_lint(folded));
+  assert_int_equal(count_op(plain, "slice_backward"), 3);
+  assert_int_equal(count_op(folded, "slice_backward"), 0);
+  assert_int_equal(count_op(folded, "concat"), 1);
+  slapo_tensor *a = run(plain), *b = run(folded);
+  assert_memory_equal(slapo_tensor_data(a), slapo_tensor_data(b), slapo_tensor_nbytes(a));
+  slapo_tensor_free(a);
+  slapo_tensor_free(b);
+  slapo_graph_free(plain);
+  slapo_graph_free(folded);
+}
+
+static void test_split_gradient_becomes_concat(void **state) {
+  (void)state;
+  check_folds(CUT_SPLIT);
+}
+
+static void test_split_of_a_value_with_other_users(void **state) {
+  (void)state;
+  check_folds(CUT_REUSED);
+}
+
+static void test_other_sums_are_left_alone(void **state) {
+  (void)state;
+  const cut cuts[2] = {CUT_GAP, CUT_STRIDED};
+  for (int i = 0; i < 2; i++) {
+    slapo_graph *g = build(cuts[i]);
+    int before = slapo_graph_count(g), n = -1;
+    assert_ok(slapo__fold_split_grads(g, &n));
+    assert_int_equal(n, 0);
+    assert_int_equal(slapo_graph_count(g), before);
+    slapo_graph_free(g);
+  }
+}
+
+/* A GPT-2 train step folds the q/k/v split of every layer. */
+static void test_gpt2_step_folds_every_attention_split(void **state) {
+  (void)state;
+  slapo_gpt2_config cfg;
+  slapo_module *m;
+  slapo_runner *r;
+  assert_ok(slapo_gpt2_config_named("tiny", &cfg));
+  cfg.n_layer = 2;
+  assert_ok(slapo_gpt2_new(&cfg, &m));
+  assert_ok(slapo_module_materialize(m, 1));
+  assert_ok(slapo_runner_new(m, NULL, &r));
+  int64_t shape[2] = {2, 8};
+  slapo_tensor *x, *y;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &x));
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &y));
+  int32_t *xp = slapo_tensor_data(x), *yp = slapo_tensor_data(y);
+  for (int i = 0; i < 16; i++) xp[i] = i * 7 % 256, yp[i] = i * 13 % 256;
+  const slapo_tensor *in[2] = {x, y};
+  assert_ok(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL));
+  const slapo_graph *g = slapo_runner_graph(r);
+  assert_int_equal(count_op(g, "concat"), cfg.n_layer);
+  /* The one slice_backward left is wpe's (positions 0..T-1 of n_ctx). */
+  assert_int_equal(count_op(g, "slice_backward"), 1);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+}
+
+/* Runs one step of a 2-layer `tiny` GPT-2 with the given dropout; returns
+ * the number of dropout nodes in the step graph and copies the output
+ * (loss in train mode, logits in eval mode) to *out (owned). */
+static int gpt2_dropouts(double p, slapo_step_mode mode, slapo_tensor **out) {
+  slapo_gpt2_config cfg;
+  slapo_module *m;
+  slapo_runner *r;
+  assert_ok(slapo_gpt2_config_named("tiny", &cfg));
+  cfg.n_layer = 2;
+  cfg.dropout = p;
+  assert_ok(slapo_gpt2_new(&cfg, &m));
+  assert_ok(slapo_module_materialize(m, 1));
+  assert_ok(slapo_runner_new(m, NULL, &r));
+  int64_t shape[2] = {2, 8};
+  slapo_tensor *x, *y;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &x));
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &y));
+  int32_t *xp = slapo_tensor_data(x), *yp = slapo_tensor_data(y);
+  for (int i = 0; i < 16; i++) xp[i] = i * 7 % 256, yp[i] = i * 13 % 256;
+  const slapo_tensor *in[2] = {x, y}, *o = NULL;
+  slapo_kernel_env env = {.seed = 3, .step = 1, .training = true};
+  assert_ok(slapo_step(r, mode == SLAPO_STEP_TRAIN ? 2 : 1, in, mode, &env, &o));
+  assert_ok(slapo_tensor_contiguous(o, out));
+  int n = count_op(slapo_runner_graph(r), "dropout");
+  slapo_runner_free(r);
+  slapo_module_free(m);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  return n;
+}
+
+static void test_identity_dropouts_are_removed(void **state) {
+  (void)state;
+  slapo_tensor *a, *b, *c;
+  assert_int_equal(gpt2_dropouts(0.0, SLAPO_STEP_TRAIN, &a), 0);
+  assert_true(gpt2_dropouts(0.1, SLAPO_STEP_TRAIN, &b) > 0); /* forward and backward */
+  slapo_tensor_free(b);
+  slapo_tensor_free(a);
+  /* Eval: none left, and the logits do not depend on p. */
+  assert_int_equal(gpt2_dropouts(0.1, SLAPO_STEP_EVAL, &b), 0);
+  assert_int_equal(gpt2_dropouts(0.0, SLAPO_STEP_EVAL, &c), 0);
+  assert_memory_equal(slapo_tensor_data(b), slapo_tensor_data(c), slapo_tensor_nbytes(b));
+  slapo_tensor_free(b);
+  slapo_tensor_free(c);
+}
+
+/* loss = sum(linear(embedding(W, idx), W)^2) with W [11, 6] used twice
+ * (GPT-2's tied wte / lm_head); output (loss, dW). */
+static slapo_graph *build_tied(void) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  assert_ok(slapo_graph_new(&g));
+  assert_ok(slapo_ctx_new(g, &ctx));
+  int64_t ws[2] = {11, 6}, is[1] = {7};
+  slapo_node *w = slapo_input(ctx, "w", SLAPO_DTYPE_F32, 2, ws);
+  slapo_node *idx = slapo_input(ctx, "idx", SLAPO_DTYPE_I32, 1, is);
+  slapo_node *logits = slapo_linear(ctx, slapo_embedding(ctx, w, idx), w, NULL); /* [7, 11] */
+  int64_t all[2] = {0, 1};
+  slapo_node *loss = slapo_sum(ctx, slapo_mul(ctx, logits, logits), 2, all, false);
+  slapo_node *dw = NULL;
+  assert_ok(slapo_backward(ctx, loss, NULL, 1, &w, &dw));
+  slapo_node *outs[2] = {loss, dw};
+  assert_non_null(slapo_output(ctx, 2, outs));
+  assert_ok(slapo_ctx_status(ctx));
+  slapo_ctx_free(ctx);
+  return g;
+}
+
+static slapo_tensor *run_tied(const slapo_graph *g) {
+  int64_t ws[2] = {11, 6}, is[1] = {7};
+  slapo_tensor *w, *idx, *dw;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 2, ws, &w));
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 1, is, &idx));
+  float *wp = slapo_tensor_data(w);
+  int32_t *ip = slapo_tensor_data(idx);
+  for (int i = 0; i < 66; i++) wp[i] = (float)(i % 9) * 0.1f - 0.4f;
+  for (int i = 0; i < 7; i++) ip[i] = (i * 5) % 11 % 4; /* repeated rows */
+  slapo_plan *p;
+  assert_ok(slapo_plan_new(g, NULL, &p));
+  assert_ok(slapo_plan_bind_input(p, "w", w));
+  assert_ok(slapo_plan_bind_input(p, "idx", idx));
+  assert_ok(slapo_plan_run(p, NULL));
+  assert_ok(slapo_tensor_contiguous(slapo_plan_output(p, 1), &dw));
+  slapo_plan_free(p);
+  slapo_tensor_free(w);
+  slapo_tensor_free(idx);
+  return dw;
+}
+
+static void test_tied_embedding_gradient_scatters_into_other(void **state) {
+  (void)state;
+  slapo_graph *plain = build_tied(), *folded = build_tied();
+  int n = -1;
+  assert_ok(slapo__fold_index_add(folded, &n));
+  assert_int_equal(n, 1);
+  assert_ok(slapo_graph_lint(folded));
+  assert_int_equal(count_op(plain, "full") - count_op(folded, "full"), 1);
+  assert_int_equal(count_op(plain, "add") - count_op(folded, "add"), 1);
+  assert_int_equal(count_op(folded, "index_add"), 1);
+  slapo_tensor *a = run_tied(plain), *b = run_tied(folded);
+  const float *ap = slapo_tensor_data(a), *bp = slapo_tensor_data(b);
+  for (int i = 0; i < 66; i++) assert_float_equal(ap[i], bp[i], 1e-6 * (fabs(ap[i]) + 1));
+  slapo_tensor_free(a);
+  slapo_tensor_free(b);
+  slapo_graph_free(plain);
+  slapo_graph_free(folded);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_split_gradient_becomes_concat),
+      cmocka_unit_test(test_split_of_a_value_with_other_users),
+      cmocka_unit_test(test_other_sums_are_left_alone),
+      cmocka_unit_test(test_gpt2_step_folds_every_attention_split),
+      cmocka_unit_test(test_identity_dropouts_are_removed),
+      cmocka_unit_test(test_tied_embedding_gradient_scatters_into_other),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
