@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
+#include "ops/vmath.h"
 
 #define CE_IGNORE_DEFAULT (-100) /* PyTorch's default ignore_index */
 #define CE_MAX_PARTIALS 256      /* per-thread partial sums in the fast kernel */
@@ -87,9 +88,90 @@ static void cross_entropy_ref(const slapo_node *node, const slapo_tensor *const 
   loss[0] = count ? (float)(sum / (double)count) : 0.0f;
 }
 
+/* The fast kernels' row pass: e^(x[v] - m) for v < V (m = the row max),
+ * summed in LANES interleaved partial sums (a fixed order, so reproducible)
+ * that let the loop vectorize, as in ops/softmax.c. e^ is slapo__exp_bounded
+ * (ops/vmath.h), ~2 ulp; arguments below -87 (e^-87 ~ 1.6e-38, nothing next
+ * to the max's 1) are clamped to -87. */
+enum { LANES = 16 };
+#define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
+
+SLAPO__SIMD_CLONES static float exp_sum_row(const float *restrict x, int64_t V, float m) {
+  float acc[LANES] = {0};
+  int64_t v = 0;
+  for (; v + LANES <= V; v += LANES)
+    for (int l = 0; l < LANES; l++)
+      acc[l] += slapo__exp_bounded(slapo__clamp_abs(x[v + l] - m, EXP_ARG_MAX_BITS));
+  for (int l = 0; v < V; v++, l++)
+    acc[l] += slapo__exp_bounded(slapo__clamp_abs(x[v] - m, EXP_ARG_MAX_BITS));
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; l++) sum += acc[l];
+  return sum;
+}
+
+/* Same terms and summation order as exp_sum_row, also stored in y. */
+SLAPO__SIMD_CLONES static float exp_store_row(const float *restrict x, float *restrict y,
+                                              int64_t V, float m) {
+  float acc[LANES] = {0};
+  int64_t v = 0;
+  for (; v + LANES <= V; v += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float e = slapo__exp_bounded(slapo__clamp_abs(x[v + l] - m, EXP_ARG_MAX_BITS));
+      y[v + l] = e;
+      acc[l] += e;
+    }
+  for (int l = 0; v < V; v++, l++) {
+    float e = slapo__exp_bounded(slapo__clamp_abs(x[v] - m, EXP_ARG_MAX_BITS));
+    y[v] = e;
+    acc[l] += e;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; l++) sum += acc[l];
+  return sum;
+}
+
+/* y[v] *= k for v < V. */
+SLAPO__SIMD_CLONES static void scale_row(float *restrict y, int64_t V, float k) {
+  for (int64_t v = 0; v < V; v++) y[v] *= k;
+}
+
+/* Float x as an int32 that orders like x (non-negative floats order like
+ * their bit patterns; negative ones reversed, so flip their magnitude bits).
+ * The map is its own inverse. Integer max vectorizes; fmaxf does not without
+ * -ffast-math (see ops/vmath.h). */
+static inline int32_t order_key(float x) {
+  int32_t i;
+  memcpy(&i, &x, sizeof i);
+  return i ^ (int32_t)((uint32_t)(i >> 31) & 0x7fffffffu);
+}
+
+/* max_v x[v] for V >= 1, in LANES interleaved integer maxima (exact, so the
+ * order does not matter). A NaN maps above +inf or below -inf; either way
+ * the row's exponentials then come out NaN, as in the reference. */
+SLAPO__SIMD_CLONES static float row_max(const float *restrict x, int64_t V) {
+  int32_t acc[LANES];
+  for (int l = 0; l < LANES; l++) acc[l] = INT32_MIN;
+  int64_t v = 0;
+  for (; v + LANES <= V; v += LANES)
+    for (int l = 0; l < LANES; l++) {
+      int32_t k = order_key(x[v + l]);
+      acc[l] = k > acc[l] ? k : acc[l];
+    }
+  for (int l = 0; v < V; v++, l++) {
+    int32_t k = order_key(x[v]);
+    acc[l] = k > acc[l] ? k : acc[l];
+  }
+  int32_t k = acc[0];
+  for (int l = 1; l < LANES; l++) k = acc[l] > k ? acc[l] : k;
+  k = k ^ (int32_t)((uint32_t)(k >> 31) & 0x7fffffffu);
+  float m;
+  memcpy(&m, &k, sizeof m);
+  return m;
+}
+
 /* Fast: each thread sums a contiguous block of rows into its own partial
- * (logsumexp in float per row); partials are added in thread order, so the
- * result is reproducible for a given thread count. */
+ * (logsumexp in float per row, vectorized exp_sum_row); partials are added
+ * in thread order, so the result is reproducible for a given thread count. */
 static void cross_entropy_fast(const slapo_node *node, const slapo_tensor *const *in,
                                slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
@@ -110,10 +192,9 @@ static void cross_entropy_fast(const slapo_node *node, const slapo_tensor *const
       int64_t t = index_at(in[1], r);
       if (!counted(t, d.V, d.ignore)) continue;
       const float *xr = x + r * d.V;
-      float m = -INFINITY, se = 0.0f;
-      for (int64_t v = 0; v < d.V; v++) m = fmaxf(m, xr[v]);
-      for (int64_t v = 0; v < d.V; v++) se += expf(xr[v] - m);
-      s += (double)(m + logf(se) - xr[t]);
+      float m = row_max(xr, d.V);
+      float se = exp_sum_row(xr, d.V, m);
+      s += (double)m + log((double)se) - (double)xr[t];
       c++;
     }
     part_sum[tid] = s;
@@ -220,15 +301,11 @@ static void cross_entropy_backward_fast(const slapo_node *node, const slapo_tens
       memset(dxr, 0, (size_t)d.V * sizeof(float));
       continue;
     }
-    float m = -INFINITY, se = 0.0f;
-    for (int64_t v = 0; v < d.V; v++) m = fmaxf(m, xr[v]);
-    for (int64_t v = 0; v < d.V; v++) {
-      float e = expf(xr[v] - m);
-      dxr[v] = e;
-      se += e;
-    }
-    float scale = g / se;
-    for (int64_t v = 0; v < d.V; v++) dxr[v] *= scale;
+    /* dx_r = e^(x - m) * (g / se) - g onehot(t): exponentials stored by the
+     * vectorized row pass, then one scaling pass. */
+    float m = row_max(xr, d.V);
+    float se = exp_store_row(xr, dxr, d.V, m);
+    scale_row(dxr, d.V, g / se);
     dxr[t] -= g;
   }
 }

@@ -5,9 +5,11 @@
  * encoder_backward); index_add's own gradient is (dy, gather of dy rows).
  * Out-of-range indices: kernels cannot fail, so the data loader validates
  * token ids; a stray index reads a zero row / adds nothing (never clamps). */
+#include <omp.h>
 #include <string.h>
 
 #include "ops/internal.h"
+#include "ops/vmath.h"
 
 /* Element i of a contiguous i32/i64 index tensor. */
 static int64_t index_at(const slapo_tensor *t, int64_t i) {
@@ -123,6 +125,12 @@ static slapo_status index_add_infer(slapo_node *node) {
   return slapo__same_as_input(node, 0);
 }
 
+/* y[c] += s[c] for c < n; its own function so the loop vectorizes with
+ * restrict pointers (y and s never overlap: out is freshly allocated). */
+SLAPO__SIMD_CLONES static void add_row(float *restrict y, const float *restrict s, int64_t n) {
+  for (int64_t c = 0; c < n; c++) y[c] += s[c];
+}
+
 /* Reference: copy base, then add the source rows in index order (float
  * sums: a double accumulator per element would need a [V, C] scratch buffer,
  * and a kernel cannot report an allocation failure). */
@@ -141,11 +149,13 @@ static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
   }
 }
 
-/* Fast: threads own disjoint column blocks (64-byte multiples, so no two
- * threads write one cache line) and walk the sources in index order, so each
- * sum has the reference's order for every thread count and needs no atomics. Sorting the
- * indices to own destination rows instead would need scratch memory, and a
- * kernel has no way to report an allocation failure. */
+/* Fast: first the base is copied contiguously (memcpy, in contiguous chunks
+ * per thread), then the source rows are scattered: each thread owns one
+ * contiguous block of columns (a multiple of 16 floats = 64 bytes, so no two
+ * threads write one cache line) and walks the sources in index order, so
+ * each sum has the reference's order for every thread count and needs no
+ * atomics. Sorting the indices to own destination rows instead would need
+ * scratch memory, and a kernel has no way to report an allocation failure. */
 static void index_add_fast(const slapo_node *node, const slapo_tensor *const *in,
                            slapo_tensor *out, const slapo_kernel_env *env) {
   (void)node, (void)env;
@@ -154,19 +164,26 @@ static void index_add_fast(const slapo_node *node, const slapo_tensor *const *in
   float *y = slapo_tensor_data(out);            /* y    [V, C] */
   int64_t V = in[0]->shape[0], C = in[0]->shape[1], N = in[1]->shape[0]; /* idx [N] */
   const int64_t BLOCK = 16;
-  int64_t n_blocks = (C + BLOCK - 1) / BLOCK;
+  int64_t total = V * C, n_blocks = (C + BLOCK - 1) / BLOCK;
+  if (total == 0) return;
   int threads = slapo__threads_for((V + N) * C);
-  if (threads > n_blocks) threads = (int)(n_blocks ? n_blocks : 1);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t blk = 0; blk < n_blocks; blk++) {
-    int64_t c0 = blk * BLOCK, c1 = c0 + BLOCK < C ? c0 + BLOCK : C;
-    for (int64_t v = 0; v < V; v++)
-      for (int64_t c = c0; c < c1; c++) y[v * C + c] = base[v * C + c];
-    for (int64_t n = 0; n < N; n++) {
-      int64_t v = index_at(in[1], n);
-      if (v < 0 || v >= V) continue; /* stray index: adds nothing (documented) */
-      for (int64_t c = c0; c < c1; c++) y[v * C + c] += src[n * C + c];
-    }
+#pragma omp parallel num_threads(threads)
+  {
+    int tid = omp_get_thread_num(), nt = omp_get_num_threads();
+    /* Copy: chunk boundaries on 16-float multiples of the flat [V * C]. */
+    int64_t e0 = total * tid / nt / BLOCK * BLOCK;
+    int64_t e1 = tid + 1 == nt ? total : total * (tid + 1) / nt / BLOCK * BLOCK;
+    if (e1 > e0) memcpy(y + e0, base + e0, (size_t)(e1 - e0) * sizeof(float));
+#pragma omp barrier
+    /* Scatter: this thread's columns [c0, c1). */
+    int64_t c0 = n_blocks * tid / nt * BLOCK, c1 = n_blocks * (tid + 1) / nt * BLOCK;
+    if (c1 > C) c1 = C;
+    if (c1 > c0)
+      for (int64_t n = 0; n < N; n++) {
+        int64_t v = index_at(in[1], n);
+        if (v < 0 || v >= V) continue; /* stray index: adds nothing (documented) */
+        add_row(y + v * C + c0, src + n * C + c0, c1 - c0);
+      }
   }
 }
 

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <string.h>
 
 #include "slapo/ops.h"
@@ -482,6 +483,42 @@ static void test_cross_entropy_fast_and_i32(void **state) {
   fx_free(&f);
 }
 
+/* Wide logits (exp arguments below the -87 clamp), V with a tail after the
+ * 16-lane blocks, an ignored row, and several thread counts: forward and
+ * fused backward fast kernels stay within 1e-5 of the reference. */
+static void test_cross_entropy_fast_wide(void **state) {
+  (void)state;
+  fx f = fx_new();
+  int64_t s[2] = {40, 1003}, ts[1] = {40};
+  slapo_node *l = slapo_cross_entropy(f.ctx, in_f32(&f, "logits", 2, s),
+                                      slapo_input(f.ctx, "t", SLAPO_DTYPE_I64, 1, ts), -100);
+  slapo_node *dl = in_f32(&f, "dl", 0, NULL);
+  bool need[2] = {true, true};
+  slapo_node *dx[2];
+  OK(l->op->backward(f.ctx, l, dl, need, dx));
+  slapo_tensor *in[2] = {random_f32(2, s, -60, 60, 25), tensor(SLAPO_DTYPE_I64, 1, ts, NULL)};
+  int64_t *t = slapo_tensor_data(in[1]);
+  for (int i = 0; i < 40; i++) t[i] = (i * 101) % 1003;
+  t[7] = -100;
+  float dlv = 1.5f;
+  slapo_tensor *dlt = tensor(SLAPO_DTYPE_F32, 0, NULL, &dlv);
+  slapo_tensor *bin[3] = {in[0], in[1], dlt};
+  int saved = omp_get_max_threads();
+  const int counts[3] = {1, 2, 3};
+  for (int k = 0; k < 3; k++) {
+    omp_set_num_threads(counts[k]);
+    slapo_tensor *o = run_both(l, in, 1e-5, &k_train);
+    assert_true(F(o)[0] > 0 && isfinite(F(o)[0]));
+    slapo_tensor_free(o);
+    o = run_both(dx[0], bin, 1e-6, &k_train);
+    slapo_tensor_free(o);
+  }
+  omp_set_num_threads(saved);
+  slapo_tensor_free(dlt);
+  free_all(in, 2);
+  fx_free(&f);
+}
+
 static void test_cross_entropy_backward(void **state) {
   (void)state;
   fx f = fx_new();
@@ -706,6 +743,35 @@ static void test_index_add_fast_matches_ref(void **state) {
   fx_free(&f);
 }
 
+/* Column count not a multiple of the 16-float block, stray indices, and
+ * thread counts that leave threads without columns: the fast kernel keeps
+ * the reference's summation order, so every thread count is bitwise equal. */
+static void test_index_add_fast_threads(void **state) {
+  (void)state;
+  fx f = fx_new();
+  int64_t bs[2] = {11, 37}, is[1] = {1000}, ss[2] = {1000, 37}; /* 37k work: threaded */
+  slapo_node *y = slapo_index_add(f.ctx, in_f32(&f, "base", 2, bs),
+                                  slapo_input(f.ctx, "idx", SLAPO_DTYPE_I64, 1, is),
+                                  in_f32(&f, "src", 2, ss));
+  slapo_tensor *in[3] = {random_f32(2, bs, -1, 1, 23), tensor(SLAPO_DTYPE_I64, 1, is, NULL),
+                         random_f32(2, ss, -1, 1, 24)};
+  int64_t *iv = slapo_tensor_data(in[1]);
+  for (int i = 0; i < 1000; i++) iv[i] = (i * 7) % 13 - 1; /* -1 .. 11: two strays */
+  slapo_tensor *a = run(y, in, false, &k_train);
+  int saved = omp_get_max_threads();
+  const int counts[4] = {1, 2, 3, 5};
+  for (int k = 0; k < 4; k++) {
+    omp_set_num_threads(counts[k]);
+    slapo_tensor *b = run(y, in, true, &k_train);
+    assert_true(slapo_tensor_equal(a, b));
+    slapo_tensor_free(b);
+  }
+  omp_set_num_threads(saved);
+  slapo_tensor_free(a);
+  free_all(in, 3);
+  fx_free(&f);
+}
+
 /* The weight gradient is built from other groups' ops (reshape, full). */
 static void test_embedding_backward_rule(void **state) {
   (void)state;
@@ -740,6 +806,7 @@ int main(void) {
       cmocka_unit_test(test_rms_norm_values_and_backward),
       cmocka_unit_test(test_cross_entropy_values),
       cmocka_unit_test(test_cross_entropy_fast_and_i32),
+      cmocka_unit_test(test_cross_entropy_fast_wide),
       cmocka_unit_test(test_cross_entropy_backward),
       cmocka_unit_test(test_dropout_fraction_and_scale),
       cmocka_unit_test(test_dropout_mask_keys),
@@ -748,6 +815,7 @@ int main(void) {
       cmocka_unit_test(test_embedding_values),
       cmocka_unit_test(test_index_add_values),
       cmocka_unit_test(test_index_add_fast_matches_ref),
+      cmocka_unit_test(test_index_add_fast_threads),
       cmocka_unit_test(test_embedding_backward_rule),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
