@@ -7,44 +7,10 @@
  * (derivation in docs/nn_backward.md); dw and db are built from other ops. */
 #include <math.h>
 
-#include "ops/internal.h"
+#include "ops/norm.h"
 #include "ops/vmath.h"
 
 #define LN_EPS_DEFAULT 1e-5
-
-/* Requires input i to be f32 [C], the size of x's last axis. */
-static slapo_status want_channel_vector(const slapo_node *node, int i, const char *what) {
-  SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0], *v = node->inputs[i];
-  int64_t C = x->shape[x->ndim - 1];
-  if (v->ndim != 1 || v->shape[0] != C)
-    return slapo_error(SLAPO_SHAPE,
-                       "%s: %s %s does not match x %s: expected [%lld] (the size of x's last "
-                       "axis)",
-                       node->target, what, slapo__shape_of(v), slapo__shape_of(x),
-                       (long long)C);
-  return SLAPO_OK;
-}
-
-/* Common checks: x f32 with a last axis, eps >= 0. */
-static slapo_status want_rows(const slapo_node *node) {
-  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0];
-  if (x->ndim < 1)
-    return slapo_error(SLAPO_SHAPE, "%s: x %s is a scalar; it needs a last axis to normalise",
-                       node->target, slapo__shape_of(x));
-  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  if (!(eps >= 0))
-    return slapo_error(SLAPO_INVALID_ARG, "%s: eps = %g; it must be >= 0 (e.g. 1e-5)",
-                       node->target, eps);
-  return SLAPO_OK;
-}
-
-/* x [R, C]: C and R of a contiguous input. */
-static void row_dims(const slapo_tensor *x, int64_t *R, int64_t *C) {
-  *C = x->shape[x->ndim - 1];
-  *R = *C ? slapo_tensor_numel(x) / *C : 0;
-}
 
 /* ---- forward ---- */
 
@@ -54,10 +20,10 @@ static slapo_status layer_norm_infer(slapo_node *node) {
                        "layer_norm: expects 1 input (x) or 3 (x, weight, bias), got %d; pass "
                        "both weight and bias or neither",
                        node->n_inputs);
-  SLAPO_TRY(want_rows(node));
+  SLAPO_TRY(slapo__norm_want_rows(node, LN_EPS_DEFAULT));
   if (node->n_inputs == 3) {
-    SLAPO_TRY(want_channel_vector(node, 1, "weight"));
-    SLAPO_TRY(want_channel_vector(node, 2, "bias"));
+    SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
+    SLAPO_TRY(slapo__norm_want_channel(node, 2, "bias"));
   }
   return slapo__same_as_input(node, 0);
 }
@@ -71,7 +37,7 @@ static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in
   float *y = slapo_tensor_data(out);                                    /* y [R, C] */
   double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
     double mean = 0, var = 0;
@@ -138,7 +104,7 @@ static void layer_norm_fast(const slapo_node *node, const slapo_tensor *const *i
   float *y = slapo_tensor_data(out);                                    /* y [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
@@ -195,19 +161,7 @@ SLAPO_OP_DESCRIPTOR(layer_norm) = {
 /* ---- fused backward: dx ---- */
 
 static slapo_status layer_norm_backward_infer(slapo_node *node) {
-  if (node->n_inputs != 2 && node->n_inputs != 3)
-    return slapo_error(SLAPO_INVALID_ARG,
-                       "layer_norm_backward: expects (x, dy) or (x, weight, dy), got %d inputs",
-                       node->n_inputs);
-  SLAPO_TRY(want_rows(node));
-  int idy = node->n_inputs - 1;
-  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
-  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
-    return slapo_error(SLAPO_SHAPE, "layer_norm_backward: x %s and dy %s must have one shape",
-                       slapo__shape_of(x), slapo__shape_of(dy));
-  if (node->n_inputs == 3) SLAPO_TRY(want_channel_vector(node, 1, "weight"));
-  return slapo__same_as_input(node, 0);
+  return slapo__norm_backward_infer(node, LN_EPS_DEFAULT);
 }
 
 static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
@@ -220,7 +174,7 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
   float *dx = slapo_tensor_data(out);                               /* dx [R, C] */
   double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
     double mean = 0, var = 0;
@@ -282,7 +236,7 @@ static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor 
   float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;

@@ -6,39 +6,9 @@
  * (the LayerNorm formula without the mean terms; docs/nn_backward.md). */
 #include <math.h>
 
-#include "ops/internal.h"
+#include "ops/norm.h"
 
 #define RMS_EPS_DEFAULT 1e-6
-
-static slapo_status want_rows(const slapo_node *node) {
-  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0];
-  if (x->ndim < 1)
-    return slapo_error(SLAPO_SHAPE, "%s: x %s is a scalar; it needs a last axis to normalise",
-                       node->target, slapo__shape_of(x));
-  double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
-  if (!(eps >= 0))
-    return slapo_error(SLAPO_INVALID_ARG, "%s: eps = %g; it must be >= 0 (e.g. 1e-6)",
-                       node->target, eps);
-  return SLAPO_OK;
-}
-
-static slapo_status want_weight(const slapo_node *node) {
-  SLAPO_TRY(slapo__want_dtype(node, 1, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0], *w = node->inputs[1];
-  int64_t C = x->shape[x->ndim - 1];
-  if (w->ndim != 1 || w->shape[0] != C)
-    return slapo_error(SLAPO_SHAPE,
-                       "%s: weight %s does not match x %s: expected [%lld] (the size of x's "
-                       "last axis)",
-                       node->target, slapo__shape_of(w), slapo__shape_of(x), (long long)C);
-  return SLAPO_OK;
-}
-
-static void row_dims(const slapo_tensor *x, int64_t *R, int64_t *C) {
-  *C = x->shape[x->ndim - 1];
-  *R = *C ? slapo_tensor_numel(x) / *C : 0;
-}
 
 /* ---- forward ---- */
 
@@ -46,8 +16,8 @@ static slapo_status rms_norm_infer(slapo_node *node) {
   if (node->n_inputs != 1 && node->n_inputs != 2)
     return slapo_error(SLAPO_INVALID_ARG, "rms_norm: expects (x) or (x, weight), got %d inputs",
                        node->n_inputs);
-  SLAPO_TRY(want_rows(node));
-  if (node->n_inputs == 2) SLAPO_TRY(want_weight(node));
+  SLAPO_TRY(slapo__norm_want_rows(node, RMS_EPS_DEFAULT));
+  if (node->n_inputs == 2) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
   return slapo__same_as_input(node, 0);
 }
 
@@ -59,7 +29,7 @@ static void rms_norm_ref(const slapo_node *node, const slapo_tensor *const *in,
   float *y = slapo_tensor_data(out);                                    /* y [R, C] */
   double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
     double ss = 0;
@@ -77,7 +47,7 @@ static void rms_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
   float *y = slapo_tensor_data(out);                                    /* y [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
@@ -134,19 +104,7 @@ SLAPO_OP_DESCRIPTOR(rms_norm) = {
 /* ---- fused backward: dx ---- */
 
 static slapo_status rms_norm_backward_infer(slapo_node *node) {
-  if (node->n_inputs != 2 && node->n_inputs != 3)
-    return slapo_error(SLAPO_INVALID_ARG,
-                       "rms_norm_backward: expects (x, dy) or (x, weight, dy), got %d inputs",
-                       node->n_inputs);
-  SLAPO_TRY(want_rows(node));
-  int idy = node->n_inputs - 1;
-  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
-  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
-    return slapo_error(SLAPO_SHAPE, "rms_norm_backward: x %s and dy %s must have one shape",
-                       slapo__shape_of(x), slapo__shape_of(dy));
-  if (node->n_inputs == 3) SLAPO_TRY(want_weight(node));
-  return slapo__same_as_input(node, 0);
+  return slapo__norm_backward_infer(node, RMS_EPS_DEFAULT);
 }
 
 static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
@@ -159,7 +117,7 @@ static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *co
   float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
   double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
     double ss = 0;
@@ -186,7 +144,7 @@ static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *c
   float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
-  row_dims(in[0], &R, &C);
+  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;

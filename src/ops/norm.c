@@ -1,0 +1,49 @@
+/* ops/norm.c - checks and row helpers shared by layer_norm and rms_norm (see
+ * ops/norm.h). Layer: ops. */
+#include "ops/norm.h"
+
+slapo_status slapo__norm_want_rows(const slapo_node *node, double eps_default) {
+  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0];
+  if (x->ndim < 1)
+    return slapo_error(SLAPO_SHAPE, "%s: x %s is a scalar; it needs a last axis to normalise",
+                       node->target, slapo__shape_of(x));
+  double eps = slapo_node_attr_float(node, "eps", eps_default);
+  if (!(eps >= 0))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: eps = %g; it must be >= 0 (e.g. %g)",
+                       node->target, eps, eps_default);
+  return SLAPO_OK;
+}
+
+slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char *what) {
+  SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *v = node->inputs[i];
+  int64_t C = x->shape[x->ndim - 1];
+  if (v->ndim != 1 || v->shape[0] != C)
+    return slapo_error(SLAPO_SHAPE,
+                       "%s: %s %s does not match x %s: expected [%lld] (the size of x's last "
+                       "axis)",
+                       node->target, what, slapo__shape_of(v), slapo__shape_of(x),
+                       (long long)C);
+  return SLAPO_OK;
+}
+
+slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default) {
+  if (node->n_inputs != 2 && node->n_inputs != 3)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: expects (x, dy) or (x, weight, dy), got %d inputs",
+                       node->target, node->n_inputs);
+  SLAPO_TRY(slapo__norm_want_rows(node, eps_default));
+  int idy = node->n_inputs - 1;
+  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
+  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
+    return slapo_error(SLAPO_SHAPE, "%s: x %s and dy %s must have one shape", node->target,
+                       slapo__shape_of(x), slapo__shape_of(dy));
+  if (node->n_inputs == 3) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
+  return slapo__same_as_input(node, 0);
+}
+
+void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C) {
+  *C = x->shape[x->ndim - 1];
+  *R = *C ? slapo_tensor_numel(x) / *C : 0;
+}

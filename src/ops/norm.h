@@ -1,0 +1,18 @@
+/* ops/norm.h - checks and row helpers shared by the normalisation ops over
+ * the last axis (layer_norm, rms_norm and their fused backward ops).
+ * Layer: ops (internal). */
+#ifndef SLAPO_OPS_NORM_H
+#define SLAPO_OPS_NORM_H
+
+#include "ops/internal.h"
+
+/* x (input 0) f32 with a last axis; attr eps (default `eps_default`) >= 0. */
+slapo_status slapo__norm_want_rows(const slapo_node *node, double eps_default);
+/* Input i f32 [C], the size of x's last axis; `what` names it ("weight"). */
+slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char *what);
+/* Shape inference of a fused backward (x, dy) or (x, weight, dy) -> dx. */
+slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default);
+/* x [R, C]: C and R of a contiguous input. */
+void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C);
+
+#endif
