@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/stfiles.h"
 #include "slapo/train.h"
 
 static char g_dir[256];
@@ -224,25 +225,6 @@ static void steps_with_grads(slapo_module *m, slapo_adamw *o, int n) {
   }
 }
 
-static void assert_files_equal(const char *a, const char *b) {
-  slapo_safetensors *fa, *fb;
-  assert_int_equal(slapo_safetensors_read(a, &fa), SLAPO_OK);
-  assert_int_equal(slapo_safetensors_read(b, &fb), SLAPO_OK);
-  assert_int_equal(slapo_safetensors_count(fa), slapo_safetensors_count(fb));
-  for (int i = 0; i < slapo_safetensors_count(fa); i++) {
-    const char *name = slapo_safetensors_name(fa, i);
-    assert_string_equal(name, slapo_safetensors_name(fb, i));
-    slapo_tensor *x, *y;
-    assert_int_equal(slapo_safetensors_get(fa, name, &x), SLAPO_OK);
-    assert_int_equal(slapo_safetensors_get(fb, name, &y), SLAPO_OK);
-    if (!slapo_tensor_equal(x, y)) fail_msg("tensor %s differs", name);
-    slapo_tensor_free(x), slapo_tensor_free(y);
-  }
-  assert_string_equal(slapo_safetensors_metadata(fa, "step"),
-                      slapo_safetensors_metadata(fb, "step"));
-  slapo_safetensors_free(fa), slapo_safetensors_free(fb);
-}
-
 static void test_adamw_save_load(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
@@ -272,7 +254,7 @@ static void test_adamw_save_load(void **state) {
   assert_int_equal(slapo_adamw_load(o2, a), SLAPO_OK);
   assert_int_equal(slapo_adamw_steps(o2), 2);
   assert_int_equal(slapo_adamw_save(o2, b), SLAPO_OK);
-  assert_files_equal(a, b);
+  assert_safetensors_files_equal(a, b, "step");
   /* Copy m1's weights into m2 (through a model checkpoint); a further step
    * with equal grads gives equal weights and equal states. */
   char w[512];
@@ -284,7 +266,7 @@ static void test_adamw_save_load(void **state) {
   assert_int_equal(slapo_adamw_steps(o2), 3);
   assert_int_equal(slapo_adamw_save(o1, a), SLAPO_OK);
   assert_int_equal(slapo_adamw_save(o2, b), SLAPO_OK);
-  assert_files_equal(a, b);
+  assert_safetensors_files_equal(a, b, "step");
   char w2[512];
   tmp_path(w2, sizeof w2, "weights2.safetensors");
   assert_int_equal(slapo_gpt2_save(m1, w, 0, NULL, NULL), SLAPO_OK);

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/stfiles.h"
 #include "slapo/train.h"
 
 static char g_dir[256];
@@ -143,23 +144,6 @@ static int count_lines(const char *text) {
   return n;
 }
 
-static void assert_safetensors_equal(const char *a, const char *b) {
-  slapo_safetensors *fa, *fb;
-  assert_int_equal(slapo_safetensors_read(a, &fa), SLAPO_OK);
-  assert_int_equal(slapo_safetensors_read(b, &fb), SLAPO_OK);
-  assert_int_equal(slapo_safetensors_count(fa), slapo_safetensors_count(fb));
-  for (int i = 0; i < slapo_safetensors_count(fa); i++) {
-    const char *name = slapo_safetensors_name(fa, i);
-    assert_string_equal(name, slapo_safetensors_name(fb, i));
-    slapo_tensor *x, *y;
-    assert_int_equal(slapo_safetensors_get(fa, name, &x), SLAPO_OK);
-    assert_int_equal(slapo_safetensors_get(fb, name, &y), SLAPO_OK);
-    if (!slapo_tensor_equal(x, y)) fail_msg("%s vs %s: tensor %s differs", a, b, name);
-    slapo_tensor_free(x), slapo_tensor_free(y);
-  }
-  slapo_safetensors_free(fa), slapo_safetensors_free(fb);
-}
-
 static void test_resume_is_exact(void **state) {
   (void)state;
   char save_a[512], ckpt3[512], metrics_a[512], save_b[512], metrics_b[512];
@@ -222,11 +206,11 @@ static void test_resume_is_exact(void **state) {
   }
   free(ta), free(tb);
   /* Final weights and optimizer state are bitwise equal. */
-  assert_safetensors_equal(save_a, save_b);
+  assert_safetensors_files_equal(save_a, save_b, NULL);
   char oa[600], ob[600];
   optim_sibling(save_a, oa, sizeof oa);
   optim_sibling(save_b, ob, sizeof ob);
-  assert_safetensors_equal(oa, ob);
+  assert_safetensors_files_equal(oa, ob, NULL);
 
   /* The step-3 checkpoint: Hugging Face names and layout, metadata. */
   slapo_safetensors *f;
