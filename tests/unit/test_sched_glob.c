@@ -13,32 +13,11 @@
 #include <string.h>
 
 #include "common/failalloc.h"
+#include "common/schedfix.h"
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
 #define OK(expr) assert_int_equal((expr), SLAPO_OK)
-
-typedef struct fixture {
-  slapo_module *model;
-  slapo_sched *sch;
-} fixture;
-
-static int setup(void **state) {
-  static fixture f;
-  slapo_gpt2_config c;
-  OK(slapo_gpt2_config_named("tiny", &c));
-  OK(slapo_gpt2_new(&c, &f.model));
-  OK(slapo_sched_create(f.model, &f.sch));
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  slapo_sched_free(f->sch);
-  slapo_module_free(f->model);
-  return 0;
-}
 
 /* Selects `glob` below s and checks the paths, in order, against the
  * NULL-terminated `want`. */
@@ -59,7 +38,7 @@ static void expect(slapo_sched *s, const char *glob, const char *const *want) {
 #define EXPECT(s, glob, ...) expect((s), (glob), (const char *const[]){__VA_ARGS__, NULL})
 
 static void test_star(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   EXPECT(f->sch, "transformer.h.*.mlp", "transformer.h.0.mlp", "transformer.h.1.mlp",
          "transformer.h.2.mlp", "transformer.h.3.mlp");
   EXPECT(f->sch, "transformer.h.1.mlp.c_*", "transformer.h.1.mlp.c_fc",
@@ -74,7 +53,7 @@ static void test_star(void **state) {
 }
 
 static void test_range_and_alternatives(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   EXPECT(f->sch, "transformer.h.{0..2}.attn", "transformer.h.0.attn", "transformer.h.1.attn",
          "transformer.h.2.attn");
   EXPECT(f->sch, "transformer.h.{0,3}.{ln_1,ln_2}", "transformer.h.0.ln_1",
@@ -96,7 +75,7 @@ static void test_range_and_alternatives(void **state) {
 }
 
 static void test_globstar(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   EXPECT(f->sch, "**.c_proj", "transformer.h.0.attn.c_proj", "transformer.h.0.mlp.c_proj",
          "transformer.h.1.attn.c_proj", "transformer.h.1.mlp.c_proj",
          "transformer.h.2.attn.c_proj", "transformer.h.2.mlp.c_proj",
@@ -123,7 +102,7 @@ static void test_globstar(void **state) {
 }
 
 static void test_relative(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *h;
   OK(slapo_sched_at(f->sch, "transformer.h", &h));
   EXPECT(h, "*.attn", "transformer.h.0.attn", "transformer.h.1.attn", "transformer.h.2.attn",
@@ -141,7 +120,7 @@ static void no_match(slapo_sched *s, const char *glob, const char *msg) {
 }
 
 static void test_no_match(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   no_match(f->sch, "transformer.h.*.mlpx",
            "no module matches 'transformer.h.*.mlpx': the nearest existing prefix is "
            "'transformer.h.0' (matching 'transformer.h.*'), which has children ln_1, attn, "
@@ -172,7 +151,7 @@ static void malformed(slapo_sched *s, const char *glob, const char *msg) {
 }
 
 static void test_malformed(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   malformed(f->sch, "transformer.h.{0..",
             "glob 'transformer.h.{0..': column 19: bad range: expected an integer after '..', "
             "got end of glob");
@@ -208,7 +187,7 @@ static void test_malformed(void **state) {
 }
 
 static void test_nomem(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   for (long k = 0;; k++) {
     failalloc_install(k);
     slapo_sched_list l;
@@ -227,15 +206,17 @@ static void test_nomem(void **state) {
   }
 }
 
+#define SCHED_TEST(t) cmocka_unit_test_setup_teardown(t, schedfix_setup, schedfix_teardown)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_star, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_range_and_alternatives, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_globstar, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_relative, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_no_match, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_nomem, setup, teardown),
+      SCHED_TEST(test_star),
+      SCHED_TEST(test_range_and_alternatives),
+      SCHED_TEST(test_globstar),
+      SCHED_TEST(test_relative),
+      SCHED_TEST(test_no_match),
+      SCHED_TEST(test_malformed),
+      SCHED_TEST(test_nomem),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

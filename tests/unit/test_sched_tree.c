@@ -14,32 +14,11 @@
 #include <string.h>
 
 #include "common/failalloc.h"
+#include "common/schedfix.h"
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
 #define OK(expr) assert_int_equal((expr), SLAPO_OK)
-
-typedef struct fixture {
-  slapo_module *model;
-  slapo_sched *sch;
-} fixture;
-
-static int setup(void **state) {
-  static fixture f;
-  slapo_gpt2_config c;
-  OK(slapo_gpt2_config_named("tiny", &c)); /* 4 layers */
-  OK(slapo_gpt2_new(&c, &f.model));
-  OK(slapo_sched_create(f.model, &f.sch));
-  *state = &f;
-  return 0;
-}
-
-static int teardown(void **state) {
-  fixture *f = *state;
-  slapo_sched_free(f->sch);
-  slapo_module_free(f->model);
-  return 0;
-}
 
 static size_t count_modules(const slapo_module *m) {
   size_t n = 1;
@@ -54,7 +33,7 @@ static void module_preorder(const slapo_module *m, char **paths, size_t *n) {
 }
 
 static void test_at_and_accessors(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *attn, *h, *x;
   OK(slapo_sched_at(f->sch, "transformer.h.0.attn", &attn));
   assert_string_equal(slapo_sched_path(attn), "transformer.h.0.attn");
@@ -88,7 +67,7 @@ static void test_at_and_accessors(void **state) {
 }
 
 static void test_not_found_messages(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *x = (slapo_sched *)1, *h;
   assert_int_equal(slapo_sched_at(f->sch, "transformer.h.7", &x), SLAPO_NOT_FOUND);
   assert_null(x);
@@ -115,7 +94,7 @@ static void test_not_found_messages(void **state) {
 }
 
 static void test_preorder_iteration(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   size_t n_mod = count_modules(f->model);
   /* 3 top (root, transformer, lm_head) + 5 under transformer + 13 per block. */
   assert_int_equal(n_mod, 3 + 5 + 4 * 13);
@@ -178,7 +157,7 @@ static slapo_module *small_list(void) {
 }
 
 static void test_rebuild_after_swap(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *mlp, *block, *x;
   OK(slapo_sched_at(f->sch, "transformer.h.1.mlp", &mlp));
   OK(slapo_sched_at(f->sch, "transformer.h.1", &block));
@@ -210,7 +189,7 @@ static void test_rebuild_after_swap(void **state) {
 }
 
 static void test_rebuild_missing_module(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *attn;
   OK(slapo_sched_at(f->sch, "transformer.h.3.attn", &attn));
   slapo_module *block = slapo_sched_module(slapo_sched_parent(attn));
@@ -226,7 +205,7 @@ static void test_rebuild_missing_module(void **state) {
 }
 
 static void test_print(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   slapo_sched *mlp;
   OK(slapo_sched_at(f->sch, "transformer.h.0.mlp", &mlp));
   char *buf = NULL;
@@ -275,7 +254,7 @@ static void test_wide_list(void **state) {
 /* Every allocation failure during create and rebuild returns NOMEM and
  * leaks nothing; rebuild leaves the tree as it was. */
 static void test_nomem(void **state) {
-  fixture *f = *state;
+  schedfix *f = *state;
   long ok_create = -1;
   for (long k = 0; k < 10000 && ok_create < 0; k++) {
     failalloc_install(k);
@@ -316,16 +295,18 @@ static void test_nomem(void **state) {
   failalloc_uninstall();
 }
 
+#define SCHED_TEST(t) cmocka_unit_test_setup_teardown(t, schedfix_setup, schedfix_teardown)
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test_setup_teardown(test_at_and_accessors, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_not_found_messages, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_preorder_iteration, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rebuild_after_swap, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_rebuild_missing_module, setup, teardown),
-      cmocka_unit_test_setup_teardown(test_print, setup, teardown),
+      SCHED_TEST(test_at_and_accessors),
+      SCHED_TEST(test_not_found_messages),
+      SCHED_TEST(test_preorder_iteration),
+      SCHED_TEST(test_rebuild_after_swap),
+      SCHED_TEST(test_rebuild_missing_module),
+      SCHED_TEST(test_print),
       cmocka_unit_test(test_wide_list),
-      cmocka_unit_test_setup_teardown(test_nomem, setup, teardown),
+      SCHED_TEST(test_nomem),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
