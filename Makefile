@@ -8,8 +8,10 @@ CMAKE_FLAGS ?=
 DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
                libopenmpi-dev openmpi-bin libjansson-dev libxxhash-dev
 
-# `make run` trains GPT-2 `small` on the fortunes corpus for a few minutes.
+# `make run` trains GPT-2 `small` on the fortunes corpus for a few minutes;
+# RUN_STEPS shortens it (the fresh-root check uses it) whatever RUN_ARGS says.
 RUN_ARGS ?= --config small
+RUN_STEPS ?=
 
 .PHONY: all deps build test asan run bench clean
 
@@ -36,7 +38,7 @@ asan: deps
 
 run: build
 	@tools/install_deps.sh fortunes
-	$(BUILD)/slapo train $(RUN_ARGS)
+	$(BUILD)/slapo train $(RUN_ARGS) $(if $(RUN_STEPS),--steps $(RUN_STEPS))
 
 # Benchmarks (never run as tests); the PyTorch peer needs python3-torch.
 bench: build

@@ -12,6 +12,7 @@
 
 #include "slapo/exec.h"
 #include "slapo/ops.h"
+#include "bench_machine.h"
 
 #define RUNS 9
 
@@ -43,6 +44,7 @@ static double median(double *t, int n) {
 
 int main(void) {
   if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(omp_get_num_procs());
+  bench_print_machine(stdout, "bench_elementwise");
   const int64_t n = 16 * 1024 * 1024; /* 64 MB of f32 per array */
   const double bytes = 3.0 * (double)n * sizeof(float);
 

@@ -17,6 +17,7 @@
 
 #include "slapo/autograd.h"
 #include "slapo/exec.h"
+#include "bench_machine.h"
 
 #define RUNS 5
 
@@ -105,6 +106,7 @@ int main(int argc, char **argv) {
   int64_t shape[4] = {4, 6, 256, 64};
   if (argc == 5)
     for (int i = 0; i < 4; i++) shape[i] = atoll(argv[i + 1]);
+  bench_print_machine(stdout, "bench_flash_attention");
   printf("causal attention [B, NH, T, HS] = [%lld, %lld, %lld, %lld], dropout p = 0.1 when "
          "training, %d threads, median of %d\n",
          (long long)shape[0], (long long)shape[1], (long long)shape[2], (long long)shape[3],

@@ -16,6 +16,7 @@
 
 #include "slapo/exec.h"
 #include "slapo/ops.h"
+#include "bench_machine.h"
 
 #define RUNS 7
 
@@ -135,6 +136,7 @@ static void dnnl_side_free(dnnl_side *d) {
 
 int main(void) {
   if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads(omp_get_num_procs());
+  bench_print_machine(stdout, "bench_matmul");
   struct {
     const char *name;
     int64_t M, K, N;

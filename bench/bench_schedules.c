@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "slapo/models.h"
+#include "bench_machine.h"
 
 typedef struct variant {
   const char *name;
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
   int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
   for (int64_t i = 0; i < B * T; i++)
     xd[i] = (int32_t)((i * 7919) % c.vocab_size), yd[i] = (int32_t)((i * 104729 + 1) % c.vocab_size);
+  bench_print_machine(stdout, "bench_schedules");
   printf("GPT-2 %s, B=%lld T=%lld, %d threads, median of %d steps (after 1 warm-up)\n", config,
          (long long)B, (long long)T, omp_get_max_threads(), steps);
   printf("%-30s %12s %12s %16s %16s\n", "schedule", "tokens/s", "step ms", "planned peak MB",

@@ -17,7 +17,8 @@
  * over the full T x T matrix as PaLM does. MFU = flops per token * tokens/s /
  * peak, where the peak is measured here with a 1024^3 f32 matmul through
  * slapo (planned one-node graph, best of 9 samples).
- * --profile: also prints the mean ms per op type over the timed steps. */
+ * --profile: also prints the mean ms per op type over the timed steps.
+ * --machine: prints only the CPU and kernel line (bench_machine.h). */
 #include <getopt.h>
 #include <math.h>
 #include <omp.h>
@@ -28,6 +29,7 @@
 
 #include "slapo/exec.h"
 #include "slapo/train.h"
+#include "bench_machine.h"
 
 static double now_s(void) {
   struct timespec ts;
@@ -173,12 +175,13 @@ static void print_profile(prof_table *pr, int steps) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--profile]\n"
+          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--profile] [--machine]\n"
           "  --config   GPT-2 config (tiny, small, 124M, ...)  [small]\n"
           "  --batch    sequences per step                    [4]\n"
           "  --seq      tokens per sequence                   [256]\n"
           "  --steps    timed steps, after 2 warm-up steps    [10]\n"
           "  --profile  print mean ms per op type\n"
+          "  --machine  print the CPU and kernel line only\n"
           "OMP_NUM_THREADS sets the threads (default: all processors).\n");
 }
 
@@ -192,6 +195,7 @@ int main(int argc, char **argv) {
                                         {"seq", required_argument, NULL, 't'},
                                         {"steps", required_argument, NULL, 's'},
                                         {"profile", no_argument, NULL, 'p'},
+                                        {"machine", no_argument, NULL, 'm'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
@@ -201,6 +205,7 @@ int main(int argc, char **argv) {
     case 't': T = atoll(optarg); break;
     case 's': steps = atoi(optarg); break;
     case 'p': profile = true; break;
+    case 'm': bench_print_machine(stdout, "bench_train"); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
@@ -287,6 +292,7 @@ int main(int argc, char **argv) {
          "adamw (+ zero_grad) %.1f\n",
          1e3 * median(phase[0], steps), 1e3 * median(phase[1], steps),
          1e3 * median(phase[2], steps));
+  bench_print_machine(stdout, "bench_train");
   for (int k = 0; k < 3; k++) free(phase[k]);
   if (profile) print_profile(&pr, steps);
   free(pr.by_op);

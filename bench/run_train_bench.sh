@@ -14,8 +14,14 @@
 #   - torch.set_num_threads(2) (--threads 2), OMP_WAIT_POLICY=ACTIVE: torch
 #     opens a parallel region per op; PASSIVE was 10-20% slower, unset
 #     about equal to ACTIVE;
-#   - ATEN_CPU_CAPABILITY=avx512: Debian's build picks AVX2 kernels unless
-#     told (it reports "CPU capability usage: AVX2");
+#   - ATEN_CPU_CAPABILITY: Debian's build picks AVX2 kernels unless told (it
+#     reports "CPU capability usage: AVX2"), so the runner sets the best level
+#     the CPU's flags in /proc/cpuinfo allow: avx512 only with avx512f, bw, vl
+#     and dq, avx2 with avx2 and fma, else default. Never more than the CPU
+#     has (forcing avx512 on an AVX2-only CPU dies with SIGILL). A value
+#     already in the environment is kept, so a run can be capped on purpose:
+#       SLAPO_MAX_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
+#         bench/run_train_bench.sh     # the AVX2 side on an AVX-512 machine
 #   - an optimized BLAS: Debian's torch calls the system libblas.so.3, by
 #     default netlib's reference BLAS (~5 GFLOP/s, single-threaded). When
 #     Debian's OpenBLAS (libopenblas0-openmp, or -pthread) is installed the
@@ -49,8 +55,19 @@ BLAS_DIR=""
 for d in /usr/lib/x86_64-linux-gnu/openblas-openmp /usr/lib/x86_64-linux-gnu/openblas-pthread; do
   if [[ -e $d/libblas.so.3 ]]; then BLAS_DIR=$d; break; fi
 done
+cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+has() { for f in "$@"; do [[ $cpu_flags == *" $f "* ]] || return 1; done; }
+if [[ -n ${ATEN_CPU_CAPABILITY:-} ]]; then
+  ATEN_ISA=$ATEN_CPU_CAPABILITY
+elif has avx512f avx512bw avx512vl avx512dq; then
+  ATEN_ISA=avx512
+elif has avx2 fma; then
+  ATEN_ISA=avx2
+else
+  ATEN_ISA=default
+fi
 if [[ -z ${PEER_ENV+x} ]]; then
-  PEER_ENV="OMP_WAIT_POLICY=ACTIVE ATEN_CPU_CAPABILITY=avx512"
+  PEER_ENV="OMP_WAIT_POLICY=ACTIVE ATEN_CPU_CAPABILITY=$ATEN_ISA"
   if [[ -n $BLAS_DIR ]]; then
     PEER_ENV="$PEER_ENV LD_LIBRARY_PATH=$BLAS_DIR"
   else
@@ -68,6 +85,10 @@ median() { # numbers on stdin -> median
   sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; else printf "%.1f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2}'
 }
 
+isa_flags=$(tr ' ' '\n' <<<"$cpu_flags" | grep -E '^(avx2|fma|avx512(f|bw|vl|dq|_bf16|_vnni)|amx_(tile|bf16))$' | tr '\n' ' ')
+echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); flags: ${isa_flags:-none of avx2/avx512/amx}"
+OMP_NUM_THREADS=2 "$SLAPO_BIN" --machine
+env $PEER_ENV "$PY" "$HERE/train_peer.py" --machine $PEER_ARGS
 echo "# slapo: OMP_NUM_THREADS=2 $SLAPO_BIN"
 echo "# peer:  env $PEER_ENV $PY bench/train_peer.py $PEER_ARGS"
 echo "# $ROUNDS rounds x {$CONFIGS}, $STEPS timed steps each (after 2 warm-up); machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"

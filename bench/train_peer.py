@@ -12,7 +12,7 @@ timed over several steps. Prints one line:
 Run with Debian's python3-torch (/usr/bin/python3). The peer gets its own
 fastest settings, chosen with --linear / --threads and the environment the
 runner sets (see run_train_bench.sh): 2 intra-op threads, OMP_WAIT_POLICY,
-ATEN_CPU_CAPABILITY=avx512 and an optimized BLAS (Debian's torch calls
+ATEN_CPU_CAPABILITY (the best level the CPU has) and an optimized BLAS (Debian's torch calls
 whatever libblas.so.3 the system provides; the default netlib one is a
 single-threaded reference loop). --linear conv routes every Linear through
 a 1x1 convolution, which torch runs on oneDNN (MKL-DNN) whatever the BLAS.
@@ -111,6 +111,41 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+def aten_capability():
+    """The ATen CPU kernels torch dispatches to (DEFAULT, AVX2, AVX512), as
+    torch itself reports it; torch 1.13 has no API, only the config text."""
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    if get:
+        return get()
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
+def blas_core():
+    """The BLAS library and, for OpenBLAS, the core type its kernels were
+    picked for (openblas_get_corename), read from the loaded library."""
+    import ctypes
+    maps = open("/proc/self/maps").read().split("\n")
+    libs = sorted({ln.split()[-1] for ln in maps if "libblas" in ln or "openblas" in ln})
+    for path in libs:
+        try:
+            lib = ctypes.CDLL(path)
+            lib.openblas_get_corename.restype = ctypes.c_char_p
+            return f"OpenBLAS {lib.openblas_get_corename().decode()} ({path})"
+        except (OSError, AttributeError):
+            continue
+    return "reference BLAS (" + (", ".join(libs) or "not loaded") + ")"
+
+
+def machine_line():
+    torch.ones(64, 64) @ torch.ones(64, 64)  # loads the BLAS
+    return (f"# peer: torch {torch.__version__}; ATen CPU capability {aten_capability()}; "
+            f"BLAS {blas_core()}; OPENBLAS_CORETYPE={os.environ.get('OPENBLAS_CORETYPE', 'unset')}; "
+            f"{torch.get_num_threads()} threads")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default="small", choices=sorted(CONFIGS))
@@ -126,9 +161,14 @@ def main():
                          "than the per-tensor loop on CPU here (700 vs 290 ms on 124M)")
     ap.add_argument("--set-to-none", type=int, default=1,
                     help="zero_grad(set_to_none): 1 frees the gradients, 0 zeroes them in place")
+    ap.add_argument("--machine", action="store_true",
+                    help="print only the kernel line (ATen capability, BLAS core type)")
     a = ap.parse_args()
 
     torch.set_num_threads(a.threads)
+    if a.machine:
+        print(machine_line())
+        return 0
     torch.backends.mkldnn.enabled = bool(a.mkldnn)
     torch.manual_seed(0)
     L, NH, C, n_ctx, V, p = CONFIGS[a.config]

@@ -148,6 +148,44 @@ char *slapo_arena_printf(slapo_arena *a, const char *fmt, ...)
 size_t slapo_arena_used(const slapo_arena *a);
 
 /* ------------------------------------------------------------------------ */
+/* Instruction-set levels of slapo's own vector kernels                      */
+/* ------------------------------------------------------------------------ */
+
+/* The levels slapo's vector kernels are compiled for (one variant each,
+ * picked per call at run time): baseline x86-64 (SSE2), AVX2 + FMA, and
+ * AVX-512 (F, BW, VL, DQ). Every variant computes the same bits. */
+typedef enum slapo_isa {
+  SLAPO_ISA_BASELINE = 0,
+  SLAPO_ISA_AVX2 = 1,
+  SLAPO_ISA_AVX512 = 2,
+} slapo_isa;
+
+/* The best level this CPU and OS can run (AVX register state enabled). */
+slapo_isa slapo_isa_host(void);
+/* The level the kernels use: the host's, lowered to the cap. The cap comes
+ * from slapo_isa_set_max, else from the environment variable SLAPO_MAX_ISA
+ * (baseline, avx2 or avx512, any case; like oneDNN's ONEDNN_MAX_CPU_ISA it
+ * never raises the level above the host's). An unreadable SLAPO_MAX_ISA
+ * means baseline; slapo_isa_check_env reports it. */
+slapo_isa slapo_isa_active(void);
+/* Caps the level from now on (tests and benchmarks run each variant this
+ * way). Not to be called while kernels run on other threads. */
+void slapo_isa_set_max(slapo_isa cap);
+/* "baseline", "avx2", "avx512"; "unknown" outside the enum. Static string. */
+const char *slapo_isa_name(slapo_isa isa);
+/* Parses a level name (case-insensitive). Errors: SLAPO_INVALID_ARG naming
+ * the value and the accepted names. */
+slapo_status slapo_isa_parse(const char *name, slapo_isa *out);
+/* SLAPO_OK when SLAPO_MAX_ISA is unset, empty or a level name; otherwise
+ * SLAPO_INVALID_ARG quoting it. */
+slapo_status slapo_isa_check_env(void);
+
+/* The CPU's model name ("model name" in /proc/cpuinfo, e.g. "AMD EPYC
+ * 7B13"), or "unknown CPU", NUL-terminated into buf [cap]. For benchmarks,
+ * which name the machine they ran on. */
+void slapo_cpu_model(char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
 /* Philox4x32-10                                                             */
 /* ------------------------------------------------------------------------ */
 

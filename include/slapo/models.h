@@ -54,11 +54,18 @@ slapo_status slapo_gpt2_new(const slapo_gpt2_config *cfg, slapo_module **out);
 /* Loads a Hugging Face GPT-2 safetensors file into a materialized model:
  * accepts names with or without the "transformer." prefix, transposes the
  * Conv1D weights, ignores the attention-mask buffers (attn.bias,
- * attn.masked_bias) and lm_head.weight (tied). Every model parameter must be
- * present with the right shape. Errors: SLAPO_IO (unreadable or malformed
- * file), SLAPO_NOT_FOUND (missing tensor, named), SLAPO_SHAPE (wrong shape,
- * both shapes named), NOMEM. */
+ * attn.masked_bias) and lm_head.weight when it equals wte (tied). Every
+ * model parameter must be present with the right shape. Nothing is copied
+ * unless lm_head.weight (when present) equals wte. Errors: SLAPO_IO
+ * (unreadable or malformed file), SLAPO_NOT_FOUND (missing tensor, named),
+ * SLAPO_SHAPE (wrong shape, both shapes named), SLAPO_PRECOND (an untied
+ * lm_head.weight: both names and the largest difference), NOMEM. */
 slapo_status slapo_gpt2_load(slapo_module *model, const char *path);
+/* True for the parameters Hugging Face's GPT-2 stores transposed (its
+ * Conv1D weights, [in, out]): attn.c_attn, attn.c_proj, mlp.c_fc and
+ * mlp.c_proj weights. Files in that layout (the model's, and the optimizer
+ * state beside it) transpose exactly these. Pure function of `path`. */
+bool slapo_gpt2_is_conv1d_weight(const char *path);
 /* Saves the model's parameters to `path` atomically in the Hugging Face
  * layout (names "transformer.…", Conv1D weights [in, out], lm_head omitted
  * as tied, metadata format=pt) plus the given extra metadata pairs. */

@@ -220,6 +220,16 @@ void slapo_runner_invalidate(slapo_runner *r);
 slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                         slapo_step_mode mode, const slapo_kernel_env *env,
                         const slapo_tensor **out);
+/* slapo_step with the gradients weighted: TRAIN adds loss_scale * dloss/dθ
+ * to each gradient (the backward's seed is loss_scale instead of 1; EVAL
+ * ignores it). Micro-batches of one optimizer step are weighted this way by
+ * their share of the step's valid tokens (slapo_train_accumulate), so the
+ * accumulated gradient is that of the whole step's token mean. With
+ * loss_scale 1 the gradients are bitwise those of slapo_step. Errors: as
+ * slapo_step. */
+slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                               slapo_step_mode mode, const slapo_kernel_env *env,
+                               float loss_scale, const slapo_tensor **out);
 /* Planned activation peak of the most recent step, in bytes. */
 size_t slapo_runner_peak_nbytes(const slapo_runner *r);
 /* The plan of the most recent step (timing), borrowed. */

@@ -146,6 +146,14 @@ slapo_status slapo_op_register(const slapo_op *op);
 int slapo_op_count(void);
 const slapo_op *slapo_op_at(int i);
 
+/* One line naming the kernels that run, for benchmarks and logs: slapo's
+ * vector level (slapo_isa_active; "(capped; host X)" when SLAPO_MAX_ISA
+ * lowered it) and oneDNN's version and effective ISA (which honours
+ * ONEDNN_MAX_CPU_ISA), e.g. "slapo kernels avx2 (capped; host avx512),
+ * oneDNN 2.6.3 avx2". Written NUL-terminated into buf [cap], truncated to
+ * fit. */
+void slapo_kernels_describe(char *buf, size_t cap);
+
 /* ------------------------------------------------------------------------ */
 /* Generic node builders                                                     */
 /* ------------------------------------------------------------------------ */
@@ -251,6 +259,11 @@ slapo_node *slapo_index_add(slapo_ctx *ctx, slapo_node *base, slapo_node *idx,
  * from Philox keyed by (seed, hash of origin path and op_seq) at counter
  * (step, element index); identity when not training or p == 0. */
 slapo_node *slapo_dropout(slapo_ctx *ctx, slapo_node *x, double p);
+/* The target value that cross-entropy skips, PyTorch's default: padding and
+ * unmasked positions (masked LM) carry it, and trainers weight micro-batches
+ * by the targets that are not it. */
+#define SLAPO_IGNORE_INDEX (-100)
+
 /* Mean cross-entropy of logits [.., V] against int targets [..]; targets
  * equal to ignore_index are skipped (mean over the rest; 0 if none). Stable
  * for large logits (log-sum-exp with max subtracted). Returns a scalar []. */

@@ -61,8 +61,15 @@ slapo_status slapo_dtype_from_st_name(const char *name, slapo_dtype *out);
 int64_t slapo_shape_numel(int ndim, const int64_t *shape);
 /* Writes "[a, b, c]" (NUL-terminated, truncated to `cap`) into buf; returns buf. */
 char *slapo_shape_str(int ndim, const int64_t *shape, char *buf, size_t cap);
-/* Row-major (contiguous) strides in elements. */
+/* Row-major (contiguous) strides in elements. The shape must satisfy
+ * slapo_shape_addressable (every tensor constructor checks it), so no
+ * stride overflows. */
 void slapo_shape_contiguous_strides(int ndim, const int64_t *shape, int64_t *strides);
+/* True when a tensor of this shape with elements of elem_nbytes bytes can be
+ * addressed: every dim >= 0 and elem_nbytes * prod(max(dim, 1)) fits in
+ * int64_t and size_t. Zero dims count as 1, as in the strides: [0, 2^62, 8]
+ * holds no element, yet its row stride 8 * 2^62 does not fit. */
+bool slapo_shape_addressable(int ndim, const int64_t *shape, uint64_t elem_nbytes);
 bool slapo_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b);
 
 /* ------------------------------------------------------------------------ */

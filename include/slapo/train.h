@@ -49,11 +49,18 @@ void slapo_adamw_step(slapo_adamw *o, float lr);
 void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool zero_grads);
 /* Number of steps taken (t). */
 int64_t slapo_adamw_steps(const slapo_adamw *o);
-/* Saves / loads the state (m and v per parameter path, t) to / from a
- * safetensors file; save is atomic. Errors: SLAPO_IO, SLAPO_NOT_FOUND /
- * SLAPO_SHAPE (state does not fit the model, naming the parameter), NOMEM. */
-slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path);
-slapo_status slapo_adamw_load(slapo_adamw *o, const char *path);
+/* Saves / loads the state to / from a safetensors file; save is atomic. The
+ * file holds `<param>.exp_avg` and `<param>.exp_avg_sq` (f32) per parameter
+ * path and the step count t as metadata "step", in the layout of the model's
+ * weights file: a 2-D parameter for which `transposed(path)` is true (may be
+ * NULL: none) is stored transposed, as the weights file stores it (GPT-2's
+ * Conv1D weights: slapo_gpt2_is_conv1d_weight). Errors: SLAPO_IO,
+ * SLAPO_NOT_FOUND / SLAPO_SHAPE (state does not fit the model, naming the
+ * parameter; load then changes nothing), NOMEM. */
+slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
+                              bool (*transposed)(const char *param_path));
+slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
+                              bool (*transposed)(const char *param_path));
 
 /* Scales all gradients so their global L2 norm is at most max_norm (PyTorch
  * clip_grad_norm_); returns the norm before clipping. max_norm <= 0: only
@@ -109,6 +116,22 @@ slapo_status slapo_sample(slapo_runner *r, int64_t n_ctx, int32_t *tokens, int64
 /* ------------------------------------------------------------------------ */
 /* Training loop                                                             */
 /* ------------------------------------------------------------------------ */
+
+/* Runs one optimizer step's n_micro micro-batches through the TRAIN step,
+ * adding their gradients into the parameters' grads (zero them first), each
+ * weighted by its share of the step's valid targets: the result is the
+ * gradient of the step's token mean, L = (sum of the losses of every target
+ * that is not SLAPO_IGNORE_INDEX) / N, whatever the micro-batches' counts.
+ * inputs [2 * n_micro]: idx, targets per micro-batch (targets [..] i32 or
+ * i64, contiguous; the root's output must be the mean cross-entropy over
+ * its valid targets); envs [n_micro]: each micro-batch's kernel env (its
+ * dropout step). *loss = L; *n_valid = N (may be NULL). With N = 0 the loss
+ * and gradients are 0. Errors: SLAPO_INVALID_ARG (n_micro < 1, targets),
+ * those of slapo_step. */
+slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
+                                    const slapo_tensor *const *inputs,
+                                    const slapo_kernel_env *envs, double *loss,
+                                    int64_t *n_valid);
 
 typedef struct slapo_train_config {
   const char *model_config; /* "tiny", "small", "124M", …                 */

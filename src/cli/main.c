@@ -306,6 +306,10 @@ static int cmd_train(int argc, char **argv) {
          model, c.model_config, c.data, (long long)c.steps, (long long)c.batch, seqs,
          (long long)c.grad_accum, c.lr, c.min_lr, (long long)c.warmup, c.weight_decay,
          c.grad_clip, (unsigned long long)c.seed);
+  char cpu[256], kernels[256];
+  slapo_cpu_model(cpu, sizeof cpu);
+  slapo_kernels_describe(kernels, sizeof kernels);
+  printf("cpu: %s; %s\n", cpu, kernels);
   fflush(stdout);
   progress p = {isatty(STDOUT_FILENO) != 0, false};
   slapo_status s = slapo_train(&c, on_event, &p);
@@ -576,6 +580,9 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *cmd = argv[1];
+  /* Checked before any kernel runs: an unreadable cap would otherwise mean
+   * the baseline kernels without a word. */
+  if (slapo_isa_check_env() != SLAPO_OK) return fail(SLAPO_INVALID_ARG);
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("slapo %s\n", SLAPO_VERSION);
     return 0;

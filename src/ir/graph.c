@@ -309,6 +309,12 @@ static slapo_status check_meta(const char *what, slapo_dtype dt, int ndim,
     if (shape[d] < 0)
       return slapo_error(SLAPO_INVALID_ARG, "%s: dim %d is %lld; dims must be >= 0", what, d,
                          (long long)shape[d]);
+  if (!slapo_shape_addressable(ndim, shape, slapo_dtype_size(dt))) {
+    char buf[160];
+    return slapo_error(SLAPO_SHAPE, "%s: %s%s is too large to address (its strides overflow "
+                       "64 bits, zero dims counted as 1)", what, slapo_dtype_name(dt),
+                       slapo_shape_str(ndim, shape, buf, sizeof buf));
+  }
   return SLAPO_OK;
 }
 

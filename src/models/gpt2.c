@@ -158,7 +158,7 @@ static slapo_node *lm_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *h = slapo_call1(ctx, self, "transformer", in[0]);
   slapo_node *logits = slapo_call1(ctx, self, "lm_head", h); /* [B, T, V] */
   if (n_in == 1) return logits;
-  return slapo_cross_entropy(ctx, logits, in[1], -100);
+  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
 }
 
 static const slapo_module_type k_lm = {"GPT2LMHeadModel", lm_forward, NULL, NULL};

@@ -3,13 +3,14 @@
  * are stored [in, out] (transposed relative to nn.Linear), so those four
  * weights per block are transposed on the way in and out; lm_head is tied to
  * wte and omitted, as save_pretrained does. Layer: models. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "core/assert.h"
 #include "slapo/models.h"
 
-static bool is_conv1d_weight(const char *path) {
+bool slapo_gpt2_is_conv1d_weight(const char *path) {
   static const char *const suffixes[] = {".attn.c_attn.weight", ".attn.c_proj.weight",
                                          ".mlp.c_fc.weight", ".mlp.c_proj.weight"};
   size_t n = strlen(path);
@@ -42,7 +43,7 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
     st->status = slapo_error(SLAPO_NOT_FOUND, "gpt2 load: %s: no tensor '%s'", st->file, path);
     return;
   }
-  bool conv = is_conv1d_weight(path);
+  bool conv = slapo_gpt2_is_conv1d_weight(path);
   const slapo_tensor *v = p->value;
   int64_t want[2] = {v->ndim == 2 && conv ? v->shape[1] : v->shape[0],
                      v->ndim == 2 && conv ? v->shape[0] : (v->ndim > 1 ? v->shape[1] : 0)};
@@ -77,6 +78,52 @@ static void unmaterialized(slapo_parameter *p, const char *path, void *ud) {
   if (slapo_tensor_is_meta(p->value) && !*(const char **)ud) *(const char **)ud = path;
 }
 
+/* The model ties lm_head.weight to transformer.wte.weight, so a file whose
+ * lm_head.weight is a different matrix cannot be loaded without losing one
+ * of the two; checked before anything is copied. */
+static slapo_status check_tied_head(const slapo_safetensors *f, const char *file) {
+  const char *wte_name = "transformer.wte.weight";
+  slapo_tensor *head = NULL, *wte = NULL;
+  if (slapo_safetensors_get(f, "lm_head.weight", &head) != SLAPO_OK) {
+    slapo_error_clear();
+    return SLAPO_OK; /* omitted, as save_pretrained does for a tied head */
+  }
+  if (slapo_safetensors_get(f, wte_name, &wte) != SLAPO_OK) {
+    wte_name = "wte.weight";
+    if (slapo_safetensors_get(f, wte_name, &wte) != SLAPO_OK) wte = NULL;
+  }
+  slapo_status s = SLAPO_OK;
+  if (wte) {
+    char a[96], b[96];
+    slapo_tensor *h32 = NULL, *w32 = NULL;
+    if (!slapo_shape_equal(head->ndim, head->shape, wte->ndim, wte->shape)) {
+      s = slapo_error(SLAPO_SHAPE, "gpt2 load: %s: lm_head.weight %s differs in shape from %s %s, "
+                      "but the model ties them", file,
+                      slapo_shape_str(head->ndim, head->shape, a, sizeof a), wte_name,
+                      slapo_shape_str(wte->ndim, wte->shape, b, sizeof b));
+    } else if ((s = slapo_tensor_to_dtype(head, SLAPO_DTYPE_F32, &h32)) == SLAPO_OK &&
+               (s = slapo_tensor_to_dtype(wte, SLAPO_DTYPE_F32, &w32)) == SLAPO_OK) {
+      const float *x = slapo_tensor_data(h32), *y = slapo_tensor_data(w32);
+      double worst = 0;
+      int64_t at = 0, n = slapo_tensor_numel(h32);
+      for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)x[i] - (double)y[i]);
+        if (d > worst || d != d) worst = d, at = i;
+      }
+      if (worst != 0)
+        s = slapo_error(SLAPO_PRECOND, "gpt2 load: %s: lm_head.weight differs from %s (largest "
+                        "difference %.6g at element %lld), but the model ties lm_head to wte; "
+                        "an untied head cannot be loaded without losing one of them", file,
+                        wte_name, worst, (long long)at);
+    }
+    slapo_tensor_free(h32);
+    slapo_tensor_free(w32);
+  }
+  slapo_tensor_free(head);
+  slapo_tensor_free(wte);
+  return s;
+}
+
 slapo_status slapo_gpt2_load(slapo_module *model, const char *path) {
   const char *meta_path = NULL;
   SLAPO_TRY(slapo_module_visit_params(model, unmaterialized, &meta_path));
@@ -84,8 +131,13 @@ slapo_status slapo_gpt2_load(slapo_module *model, const char *path) {
     return slapo_error(SLAPO_STATE, "gpt2 load: parameter %s is not materialized", meta_path);
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
+  slapo_status s = check_tied_head(f, path);
+  if (s != SLAPO_OK) {
+    slapo_safetensors_free(f);
+    return s;
+  }
   load_state st = {f, path, SLAPO_OK};
-  slapo_status s = slapo_module_visit_params(model, load_one, &st);
+  s = slapo_module_visit_params(model, load_one, &st);
   slapo_safetensors_free(f);
   return s != SLAPO_OK ? s : st.status;
 }
@@ -114,7 +166,7 @@ static void save_one(slapo_parameter *p, const char *path, void *ud) {
   }
   slapo_tensor *view = NULL;
   slapo_status s;
-  if (is_conv1d_weight(path)) {
+  if (slapo_gpt2_is_conv1d_weight(path)) {
     int perm[2] = {1, 0};
     s = slapo_tensor_permute(p->value, perm, &view);
   } else {

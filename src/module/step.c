@@ -29,6 +29,7 @@ struct slapo_runner {
   uint64_t version;
   built_step cur;
   bool have;
+  slapo_tensor *dloss; /* f32 [] bound to the train graph's "dloss" input */
 };
 
 slapo_status slapo_runner_new(slapo_module *root, const slapo_plan_opts *opts,
@@ -38,6 +39,11 @@ slapo_status slapo_runner_new(slapo_module *root, const slapo_plan_opts *opts,
   if (!r) return slapo_error(SLAPO_NOMEM, "runner: out of memory");
   r->root = root;
   if (opts) r->opts = *opts;
+  slapo_status st = slapo_tensor_new(SLAPO_DTYPE_F32, 0, NULL, &r->dloss);
+  if (st != SLAPO_OK) {
+    slapo_free(r);
+    return st;
+  }
   *out = r;
   return SLAPO_OK;
 }
@@ -53,6 +59,7 @@ static void step_clear(built_step *b) {
 void slapo_runner_free(slapo_runner *r) {
   if (!r) return;
   step_clear(&r->cur);
+  slapo_tensor_free(r->dloss);
   slapo_free(r);
 }
 
@@ -137,7 +144,10 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
     }
     b->n_params = n;
     outs[0] = y;
-    s = slapo_backward(ctx, y, NULL, n, wrt, outs + 1);
+    /* The seed dL/dloss is an input, not the constant 1, so a run can weight
+     * its gradients (slapo_step_scaled: micro-batches by valid tokens). */
+    slapo_node *dloss = slapo_input(ctx, "dloss", SLAPO_DTYPE_F32, 0, NULL);
+    s = dloss ? slapo_backward(ctx, y, dloss, n, wrt, outs + 1) : slapo_ctx_status(ctx);
     if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
     /* Split gradients as one concat instead of zero-padded pieces summed
      * (fold_grads.c): same values, far less memory traffic. */
@@ -190,6 +200,12 @@ static void materialized_check(slapo_parameter *p, const char *path, void *ud) {
 slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                         slapo_step_mode mode, const slapo_kernel_env *env,
                         const slapo_tensor **out) {
+  return slapo_step_scaled(r, n_in, in, mode, env, 1.0f, out);
+}
+
+slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                               slapo_step_mode mode, const slapo_kernel_env *env,
+                               float loss_scale, const slapo_tensor **out) {
   if (out) *out = NULL;
   if (n_in < 0 || n_in > 8)
     return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
@@ -219,6 +235,10 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
     SLAPO_TRY(slapo_plan_bind_input(b->plan, name, in[i]));
+  }
+  if (mode == SLAPO_STEP_TRAIN) {
+    *(float *)slapo_tensor_data(r->dloss) = loss_scale;
+    SLAPO_TRY(slapo_plan_bind_input(b->plan, "dloss", r->dloss));
   }
   slapo_kernel_env e = env ? *env : (slapo_kernel_env){0};
   e.training = mode == SLAPO_STEP_TRAIN && (!env || env->training);

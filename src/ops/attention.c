@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
+#include "ops/vmath.h"
 
 /* Design. The executor runs single-output nodes only, so:
  *  - the forward saves only its output. The paper also saves the row
@@ -224,18 +225,12 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
 
 /* The per-tile work is written with GCC vector extensions (16 floats a
  * vector: one AVX-512 register, two AVX2 or four SSE registers) and compiled
- * once per ISA level (function multi-versioning, picked at load time by
- * CPUID), and inside that once for the common head sizes 64 and 128 so the
+ * once per ISA level (SLAPO__SIMD_PROC, ops/vmath.h: picked per call at
+ * run time, capped by SLAPO_MAX_ISA), and inside that once for the common head sizes 64 and 128 so the
  * HS loops have constant trip counts. Every variant performs the same float
  * operations in the same order (products accumulate through explicit fmaf;
  * ISO C mode contracts nothing else; sums run in a fixed order), so results
  * are bitwise identical across ISA variants, thread counts and alignment. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define FA_CLONES \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define FA_CLONES
-#endif
 #define FA_INLINE static inline __attribute__((always_inline))
 #if defined(__GNUC__) && !defined(__clang__)
 /* The vector helpers below are always inlined, so the (warned-about) ABI for
@@ -482,7 +477,7 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   }
 }
 
-FA_CLONES static void fwd_job(const fa_geom *g, int64_t bh, int64_t r0) {
+SLAPO__SIMD_PROC(fwd_job, (const fa_geom *g, int64_t bh, int64_t r0), (g, bh, r0)) {
   if (g->HS == 64) fwd_tile(g, 64, bh, r0);
   else if (g->HS == 128) fwd_tile(g, 128, bh, r0);
   else fwd_tile(g, g->HS, bh, r0);
@@ -571,7 +566,7 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   }
 }
 
-FA_CLONES static void bwd_job(const fa_geom *g, int64_t bh) {
+SLAPO__SIMD_PROC(bwd_job, (const fa_geom *g, int64_t bh), (g, bh)) {
   if (g->HS == 64) bwd_head(g, 64, bh);
   else if (g->HS == 128) bwd_head(g, 128, bh);
   else bwd_head(g, g->HS, bh);

@@ -96,7 +96,7 @@ static void cross_entropy_ref(const slapo_node *node, const slapo_tensor *const 
 enum { LANES = 16 };
 #define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
 
-SLAPO__SIMD_CLONES static float exp_sum_row(const float *restrict x, int64_t V, float m) {
+SLAPO__SIMD_FN(float, exp_sum_row, (const float *restrict x, int64_t V, float m), (x, V, m)) {
   float acc[LANES] = {0};
   int64_t v = 0;
   for (; v + LANES <= V; v += LANES)
@@ -110,8 +110,8 @@ SLAPO__SIMD_CLONES static float exp_sum_row(const float *restrict x, int64_t V, 
 }
 
 /* Same terms and summation order as exp_sum_row, also stored in y. */
-SLAPO__SIMD_CLONES static float exp_store_row(const float *restrict x, float *restrict y,
-                                              int64_t V, float m) {
+SLAPO__SIMD_FN(float, exp_store_row, (const float *restrict x, float *restrict y, int64_t V, float m),
+               (x, y, V, m)) {
   float acc[LANES] = {0};
   int64_t v = 0;
   for (; v + LANES <= V; v += LANES)
@@ -131,7 +131,7 @@ SLAPO__SIMD_CLONES static float exp_store_row(const float *restrict x, float *re
 }
 
 /* y[v] *= k for v < V. */
-SLAPO__SIMD_CLONES static void scale_row(float *restrict y, int64_t V, float k) {
+SLAPO__SIMD_PROC(scale_row, (float *restrict y, int64_t V, float k), (y, V, k)) {
   for (int64_t v = 0; v < V; v++) y[v] *= k;
 }
 
@@ -148,7 +148,7 @@ static inline int32_t order_key(float x) {
 /* max_v x[v] for V >= 1, in LANES interleaved integer maxima (exact, so the
  * order does not matter). A NaN maps above +inf or below -inf; either way
  * the row's exponentials then come out NaN, as in the reference. */
-SLAPO__SIMD_CLONES static float row_max(const float *restrict x, int64_t V) {
+SLAPO__SIMD_FN(float, row_max, (const float *restrict x, int64_t V), (x, V)) {
   int32_t acc[LANES];
   for (int l = 0; l < LANES; l++) acc[l] = INT32_MIN;
   int64_t v = 0;

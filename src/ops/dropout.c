@@ -105,9 +105,10 @@ static inline void philox_batch(uint64_t b0, uint64_t step, uint64_t key,
 
 /* y = dropout(x) for the elements [lo, hi) of the unsharded index space; x
  * and y point at element lo. */
-SLAPO__SIMD_CLONES static void dropout_span(const float *restrict x, float *restrict y,
-                                            uint64_t lo, uint64_t hi, uint64_t step,
-                                            uint64_t key, uint32_t thresh, float scale) {
+SLAPO__SIMD_PROC(dropout_span,
+                 (const float *restrict x, float *restrict y, uint64_t lo, uint64_t hi,
+                  uint64_t step, uint64_t key, uint32_t thresh, float scale),
+                 (x, y, lo, hi, step, key, thresh, scale)) {
   uint32_t w[4 * PHILOX_LANES];
   for (uint64_t b0 = lo / 4; b0 * 4 < hi; b0 += PHILOX_LANES) {
     philox_batch(b0, step, key, w);

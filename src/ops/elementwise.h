@@ -120,7 +120,7 @@ static inline int64_t ew_row_len(const slapo_tensor *out) {
   _Pragma("omp parallel for num_threads(slapo__threads_for(ew_n)) schedule(static)")
 
 /* Contiguous inputs are processed in blocks of EW_BLOCK elements by a
- * function compiled once per ISA level (SLAPO__SIMD_CLONES): the loop body
+ * function compiled once per ISA level (SLAPO__SIMD_PROC): the loop body
  * is then vectorized with AVX-512 where the CPU has it, which matters for
  * the compute-heavy maps (GELU's exp). Blocks split statically over the
  * threads as the elements did, so results do not depend on the clone. */
@@ -137,8 +137,9 @@ static inline int64_t ew_row_len(const slapo_tensor *out) {
   } while (0)
 
 #define EW_UNARY(NAME, REF, FAST)                                              \
-  SLAPO__SIMD_CLONES EW_MAYBE_UNUSED static void NAME##_block(                 \
-      const float *restrict xp, float *restrict o, int64_t n, float pf) {      \
+  SLAPO__SIMD_PROC(                                                            \
+      NAME##_block, (const float *restrict xp, float *restrict o, int64_t n,   \
+                     float pf), (xp, o, n, pf)) {                              \
     (void)pf;                                                                  \
     for (int64_t i = 0; i < n; i++) {                                          \
       float x = xp[i];                                                         \
@@ -187,9 +188,10 @@ static inline int64_t ew_row_len(const slapo_tensor *out) {
 
 #define EW_BINARY(NAME, REF, FAST)                                             \
   /* o = a op b over n contiguous elements (a bias row: b = the row). */     \
-  SLAPO__SIMD_CLONES EW_MAYBE_UNUSED static void NAME##_block(                 \
-      const float *restrict ap, const float *restrict bp, float *restrict o,   \
-      int64_t n, float pf) {                                                   \
+  SLAPO__SIMD_PROC(                                                            \
+      NAME##_block, (const float *restrict ap, const float *restrict bp,       \
+                     float *restrict o, int64_t n, float pf),                  \
+      (ap, bp, o, n, pf)) {                                                    \
     (void)pf;                                                                  \
     for (int64_t i = 0; i < n; i++) {                                          \
       float x = ap[i], y = bp[i];                                              \

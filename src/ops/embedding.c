@@ -127,7 +127,7 @@ static slapo_status index_add_infer(slapo_node *node) {
 
 /* y[c] += s[c] for c < n; its own function so the loop vectorizes with
  * restrict pointers (y and s never overlap: out is freshly allocated). */
-SLAPO__SIMD_CLONES static void add_row(float *restrict y, const float *restrict s, int64_t n) {
+SLAPO__SIMD_PROC(add_row, (float *restrict y, const float *restrict s, int64_t n), (y, s, n)) {
   for (int64_t c = 0; c < n; c++) y[c] += s[c];
 }
 

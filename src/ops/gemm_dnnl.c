@@ -9,6 +9,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ops/gemm.h"
@@ -412,4 +413,34 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
   if (st != dnnl_success) return false;
   if (g->bias && !k.has_bias) add_bias(g, rows);
   return true;
+}
+
+/* ---- what runs: for benchmarks and the CLI's start-up line ---- */
+
+static const char *dnnl_isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+  case dnnl_cpu_isa_sse41: return "sse41";
+  case dnnl_cpu_isa_avx: return "avx";
+  case dnnl_cpu_isa_avx2: return "avx2";
+  case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+  case dnnl_cpu_isa_avx512_mic: return "avx512_mic";
+  case dnnl_cpu_isa_avx512_mic_4ops: return "avx512_mic_4ops";
+  case dnnl_cpu_isa_avx512_core: return "avx512_core";
+  case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+  case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+  case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+  default: return "all";
+  }
+}
+
+void slapo_kernels_describe(char *buf, size_t cap) {
+  if (!buf || cap == 0) return;
+  const dnnl_version_t *v = dnnl_version();
+  slapo_isa isa = slapo_isa_active(), host = slapo_isa_host();
+  char capped[48] = "";
+  if (isa != host) snprintf(capped, sizeof capped, " (capped; host %s)", slapo_isa_name(host));
+  /* dnnl_get_effective_cpu_isa honours ONEDNN_MAX_CPU_ISA as our level
+   * honours SLAPO_MAX_ISA. */
+  snprintf(buf, cap, "slapo kernels %s%s, oneDNN %d.%d.%d %s", slapo_isa_name(isa), capped,
+           v->major, v->minor, v->patch, dnnl_isa_name(dnnl_get_effective_cpu_isa()));
 }

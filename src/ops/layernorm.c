@@ -67,8 +67,8 @@ static inline float lanes_total(const float *acc) {
 
 /* Mean and 1/std of one row in float, two passes (a one-pass E[x^2] - E[x]^2
  * loses precision when |mean| >> std). */
-SLAPO__SIMD_CLONES static void row_stats(const float *xr, int64_t C, float eps, float *mean,
-                                         float *rstd) {
+SLAPO__SIMD_PROC(row_stats, (const float *xr, int64_t C, float eps, float *mean, float *rstd),
+                 (xr, C, eps, mean, rstd)) {
   float acc[LANES] = {0};
   int64_t c = 0;
   for (; c + LANES <= C; c += LANES)
@@ -85,9 +85,10 @@ SLAPO__SIMD_CLONES static void row_stats(const float *xr, int64_t C, float eps, 
 }
 
 /* y = (x - mean) rstd [* w + b] for one row. */
-SLAPO__SIMD_CLONES static void norm_row(const float *restrict xr, const float *restrict w,
-                                        const float *restrict b, float *restrict yr, int64_t C,
-                                        float mean, float rstd) {
+SLAPO__SIMD_PROC(norm_row,
+                 (const float *restrict xr, const float *restrict w, const float *restrict b,
+                  float *restrict yr, int64_t C, float mean, float rstd),
+                 (xr, w, b, yr, C, mean, rstd)) {
   if (w) {
     for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
   } else {
@@ -201,9 +202,10 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
 
 /* dx for one row: rstd (dyw - mean(dyw) - xhat mean(dyw xhat)), the two
  * means from lane sums. */
-SLAPO__SIMD_CLONES static void backward_row(const float *restrict xr, const float *restrict w,
-                                            const float *restrict dyr, float *restrict dxr,
-                                            int64_t C, float mean, float rstd) {
+SLAPO__SIMD_PROC(backward_row,
+                 (const float *restrict xr, const float *restrict w, const float *restrict dyr,
+                  float *restrict dxr, int64_t C, float mean, float rstd),
+                 (xr, w, dyr, dxr, C, mean, rstd)) {
   float a1[LANES] = {0}, a2[LANES] = {0};
   int64_t c = 0;
   for (; c + LANES <= C; c += LANES) {

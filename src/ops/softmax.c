@@ -85,8 +85,8 @@ static void softmax_ref(const slapo_node *node, const slapo_tensor *const *in,
 enum { LANES = 16 };
 #define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
 
-SLAPO__SIMD_CLONES static float exp_row(const float *restrict x, float *restrict y, int64_t n,
-                                        float m) {
+SLAPO__SIMD_FN(float, exp_row, (const float *restrict x, float *restrict y, int64_t n, float m),
+               (x, y, n, m)) {
   float acc[LANES] = {0};
   int64_t s = 0;
   for (; s + LANES <= n; s += LANES) {
@@ -107,7 +107,7 @@ SLAPO__SIMD_CLONES static float exp_row(const float *restrict x, float *restrict
 }
 
 /* y[s] *= k for s < n, zeros up to S. */
-SLAPO__SIMD_CLONES static void scale_row(float *restrict y, int64_t n, int64_t S, float k) {
+SLAPO__SIMD_PROC(scale_row, (float *restrict y, int64_t n, int64_t S, float k), (y, n, S, k)) {
   for (int64_t s = 0; s < n; s++) y[s] *= k;
   for (int64_t s = n; s < S; s++) y[s] = 0.0f;
 }
@@ -191,9 +191,9 @@ static void softmax_backward_ref(const slapo_node *node, const slapo_tensor *con
 
 /* dx = y (dy - <dy, y>) for one row; the dot product in LANES interleaved
  * partial sums (fixed order; vectorizes). */
-SLAPO__SIMD_CLONES static void softmax_backward_row(const float *restrict y,
-                                                    const float *restrict dy,
-                                                    float *restrict dx, int64_t S) {
+SLAPO__SIMD_PROC(softmax_backward_row,
+                 (const float *restrict y, const float *restrict dy, float *restrict dx, int64_t S),
+                 (y, dy, dx, S)) {
   float acc[LANES] = {0};
   int64_t s = 0;
   for (; s + LANES <= S; s += LANES)

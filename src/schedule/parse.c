@@ -46,6 +46,16 @@ static const char *got(line_parser *lp, size_t at) {
   return t ? t : "text";
 }
 
+/* The error for a byte at `at` that cannot start `what` (a control
+ * character, or another byte that is neither a word character nor a space):
+ * the loops that scan words would otherwise stop there without advancing. */
+static slapo_status bad_byte(line_parser *lp, size_t at, const char *what) {
+  unsigned char c = (unsigned char)lp->s[at];
+  if (c < ' ' || c == 0x7f)
+    return err_at(lp, at, "expected %s, got a control character (0x%02x)", what, (unsigned)c);
+  return err_at(lp, at, "expected %s, got %s", what, got(lp, at));
+}
+
 /* Copies s[from, to) into the arena, NUL-terminated. */
 static char *span(line_parser *lp, size_t from, size_t to) {
   char *d = slapo_arena_alloc(lp->a, to - from + 1, 1);
@@ -141,6 +151,7 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
     return err_at(lp, start, "expected a key before '=' (write key=value), got %s",
                   got(lp, start));
   while (slapo__is_word_char(s[lp->pos])) lp->pos++;
+  if (lp->pos == start) return bad_byte(lp, start, "an argument (a word, number or quoted string)");
   char *tok = span(lp, start, lp->pos);
   if (!tok) return nomem();
   if (s[lp->pos] == '"')
@@ -172,6 +183,7 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
     return err_at(lp, vstart, "expected a value after '%s=', got %s", tok,
                   c == '=' ? "'='" : got(lp, vstart));
   while (slapo__is_word_char(s[lp->pos])) lp->pos++;
+  if (lp->pos == vstart) return bad_byte(lp, vstart, "a value after '=' (a word, number or quoted string)");
   char *val = span(lp, vstart, lp->pos);
   if (!val) return nomem();
   if (s[lp->pos] == '"' || s[lp->pos] == '=')

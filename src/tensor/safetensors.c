@@ -139,6 +139,8 @@ static slapo_status parse_entry(slapo_safetensors *f, const char *name, json_t *
     if (e->shape[i] && nbytes > (uint64_t)INT64_MAX / (uint64_t)e->shape[i]) too_big = true;
     else nbytes *= (uint64_t)e->shape[i];
   }
+  /* Also with a zero dim: [0, 2^62, 8] holds no byte, but its strides overflow. */
+  too_big |= !slapo_shape_addressable(e->ndim, e->shape, slapo_dtype_size(e->dtype));
 
   json_t *jo = json_object_get(v, "data_offsets");
   if (!jo) return io_error(path, "tensor '%s' has no 'data_offsets'", name);
@@ -230,6 +232,46 @@ static slapo_status check_coverage(slapo_safetensors *f) {
   return SLAPO_OK;
 }
 
+/* The top-level key whose value holds byte `pos` of the header text (a
+ * tensor name or "__metadata__"), copied into buf [cap]; "" when pos lies
+ * outside every value. A small scan of JSON's structure (strings, escapes,
+ * nesting), enough to name where jansson stopped. */
+static void key_at(const char *h, size_t n, size_t pos, char *buf, size_t cap) {
+  int depth = 0;
+  size_t ks = 0, ke = 0; /* the last string seen at depth 1 */
+  buf[0] = '\0';
+  for (size_t i = 0; i < n && i < pos; i++) {
+    char c = h[i];
+    if (c == '"') {
+      size_t j = i + 1;
+      while (j < n && h[j] != '"') j += h[j] == '\\' ? 2 : 1;
+      if (depth == 1) ks = i + 1, ke = j < n ? j : n;
+      i = j;
+    } else if (c == '{' || c == '[') {
+      depth++;
+    } else if (c == '}' || c == ']') {
+      depth--;
+    }
+  }
+  if (depth >= 2 || (depth == 1 && ke > ks && pos > ke))
+    snprintf(buf, cap, "%.*s", (int)(ke - ks), h + ks);
+}
+
+/* jansson's "too big integer" names no tensor: say which one holds it. */
+static slapo_status number_overflow(slapo_safetensors *f, const char *hdr, size_t n,
+                                    const json_error_t *jerr) {
+  char key[256];
+  key_at(hdr, n, (size_t)jerr->position, key, sizeof key);
+  const char *near = strstr(jerr->text, "near ");
+  near = near ? near + 5 : jerr->text;
+  if (!strcmp(key, "__metadata__"))
+    return io_error(f->path, "__metadata__ holds an integer too large for 64 bits (%s)", near);
+  if (key[0])
+    return io_error(f->path, "tensor '%s' holds an integer too large for 64 bits (%s); "
+                    "dims and data_offsets must fit in int64", key, near);
+  return io_error(f->path, "header holds an integer too large for 64 bits (%s)", near);
+}
+
 /* Parses and validates the header of the file already in f->buf. */
 static slapo_status parse(slapo_safetensors *f, size_t file_nbytes) {
   const char *path = f->path;
@@ -247,9 +289,24 @@ static slapo_status parse(slapo_safetensors *f, size_t file_nbytes) {
   f->data = f->buf + 8 + hlen;
   f->data_nbytes = file_nbytes - 8 - hlen;
 
+  /* The format (and its reference reader) wants the JSON object to start
+   * right after the length; only trailing spaces may pad it. jansson would
+   * skip leading blanks. */
+  const char *hdr = (const char *)f->buf + 8;
+  if (hlen == 0) return io_error(path, "header is empty (length 0); it must be a JSON object");
+  if (hdr[0] != '{') {
+    unsigned char c = (unsigned char)hdr[0];
+    char shown[16] = "";
+    if (c > ' ' && c < 0x7f) snprintf(shown, sizeof shown, " ('%c')", c);
+    return io_error(path, "header is not a JSON object starting right after the 8-byte length: "
+                    "its first byte is 0x%02x%s (leading whitespace is not allowed; only "
+                    "trailing padding is)", (unsigned)c, shown);
+  }
   json_error_t jerr;
-  json_t *root = json_loadb((const char *)f->buf + 8, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
+  json_t *root = json_loadb(hdr, (size_t)hlen, JSON_REJECT_DUPLICATES, &jerr);
   if (!root) {
+    if (json_error_code(&jerr) == json_error_numeric_overflow)
+      return number_overflow(f, hdr, (size_t)hlen, &jerr);
     if (json_error_code(&jerr) == json_error_duplicate_key) {
       /* jansson reports the key as the token: duplicate object key near '"w"'. */
       const char *tok = strstr(jerr.text, "near '\"");

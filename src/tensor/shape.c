@@ -2,6 +2,7 @@
  * messages, row-major strides, equality.
  * Layer: tensor. Stride convention: PyTorch's (last dim contiguous; a dim of
  * size 0 counts as 1 so strides stay positive). */
+#include <stdint.h>
 #include <stdio.h>
 
 #include "slapo/tensor.h"
@@ -34,6 +35,19 @@ void slapo_shape_contiguous_strides(int ndim, const int64_t *shape, int64_t *str
     strides[i] = s;
     s *= shape[i] > 1 ? shape[i] : 1;
   }
+}
+
+bool slapo_shape_addressable(int ndim, const int64_t *shape, uint64_t elem_nbytes) {
+  const uint64_t lim = (uint64_t)INT64_MAX < SIZE_MAX ? (uint64_t)INT64_MAX : SIZE_MAX;
+  uint64_t n = elem_nbytes ? elem_nbytes : 1;
+  if (n > lim) return false;
+  for (int i = 0; i < ndim; i++) {
+    if (shape[i] < 0) return false;
+    uint64_t d = shape[i] > 1 ? (uint64_t)shape[i] : 1;
+    if (n > lim / d) return false;
+    n *= d;
+  }
+  return true;
 }
 
 bool slapo_shape_equal(int ndim_a, const int64_t *a, int ndim_b, const int64_t *b) {

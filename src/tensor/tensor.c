@@ -65,18 +65,16 @@ static slapo_status check_shape(const char *op, slapo_dtype dt, int ndim, const 
   if (ndim > 0 && !shape)
     return slapo_error(SLAPO_INVALID_ARG, "%s: shape is NULL for ndim %d", op, ndim);
   char buf[160];
-  uint64_t n = slapo_dtype_size(dt);
-  for (int i = 0; i < ndim; i++) {
+  for (int i = 0; i < ndim; i++)
     if (shape[i] < 0)
       return slapo_error(SLAPO_INVALID_ARG, "%s: shape %s has negative dim %d (%" PRId64 ")", op,
                          slapo_shape_str(ndim, shape, buf, sizeof buf), i, shape[i]);
-    /* Keep the byte count representable as both size_t and int64_t. */
-    if (shape[i] && n > (uint64_t)(INT64_MAX < SIZE_MAX ? INT64_MAX : SIZE_MAX) / (uint64_t)shape[i])
-      return slapo_error(SLAPO_INVALID_ARG, "%s: %s%s is too large to address", op,
-                         slapo_dtype_name(dt), slapo_shape_str(ndim, shape, buf, sizeof buf));
-    n *= (uint64_t)shape[i];
-  }
-  *nbytes = (size_t)n;
+  /* Byte count and strides representable as both size_t and int64_t. */
+  if (!slapo_shape_addressable(ndim, shape, slapo_dtype_size(dt)))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: %s%s is too large to address (its strides "
+                       "overflow 64 bits, zero dims counted as 1)", op, slapo_dtype_name(dt),
+                       slapo_shape_str(ndim, shape, buf, sizeof buf));
+  *nbytes = (size_t)slapo_shape_numel(ndim, shape) * slapo_dtype_size(dt);
   return SLAPO_OK;
 }
 

@@ -51,6 +51,9 @@ slapo_status slapo_tensor_reshape(const slapo_tensor *t, int ndim, const int64_t
     return slapo_error(SLAPO_SHAPE, "reshape: cannot reshape %s (%" PRId64 " elements) into %s (%"
                        PRId64 " elements)", from, numel, to, known);
   }
+  if (!slapo_shape_addressable(ndim, new_shape, slapo_dtype_size(t->dtype)))
+    return slapo_error(SLAPO_SHAPE, "reshape: cannot reshape %s into %s: its strides overflow "
+                       "64 bits (zero dims counted as 1)", from, to);
   if (!slapo_tensor_is_contiguous(t))
     return slapo_error(SLAPO_SHAPE, "reshape: cannot reshape non-contiguous %s into %s; "
                        "call slapo_tensor_contiguous first", from, to);

@@ -171,12 +171,22 @@ void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool ze
   }
 }
 
-slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path) {
+/* *out: a view of t in the file's layout (transposed when the weights file
+ * stores this parameter transposed); owned. */
+static slapo_status file_view(const slapo_tensor *t, bool transposed, slapo_tensor **out) {
+  if (!transposed || t->ndim != 2) return slapo_tensor_view(t, out);
+  int perm[2] = {1, 0};
+  return slapo_tensor_permute(t, perm, out);
+}
+
+slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
+                              bool (*transposed)(const char *param_path)) {
   int n = 2 * o->n;
   const char **names = slapo_calloc((size_t)n + 1, sizeof *names);
   const slapo_tensor **ts = slapo_calloc((size_t)n + 1, sizeof *ts);
+  slapo_tensor **views = slapo_calloc((size_t)n + 1, sizeof *views);
   char **owned = slapo_calloc((size_t)n + 1, sizeof *owned);
-  slapo_status s = (names && ts && owned) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+  slapo_status s = (names && ts && owned && views) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
   for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
     size_t len = strlen(o->slots[i].path) + sizeof ".exp_avg_sq"; /* the longer suffix + NUL */
     owned[2 * i] = slapo_malloc(len);
@@ -188,14 +198,19 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path) {
     snprintf(owned[2 * i], len, "%s.exp_avg", o->slots[i].path);
     snprintf(owned[2 * i + 1], len, "%s.exp_avg_sq", o->slots[i].path);
     names[2 * i] = owned[2 * i], names[2 * i + 1] = owned[2 * i + 1];
-    ts[2 * i] = o->slots[i].m, ts[2 * i + 1] = o->slots[i].v;
+    bool tr = transposed && transposed(o->slots[i].path);
+    s = file_view(o->slots[i].m, tr, &views[2 * i]);
+    if (s == SLAPO_OK) s = file_view(o->slots[i].v, tr, &views[2 * i + 1]);
+    ts[2 * i] = views[2 * i], ts[2 * i + 1] = views[2 * i + 1];
   }
   char step[32];
   snprintf(step, sizeof step, "%lld", (long long)o->t);
   const char *mk[1] = {"step"}, *mv[1] = {step};
   if (s == SLAPO_OK) s = slapo_safetensors_write(path, n, names, ts, 1, mk, mv);
   for (int i = 0; owned && i < n; i++) slapo_free(owned[i]);
+  for (int i = 0; views && i < n; i++) slapo_tensor_free(views[i]);
   slapo_free(owned);
+  slapo_free(views);
   slapo_free(names);
   slapo_free(ts);
   return s;
@@ -219,7 +234,8 @@ static slapo_status check_state(const slapo_safetensors *f, const char *path, co
   return s;
 }
 
-slapo_status slapo_adamw_load(slapo_adamw *o, const char *path) {
+slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
+                              bool (*transposed)(const char *param_path)) {
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   slapo_status s = SLAPO_OK;
@@ -239,14 +255,17 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path) {
           break;
         }
         sprintf(name, "%s.%s", o->slots[i].path, k ? "exp_avg_sq" : "exp_avg");
-        slapo_tensor *dst = k ? o->slots[i].v : o->slots[i].m, *src = NULL;
-        if (pass == 0) {
+        slapo_tensor *dst = NULL, *src = NULL;
+        s = file_view(k ? o->slots[i].v : o->slots[i].m,
+                      transposed && transposed(o->slots[i].path), &dst);
+        if (s == SLAPO_OK && pass == 0) {
           s = check_state(f, path, name, dst);
-        } else {
+        } else if (s == SLAPO_OK) {
           s = slapo_safetensors_get(f, name, &src);
           if (s == SLAPO_OK) s = slapo_tensor_copy(dst, src);
           slapo_tensor_free(src);
         }
+        slapo_tensor_free(dst);
         slapo_free(name);
       }
     }

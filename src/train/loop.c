@@ -97,7 +97,7 @@ static slapo_status save_checkpoint(slapo_module *model, const slapo_adamw *opt,
   const char *vals[3] = {st, c->model_config, seed};
   SLAPO_TRY(slapo_gpt2_save(model, c->save, 3, keys, vals));
   optim_path(c->save, op, sizeof op);
-  return slapo_adamw_save(opt, op);
+  return slapo_adamw_save(opt, op, slapo_gpt2_is_conv1d_weight);
 }
 
 slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void *ud) {
@@ -136,12 +136,20 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
   slapo_runner *runner = NULL;
   slapo_adamw *opt = NULL;
   slapo_tensor *x = NULL, *y = NULL;
+  /* One idx / targets pair per micro-batch (the step's batch, drawn before
+   * it runs so the micro-batches can be weighted by valid tokens). */
+  slapo_tensor **xs = slapo_calloc((size_t)c->grad_accum, sizeof *xs);
+  slapo_tensor **ys = slapo_calloc((size_t)c->grad_accum, sizeof *ys);
+  const slapo_tensor **micro_in = slapo_calloc(2 * (size_t)c->grad_accum, sizeof *micro_in);
+  slapo_kernel_env *envs = slapo_calloc((size_t)c->grad_accum, sizeof *envs);
   FILE *metrics = NULL;
   slapo_sched_log *sched_log = NULL;
   slapo_sched *sched = NULL;
   int32_t *text = NULL;
   char *sample = NULL;
-  slapo_status s = slapo_dataset_load(c->data, 0.1, &data);
+  slapo_status s = xs && ys && micro_in && envs ? SLAPO_OK
+                                                : slapo_error(SLAPO_NOMEM, "train: out of memory");
+  if (s == SLAPO_OK) s = slapo_dataset_load(c->data, 0.1, &data);
   if (s != SLAPO_OK) goto done;
   say(cb, ud, "data: %s: %lld training and %lld validation tokens (vocabulary %lld)", c->data,
       (long long)slapo_dataset_tokens(data, false), (long long)slapo_dataset_tokens(data, true),
@@ -195,7 +203,7 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
     char op[4200];
     optim_path(c->resume, op, sizeof op);
     if ((s = slapo_gpt2_load(model, c->resume)) != SLAPO_OK) goto done;
-    if ((s = slapo_adamw_load(opt, op)) != SLAPO_OK) goto done;
+    if ((s = slapo_adamw_load(opt, op, slapo_gpt2_is_conv1d_weight)) != SLAPO_OK) goto done;
     start = slapo_adamw_steps(opt);
     if (start >= c->steps) {
       s = slapo_error(SLAPO_INVALID_ARG,
@@ -209,6 +217,10 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
   int64_t shape[2] = {c->batch, c->seq};
   if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &x)) != SLAPO_OK) goto done;
   if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &y)) != SLAPO_OK) goto done;
+  for (int64_t m = 0; m < c->grad_accum; m++) {
+    if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &xs[m])) != SLAPO_OK) goto done;
+    if ((s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &ys[m])) != SLAPO_OK) goto done;
+  }
   if (c->metrics && !(metrics = fopen(c->metrics, c->resume ? "a" : "w"))) {
     s = slapo_error(SLAPO_IO, "train: cannot open metrics file %s: %s", c->metrics,
                     strerror(errno));
@@ -217,27 +229,27 @@ slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void 
   double t0 = now_s();
   slapo_module_zero_grad(model);
   for (int64_t step = start; step < c->steps; step++) {
-    double ts = now_s(), loss_sum = 0;
+    double ts = now_s(), step_loss = 0;
     for (int64_t m = 0; m < c->grad_accum; m++) {
       int64_t micro = step * c->grad_accum + m;
-      if ((s = slapo_dataset_batch(data, false, c->seed, micro, x, y)) != SLAPO_OK) goto done;
-      const slapo_tensor *in[2] = {x, y}, *loss;
-      slapo_kernel_env env = {c->seed, (uint64_t)micro, true};
-      if ((s = slapo_step(runner, 2, in, SLAPO_STEP_TRAIN, &env, &loss)) != SLAPO_OK) goto done;
-      loss_sum += *(const float *)slapo_tensor_data(loss);
+      if ((s = slapo_dataset_batch(data, false, c->seed, micro, xs[m], ys[m])) != SLAPO_OK)
+        goto done;
+      micro_in[2 * m] = xs[m], micro_in[2 * m + 1] = ys[m];
+      envs[m] = (slapo_kernel_env){c->seed, (uint64_t)micro, true};
     }
-    /* Each micro-batch loss is a mean, so the accumulated gradient is
-     * grad_accum times the big-batch gradient: averaging, clipping and the
-     * next step's zeroing all happen inside AdamW's one pass over memory. */
-    float avg = 1.0f / (float)c->grad_accum;
-    double norm = slapo_clip_grad_norm(model, 0) * avg;
+    /* Micro-batches weighted by their valid tokens, so the gradients are
+     * already the step's token mean; clipping and the next step's zeroing
+     * happen inside AdamW's one pass over memory. */
+    s = slapo_train_accumulate(runner, (int)c->grad_accum, micro_in, envs, &step_loss, NULL);
+    if (s != SLAPO_OK) goto done;
+    double norm = slapo_clip_grad_norm(model, 0);
     float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
-    slapo_adamw_step_scaled(opt, lr, avg * slapo_clip_scale(norm, c->grad_clip), true);
+    slapo_adamw_step_scaled(opt, lr, slapo_clip_scale(norm, c->grad_clip), true);
     double dt = now_s() - ts;
     slapo_train_event e = {0};
     e.step = step + 1;
     e.steps = c->steps;
-    e.loss = loss_sum / (double)c->grad_accum;
+    e.loss = step_loss;
     e.lr = lr;
     e.grad_norm = norm;
     e.tokens_per_s = (double)(c->batch * c->seq * c->grad_accum) / dt;
@@ -297,6 +309,14 @@ done:
   slapo_free(sample);
   slapo_tensor_free(x);
   slapo_tensor_free(y);
+  for (int64_t m = 0; xs && ys && m < c->grad_accum; m++) {
+    slapo_tensor_free(xs[m]);
+    slapo_tensor_free(ys[m]);
+  }
+  slapo_free(xs);
+  slapo_free(ys);
+  slapo_free(micro_in);
+  slapo_free(envs);
   slapo_adamw_free(opt);
   slapo_runner_free(runner);
   slapo_sched_free(sched);

@@ -26,7 +26,7 @@ typedef struct norm_state {
  * where the CPU has it: the float-to-double conversions make this loop
  * compute-bound at SSE width), where a single running sum waits on the
  * previous add for every element. */
-SLAPO__SIMD_CLONES static double sum_sq(const float *x, int64_t n) {
+SLAPO__SIMD_FN(double, sum_sq, (const float *x, int64_t n), (x, n)) {
   enum { LANES = 16 };
   double acc[LANES] = {0};
   int64_t i = 0;

@@ -442,6 +442,49 @@ slapo_status fastcheck_op(const slapo_op *op, uint64_t seed, bool *skipped, char
   return s;
 }
 
+/* Copies every output of c's last run into out [c->n_out] (owned). */
+static slapo_status snapshot(gc_case *c, slapo_tensor **out) {
+  for (int i = 0; i < c->n_out; i++) SLAPO_TRY(slapo_tensor_contiguous(gc_case_output(c, i), &out[i]));
+  return SLAPO_OK;
+}
+
+slapo_status isacheck_op(const slapo_op *op, uint64_t seed, char *report, size_t cap) {
+  gc_case *c = NULL;
+  slapo_status s = gc_case_new(op, seed, op->backward != NULL, &c, report, cap);
+  if (s != SLAPO_OK) return s;
+  slapo_isa host = slapo_isa_host();
+  slapo_tensor **top = slapo_calloc((size_t)c->n_out * 2, sizeof *top), **low = top + c->n_out;
+  if (!top) s = SLAPO_NOMEM;
+  slapo_isa_set_max(host);
+  if (s == SLAPO_OK) s = gc_case_plan(c, false, report, cap);
+  if (s == SLAPO_OK) s = gc_case_run(c, report, cap);
+  if (s == SLAPO_OK) s = snapshot(c, top);
+  for (int lv = (int)host - 1; lv >= SLAPO_ISA_BASELINE && s == SLAPO_OK; lv--) {
+    slapo_isa_set_max((slapo_isa)lv);
+    s = gc_case_run(c, report, cap);
+    if (s == SLAPO_OK) s = snapshot(c, low);
+    for (int i = 0; i < c->n_out && s == SLAPO_OK; i++) {
+      size_t nb = (size_t)slapo_tensor_numel(top[i]) * sizeof(float);
+      if (memcmp(slapo_tensor_data(top[i]), slapo_tensor_data(low[i]), nb) != 0) {
+        double d, m;
+        gc_max_diff(top[i], low[i], &d, &m);
+        say(report, cap, "fast kernels differ between %s and %s on %s: max |diff| %.3g",
+            slapo_isa_name(host), slapo_isa_name((slapo_isa)lv), c->out_names[i], d);
+        s = SLAPO_VERIFY;
+      }
+    }
+    for (int i = 0; i < c->n_out; i++) slapo_tensor_free(low[i]), low[i] = NULL;
+  }
+  slapo_isa_set_max(host);
+  if (s == SLAPO_OK)
+    say(report, cap, "ok: %d outputs byte-identical from %s down to baseline", c->n_out,
+        slapo_isa_name(host));
+  for (int i = 0; top && i < c->n_out; i++) slapo_tensor_free(top[i]);
+  slapo_free(top);
+  gc_case_free(c);
+  return s;
+}
+
 /* ---- coverage ---- */
 
 slapo_status gc_mark_ops_used(const slapo_op *op, bool backward, bool *used) {

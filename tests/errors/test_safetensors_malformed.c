@@ -216,6 +216,61 @@ static void test_missing_file(void **state) {
   write_bytes("", 0); /* for the teardown */
 }
 
+/* The JSON must start right after the length: leading blanks are not the
+ * format (its reference reader refuses them); trailing padding is. */
+static void test_leading_whitespace(void **state) {
+  (void)state;
+  write_file(" {\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", 4);
+  expect_io("its first byte is 0x20 (leading whitespace is not allowed");
+  write_file("\n{}", 0);
+  expect_io("its first byte is 0x0a");
+  write_file_hlen(0, "", 0);
+  expect_io("header is empty");
+  /* trailing padding stays legal */
+  write_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}   ", 4);
+  slapo_safetensors *f = NULL;
+  assert_int_equal(slapo_safetensors_read(g_path, &f), SLAPO_OK);
+  slapo_safetensors_free(f);
+}
+
+/* A zero-element tensor whose strides would overflow int64 (UBSan found the
+ * signed overflow in slapo_shape_contiguous_strides). */
+static void test_zero_elements_huge_dims(void **state) {
+  (void)state;
+  write_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [0, 4611686018427387904, 8], "
+             "\"data_offsets\": [0, 0]}}", 0);
+  expect_io("tensor 'w' shape [0, 4611686018427387904, 8] is too large");
+  /* the same shape through the tensor API */
+  int64_t sh[3] = {0, (int64_t)1 << 62, 8};
+  slapo_tensor *t = NULL;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 3, sh, &t), SLAPO_INVALID_ARG);
+  assert_non_null(strstr(slapo_last_error(), "too large to address"));
+  assert_int_equal(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 3, sh, &t), SLAPO_INVALID_ARG);
+  /* and into a reshape of an empty tensor */
+  int64_t z[1] = {0};
+  slapo_tensor *e = NULL, *v = NULL;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 1, z, &e), SLAPO_OK);
+  assert_int_equal(slapo_tensor_reshape(e, 3, sh, &v), SLAPO_SHAPE);
+  assert_non_null(strstr(slapo_last_error(), "strides overflow"));
+  slapo_tensor_free(e);
+}
+
+/* Integers past int64 are refused by the JSON parser; the message names the
+ * tensor (or __metadata__) and the value. */
+static void test_integer_too_big(void **state) {
+  (void)state;
+  write_file("{\"w\": {\"dtype\": \"F32\", \"shape\": [1], "
+             "\"data_offsets\": [0, 18446744073709551615]}}", 4);
+  expect_io("tensor 'w' holds an integer too large for 64 bits");
+  expect_io("18446744073709551615");
+  write_file("{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
+             "\"b\": {\"dtype\": \"F32\", \"shape\": [99999999999999999999], "
+             "\"data_offsets\": [4, 8]}}", 8);
+  expect_io("tensor 'b' holds an integer too large");
+  write_file("{\"__metadata__\": {\"n\": 99999999999999999999}}", 0);
+  expect_io("__metadata__ holds an integer too large");
+}
+
 int main(void) {
 #define T(name) cmocka_unit_test_setup_teardown(name, make_file, remove_file)
   const struct CMUnitTest tests[] = {
@@ -227,6 +282,7 @@ int main(void) {
       T(test_begin_after_end),   T(test_size_mismatch),           T(test_overlap),
       T(test_gap),               T(test_trailing_bytes),          T(test_duplicate_names),
       T(test_truncated_data),    T(test_metadata_not_string),     T(test_missing_file),
+      T(test_leading_whitespace), T(test_zero_elements_huge_dims), T(test_integer_too_big),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -237,7 +237,7 @@ static void test_adamw_save_load(void **state) {
   char a[512], b[512];
   tmp_path(a, sizeof a, "opt_a.safetensors");
   tmp_path(b, sizeof b, "opt_b.safetensors");
-  assert_int_equal(slapo_adamw_save(o1, a), SLAPO_OK);
+  assert_int_equal(slapo_adamw_save(o1, a, NULL), SLAPO_OK);
   {
     slapo_safetensors *f;
     assert_int_equal(slapo_safetensors_read(a, &f), SLAPO_OK);
@@ -251,9 +251,9 @@ static void test_adamw_save_load(void **state) {
     slapo_safetensors_free(f);
   }
   /* Load into a fresh optimizer: same t, same state (saved again equal). */
-  assert_int_equal(slapo_adamw_load(o2, a), SLAPO_OK);
+  assert_int_equal(slapo_adamw_load(o2, a, NULL), SLAPO_OK);
   assert_int_equal(slapo_adamw_steps(o2), 2);
-  assert_int_equal(slapo_adamw_save(o2, b), SLAPO_OK);
+  assert_int_equal(slapo_adamw_save(o2, b, NULL), SLAPO_OK);
   assert_safetensors_files_equal(a, b, "step");
   /* Copy m1's weights into m2 (through a model checkpoint); a further step
    * with equal grads gives equal weights and equal states. */
@@ -264,8 +264,8 @@ static void test_adamw_save_load(void **state) {
   steps_with_grads(m1, o1, 1);
   steps_with_grads(m2, o2, 1);
   assert_int_equal(slapo_adamw_steps(o2), 3);
-  assert_int_equal(slapo_adamw_save(o1, a), SLAPO_OK);
-  assert_int_equal(slapo_adamw_save(o2, b), SLAPO_OK);
+  assert_int_equal(slapo_adamw_save(o1, a, NULL), SLAPO_OK);
+  assert_int_equal(slapo_adamw_save(o2, b, NULL), SLAPO_OK);
   assert_safetensors_files_equal(a, b, "step");
   char w2[512];
   tmp_path(w2, sizeof w2, "weights2.safetensors");
@@ -298,7 +298,7 @@ static void test_adamw_load_mismatch(void **state) {
   steps_with_grads(m, o, 1);
   char a[512];
   tmp_path(a, sizeof a, "opt_mismatch.safetensors");
-  assert_int_equal(slapo_adamw_save(o, a), SLAPO_OK);
+  assert_int_equal(slapo_adamw_save(o, a, NULL), SLAPO_OK);
 
   /* Wider model: the first parameter (wte) does not fit. */
   slapo_gpt2_config wide = c;
@@ -306,7 +306,7 @@ static void test_adamw_load_mismatch(void **state) {
   slapo_module *mw = new_model(&wide, 5);
   slapo_adamw *ow;
   assert_int_equal(slapo_adamw_new(mw, &ac, &ow), SLAPO_OK);
-  assert_int_equal(slapo_adamw_load(ow, a), SLAPO_SHAPE);
+  assert_int_equal(slapo_adamw_load(ow, a, NULL), SLAPO_SHAPE);
   expect_msg("transformer.wte.weight.exp_avg");
   expect_msg("[256, 32]");
   expect_msg("[256, 64]");
@@ -320,7 +320,7 @@ static void test_adamw_load_mismatch(void **state) {
   slapo_module *md = new_model(&deep, 5);
   slapo_adamw *od;
   assert_int_equal(slapo_adamw_new(md, &ac, &od), SLAPO_OK);
-  assert_int_equal(slapo_adamw_load(od, a), SLAPO_NOT_FOUND);
+  assert_int_equal(slapo_adamw_load(od, a, NULL), SLAPO_NOT_FOUND);
   expect_msg("transformer.h.2.ln_1.weight");
   assert_int_equal(slapo_adamw_steps(od), 0);
   slapo_adamw_free(od);
@@ -334,10 +334,10 @@ static void test_adamw_load_mismatch(void **state) {
   const slapo_tensor *ts[1] = {t};
   assert_int_equal(slapo_safetensors_write(a, 1, names, ts, 0, NULL, NULL), SLAPO_OK);
   slapo_tensor_free(t);
-  assert_int_equal(slapo_adamw_load(o, a), SLAPO_IO);
+  assert_int_equal(slapo_adamw_load(o, a, NULL), SLAPO_IO);
   expect_msg("step");
   write_file(a, "not a safetensors file", 22);
-  assert_int_equal(slapo_adamw_load(o, a), SLAPO_IO);
+  assert_int_equal(slapo_adamw_load(o, a, NULL), SLAPO_IO);
   assert_int_equal(slapo_adamw_steps(o), 1);
   slapo_adamw_free(o);
   slapo_module_free(m);
@@ -727,6 +727,87 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
+/* ---- micro-batches weighted by valid tokens ---- */
+
+/* logits = table[idx] (table [2, 2]), loss = mean cross-entropy over the
+ * targets that are not SLAPO_IGNORE_INDEX. */
+static slapo_node *lookup_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                  slapo_node *const *in) {
+  (void)n_in;
+  slapo_node *logits = slapo_embedding(ctx, slapo_weight(ctx, self, "table"), in[0]);
+  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+}
+static const slapo_module_type k_lookup = {"Lookup", lookup_forward, NULL, NULL};
+
+static slapo_tensor *i32_row(int n, const int32_t *v) {
+  int64_t sh[2] = {1, n};
+  slapo_tensor *t;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &t), SLAPO_OK);
+  memcpy(slapo_tensor_data(t), v, (size_t)n * sizeof *v);
+  return t;
+}
+
+/* Two classes, target 0, logits [0, L]: row 0 has L = ln(e^2 - 1) (loss 2),
+ * row 1 L = ln(e - 1) (loss 1). Micro-batch A holds one valid token (row
+ * 0), B three (row 1), both padded to 3 targets with the ignore index. The
+ * step's loss is (2 + 3) / 4 = 1.25 and its gradients equal one batch of
+ * all six targets; averaging the micro-batch means equally gives 1.5. */
+static void test_accumulate_by_valid_tokens(void **state) {
+  (void)state;
+  slapo_module *m;
+  assert_int_equal(slapo_module_new(&k_lookup, NULL, &m), SLAPO_OK);
+  int64_t tsh[2] = {2, 2};
+  assert_int_equal(slapo_module_add_param(m, "table", 2, tsh, SLAPO_INIT_ZEROS, 0), SLAPO_OK);
+  assert_int_equal(slapo_module_materialize(m, 1), SLAPO_OK);
+  float *tab = slapo_tensor_data(slapo_module_param(m, "table")->value);
+  tab[0] = 0, tab[1] = 1.8545865f, tab[2] = 0, tab[3] = 0.5413249f;
+  const int32_t I = SLAPO_IGNORE_INDEX;
+  slapo_tensor *xa = i32_row(3, (int32_t[]){0, 0, 0}), *ya = i32_row(3, (int32_t[]){0, I, I});
+  slapo_tensor *xb = i32_row(3, (int32_t[]){1, 1, 1}), *yb = i32_row(3, (int32_t[]){0, 0, 0});
+  slapo_tensor *xall = i32_row(6, (int32_t[]){0, 0, 0, 1, 1, 1});
+  slapo_tensor *yall = i32_row(6, (int32_t[]){0, I, I, 0, 0, 0});
+  slapo_runner *r;
+  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
+  slapo_kernel_env envs[2] = {{1, 0, true}, {1, 1, true}};
+
+  /* one batch */
+  slapo_module_zero_grad(m);
+  const slapo_tensor *one[2] = {xall, yall}, *out;
+  assert_int_equal(slapo_step(r, 2, one, SLAPO_STEP_TRAIN, &envs[0], &out), SLAPO_OK);
+  double want = *(const float *)slapo_tensor_data(out);
+  assert_true(fabs(want - 1.25) < 1e-6);
+  float g_one[4];
+  memcpy(g_one, slapo_tensor_data(slapo_module_param(m, "table")->grad), sizeof g_one);
+
+  /* two micro-batches */
+  slapo_module_zero_grad(m);
+  const slapo_tensor *micro[4] = {xa, ya, xb, yb};
+  double loss;
+  int64_t n_valid;
+  assert_int_equal(slapo_train_accumulate(r, 2, micro, envs, &loss, &n_valid), SLAPO_OK);
+  assert_int_equal(n_valid, 4);
+  if (fabs(loss - 1.25) > 1e-6) fail_msg("step loss %.7f, want 1.25", loss);
+  const float *g = slapo_tensor_data(slapo_module_param(m, "table")->grad);
+  for (int i = 0; i < 4; i++)
+    if (fabsf(g[i] - g_one[i]) > 1e-6f)
+      fail_msg("grad[%d] %.7f, one batch %.7f", i, (double)g[i], (double)g_one[i]);
+
+  /* every target ignored: loss and gradients 0 */
+  slapo_module_zero_grad(m);
+  slapo_tensor *yi = i32_row(3, (int32_t[]){I, I, I});
+  const slapo_tensor *none[4] = {xa, yi, xb, yi};
+  assert_int_equal(slapo_train_accumulate(r, 2, none, envs, &loss, &n_valid), SLAPO_OK);
+  assert_int_equal(n_valid, 0);
+  assert_true(loss == 0.0);
+  for (int i = 0; i < 4; i++) assert_true(g[i] == 0.0f);
+  assert_int_equal(slapo_train_accumulate(r, 0, none, envs, &loss, NULL), SLAPO_INVALID_ARG);
+
+  slapo_tensor *ts[] = {xa, ya, xb, yb, xall, yall, yi};
+  for (size_t i = 0; i < sizeof ts / sizeof ts[0]; i++) slapo_tensor_free(ts[i]);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_clip_grad_norm),
@@ -735,6 +816,7 @@ int main(void) {
       cmocka_unit_test(test_dataset_llmc),        cmocka_unit_test(test_dataset_errors),
       cmocka_unit_test(test_dataset_directory),   cmocka_unit_test(test_dataset_batch),
       cmocka_unit_test(test_grad_accumulation),   cmocka_unit_test(test_sample),
+      cmocka_unit_test(test_accumulate_by_valid_tokens),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -388,6 +388,128 @@ static void test_checkpoint_errors(void **state) {
   slapo_module_free(m);
 }
 
+/* An untied lm_head.weight in a file for the tied model is refused, naming
+ * both tensors and the largest difference, and nothing is loaded; a head
+ * equal to wte (what a tied save_pretrained writes) is accepted. */
+static void test_untied_head_refused(void **state) {
+  (void)state;
+  slapo_module *m = new_model(1), *m2 = new_model(2);
+  char p[512], q[512];
+  tmp_path(p, sizeof p, "tied.safetensors");
+  tmp_path(q, sizeof q, "untied.safetensors");
+  assert_int_equal(slapo_gpt2_save(m, p, 0, NULL, NULL), SLAPO_OK);
+  slapo_tensor *head;
+  assert_int_equal(slapo_tensor_contiguous(param_at(m, "transformer.wte", "weight")->value, &head),
+                   SLAPO_OK);
+  /* equal head: accepted */
+  {
+    slapo_safetensors *f;
+    assert_int_equal(slapo_safetensors_read(p, &f), SLAPO_OK);
+    int n = slapo_safetensors_count(f);
+    const char *names[80];
+    slapo_tensor *ts[80];
+    for (int i = 0; i < n; i++) {
+      names[i] = slapo_safetensors_name(f, i);
+      assert_int_equal(slapo_safetensors_get(f, names[i], &ts[i]), SLAPO_OK);
+    }
+    names[n] = "lm_head.weight";
+    ts[n] = head;
+    assert_int_equal(slapo_safetensors_write(q, n + 1, names, (const slapo_tensor *const *)ts, 0,
+                                             NULL, NULL),
+                     SLAPO_OK);
+    assert_int_equal(slapo_gpt2_load(m2, q), SLAPO_OK);
+    assert_same_params(m, m2);
+    /* one element changed: refused, m2 untouched */
+    slapo_module_free(m2);
+    m2 = new_model(2);
+    float *h = slapo_tensor_data(head);
+    h[37] += 0.25f;
+    assert_int_equal(slapo_safetensors_write(q, n + 1, names, (const slapo_tensor *const *)ts, 0,
+                                             NULL, NULL),
+                     SLAPO_OK);
+    for (int i = 0; i < n; i++) slapo_tensor_free(ts[i]);
+    slapo_safetensors_free(f);
+  }
+  slapo_module *fresh = new_model(2);
+  assert_int_equal(slapo_gpt2_load(m2, q), SLAPO_PRECOND);
+  expect_msg("lm_head.weight");
+  expect_msg("transformer.wte.weight");
+  expect_msg("largest difference 0.25 at element 37");
+  assert_same_params(m2, fresh);
+  slapo_module_free(fresh);
+  slapo_tensor_free(head);
+  slapo_module_free(m2);
+  slapo_module_free(m);
+}
+
+/* The optimizer-state file follows the weights file's layout: after one
+ * AdamW step whose gradients equal the weights, exp_avg = (1 - beta1) g and
+ * exp_avg_sq = (1 - beta2) g^2 elementwise, so each moment read from the
+ * optimizer file must be that function of the same-named tensor of the
+ * weights file, element for element, Conv1D weights ([in, out]) included;
+ * the square attn.c_proj catches a transposed copy that has the right shape. */
+static void test_optim_state_layout(void **state) {
+  (void)state;
+  slapo_module *m = new_model(3);
+  const char *mods[] = {"transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj",
+                        "transformer.h.1.mlp.c_fc", "transformer.h.1.mlp.c_proj",
+                        "transformer.wte"};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.0f};
+  slapo_adamw *o;
+  assert_int_equal(slapo_adamw_new(m, &ac, &o), SLAPO_OK);
+  slapo_module_zero_grad(m);
+  for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
+    slapo_parameter *pp = param_at(m, mods[i], "weight");
+    assert_int_equal(slapo_tensor_copy(pp->grad, pp->value), SLAPO_OK);
+  }
+  char w[512], os[512];
+  tmp_path(w, sizeof w, "layout.safetensors");
+  tmp_path(os, sizeof os, "layout.optim.safetensors");
+  assert_int_equal(slapo_gpt2_save(m, w, 0, NULL, NULL), SLAPO_OK);
+  slapo_adamw_step(o, 0.0f);
+  assert_int_equal(slapo_adamw_save(o, os, slapo_gpt2_is_conv1d_weight), SLAPO_OK);
+  slapo_safetensors *fw, *fo;
+  assert_int_equal(slapo_safetensors_read(w, &fw), SLAPO_OK);
+  assert_int_equal(slapo_safetensors_read(os, &fo), SLAPO_OK);
+  for (size_t i = 0; i < sizeof mods / sizeof mods[0]; i++) {
+    char name[160], mname[192], vname[192];
+    snprintf(name, sizeof name, "%s.weight", mods[i]);
+    snprintf(mname, sizeof mname, "%s.exp_avg", name);
+    snprintf(vname, sizeof vname, "%s.exp_avg_sq", name);
+    slapo_tensor *tw, *tm, *tv;
+    assert_int_equal(slapo_safetensors_get(fw, name, &tw), SLAPO_OK);
+    assert_int_equal(slapo_safetensors_get(fo, mname, &tm), SLAPO_OK);
+    assert_int_equal(slapo_safetensors_get(fo, vname, &tv), SLAPO_OK);
+    assert_true(slapo_shape_equal(tw->ndim, tw->shape, tm->ndim, tm->shape));
+    assert_true(slapo_shape_equal(tw->ndim, tw->shape, tv->ndim, tv->shape));
+    const float *g = slapo_tensor_data(tw), *mm = slapo_tensor_data(tm), *vv = slapo_tensor_data(tv);
+    for (int64_t k = 0; k < slapo_tensor_numel(tw); k++) {
+      if (mm[k] != 0.1f * g[k] && fabsf(mm[k] - 0.1f * g[k]) > 1e-6f * fabsf(g[k]))
+        fail_msg("%s element %lld: exp_avg %g, want %g (layout differs from the weights file)",
+                 name, (long long)k, (double)mm[k], 0.1 * (double)g[k]);
+      if (fabsf(vv[k] - 0.05f * g[k] * g[k]) > 1e-5f * g[k] * g[k] + 1e-12f)
+        fail_msg("%s element %lld: exp_avg_sq %g, want %g", name, (long long)k, (double)vv[k],
+                 0.05 * (double)g[k] * g[k]);
+    }
+    slapo_tensor_free(tw);
+    slapo_tensor_free(tm);
+    slapo_tensor_free(tv);
+  }
+  slapo_safetensors_free(fw);
+  slapo_safetensors_free(fo);
+  /* and it reads back into the same state */
+  slapo_adamw *o2;
+  assert_int_equal(slapo_adamw_new(m, &ac, &o2), SLAPO_OK);
+  assert_int_equal(slapo_adamw_load(o2, os, slapo_gpt2_is_conv1d_weight), SLAPO_OK);
+  char os2[512];
+  tmp_path(os2, sizeof os2, "layout2.optim.safetensors");
+  assert_int_equal(slapo_adamw_save(o2, os2, slapo_gpt2_is_conv1d_weight), SLAPO_OK);
+  assert_safetensors_files_equal(os, os2, "step");
+  slapo_adamw_free(o2);
+  slapo_adamw_free(o);
+  slapo_module_free(m);
+}
+
 /* ---- learning ---- */
 
 static void test_val_loss_falls(void **state) {
@@ -480,7 +602,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_resume_is_exact),   cmocka_unit_test(test_checkpoint_round_trip),
       cmocka_unit_test(test_checkpoint_errors), cmocka_unit_test(test_val_loss_falls),
-      cmocka_unit_test(test_train_errors),
+      cmocka_unit_test(test_train_errors),      cmocka_unit_test(test_untied_head_refused),
+      cmocka_unit_test(test_optim_state_layout),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,0 +1,56 @@
+/* train/accumulate.c - one optimizer step's micro-batches, weighted by their
+ * valid (non-ignored) targets so that the accumulated gradient and the loss
+ * are those of the whole step's batch: L = sum over every valid token of the
+ * step / N, where N counts the step's valid tokens. Micro-batch i holds n_i
+ * of them and its graph computes the mean over them (mean_i), so its loss
+ * enters with weight n_i / N: sum_i (n_i / N) mean_i = L, and the backward's
+ * seed n_i / N makes the gradients add up to dL/dθ. Averaging each
+ * micro-batch's mean equally (weight 1 / K) is right only when every n_i is
+ * the same. Layer: train. */
+#include "core/assert.h"
+#include "slapo/train.h"
+
+/* Targets of a micro-batch that are not SLAPO_IGNORE_INDEX. */
+static int64_t valid_targets(const slapo_tensor *t) {
+  int64_t n = slapo_tensor_numel(t), k = 0;
+  if (t->dtype == SLAPO_DTYPE_I64) {
+    const int64_t *p = slapo_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) k += p[i] != SLAPO_IGNORE_INDEX;
+  } else {
+    const int32_t *p = slapo_tensor_data(t);
+    for (int64_t i = 0; i < n; i++) k += p[i] != SLAPO_IGNORE_INDEX;
+  }
+  return k;
+}
+
+slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
+                                    const slapo_tensor *const *inputs,
+                                    const slapo_kernel_env *envs, double *loss,
+                                    int64_t *n_valid) {
+  *loss = 0;
+  if (n_valid) *n_valid = 0;
+  if (n_micro < 1)
+    return slapo_error(SLAPO_INVALID_ARG, "train_accumulate: %d micro-batches (need >= 1)",
+                       n_micro);
+  int64_t total = 0;
+  for (int m = 0; m < n_micro; m++) {
+    const slapo_tensor *t = inputs[2 * m + 1];
+    if (!t || (t->dtype != SLAPO_DTYPE_I32 && t->dtype != SLAPO_DTYPE_I64) ||
+        !slapo_tensor_is_contiguous(t))
+      return slapo_error(SLAPO_INVALID_ARG, "train_accumulate: micro-batch %d: targets must be "
+                         "contiguous i32 or i64", m);
+    total += valid_targets(t);
+  }
+  double sum = 0;
+  for (int m = 0; m < n_micro; m++) {
+    /* With no valid target anywhere the loss and every gradient are 0, as
+     * cross-entropy's mean over nothing is. */
+    double w = total ? (double)valid_targets(inputs[2 * m + 1]) / (double)total : 0.0;
+    const slapo_tensor *out;
+    SLAPO_TRY(slapo_step_scaled(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w, &out));
+    sum += w * (double)*(const float *)slapo_tensor_data(out);
+  }
+  *loss = sum;
+  if (n_valid) *n_valid = total;
+  return SLAPO_OK;
+}
