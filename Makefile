@@ -13,7 +13,13 @@ DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
 RUN_ARGS ?= --config small
 RUN_STEPS ?=
 
-.PHONY: all deps build test asan run bench clean
+# `make fuzz`: libFuzzer harnesses (tests/fuzz), FUZZ_SECONDS each, built with
+# Debian's clang; what a run finds is written under $(FUZZ_DIR)/artifacts.
+FUZZ_DIR     ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_PACKAGES = clang libclang-rt-14-dev libomp-14-dev
+
+.PHONY: all deps build test asan run bench fuzz clean
 
 all: build
 
@@ -46,5 +52,11 @@ bench: build
 	@for b in $(BUILD)/bench_*; do echo "== $$b"; $$b || exit 1; done
 	bench/run_train_bench.sh $(BUILD)
 
+fuzz: deps
+	@tools/install_deps.sh $(FUZZ_PACKAGES)
+	CC=clang cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAPO_FUZZ=ON
+	cmake --build $(FUZZ_DIR) -j $(JOBS)
+	tools/run_fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
+
 clean:
-	rm -rf $(BUILD) $(ASAN_DIR)
+	rm -rf $(BUILD) $(ASAN_DIR) $(FUZZ_DIR)

@@ -21,7 +21,9 @@
 #     has (forcing avx512 on an AVX2-only CPU dies with SIGILL). A value
 #     already in the environment is kept, so a run can be capped on purpose:
 #       SLAPO_MAX_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-#         bench/run_train_bench.sh     # the AVX2 side on an AVX-512 machine
+#         OPENBLAS_CORETYPE=Haswell bench/run_train_bench.sh
+#     runs both sides' AVX2 kernels on an AVX-512 machine (OpenBLAS picks its
+#     kernels by core type, not by an ISA cap);
 #   - an optimized BLAS: Debian's torch calls the system libblas.so.3, by
 #     default netlib's reference BLAS (~5 GFLOP/s, single-threaded). When
 #     Debian's OpenBLAS (libopenblas0-openmp, or -pthread) is installed the

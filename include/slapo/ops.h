@@ -39,13 +39,22 @@ const char *slapo_ctx_message(const slapo_ctx *ctx);
 slapo_status slapo_ctx_fail(slapo_ctx *ctx, slapo_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
-/* Module path stamped on new nodes as their origin (copied). Each path keeps
- * its own op counter, stamped as node->op_seq, so a random op's stream
- * (hash of path and op_seq) does not depend on other modules' ops.
- * push/pop nest (module calls); the root path is "". */
+/* Module path stamped on new nodes as their origin (copied), on a stack
+ * whose frames nest; the root path is "". Each path keeps its own op counter,
+ * stamped as node->op_seq. slapo_ctx_enter_call opens the frame of a module
+ * *call* (slapo_call does): it gets the path's next call ordinal (0 for the
+ * first call, 1 for a module called a second time in the same forward).
+ * slapo_ctx_push_origin opens a frame that only stamps the path (backward,
+ * recompute): it belongs to the path's latest call and changes no count.
+ * A random op's stream is slapo_rng_stream(path, call ordinal, its index
+ * among the random ops drawn in that call), so it depends on nothing else in
+ * the graph. Errors (enter/push): SLAPO_NOMEM, recorded on the ctx. */
+slapo_status slapo_ctx_enter_call(slapo_ctx *ctx, const char *path);
 slapo_status slapo_ctx_push_origin(slapo_ctx *ctx, const char *path);
 void slapo_ctx_pop_origin(slapo_ctx *ctx);
 const char *slapo_ctx_origin(const slapo_ctx *ctx);
+/* The current frame's call ordinal (see slapo_ctx_enter_call). */
+int slapo_ctx_call(const slapo_ctx *ctx);
 
 /* Activation checkpointing (Chen et al. 2016, "Training Deep Nets with
  * Sublinear Memory Cost"): nodes built while a region id > 0 is set are
@@ -171,13 +180,15 @@ slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int nd
  * when an input is NULL or the ctx already failed. */
 slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs);
-/* The RNG stream key ("stream" attribute) slapo_op_call gives a random op
- * that is the `op_seq`-th op emitted under module path `origin` ("" = root):
- * slapo_hash_combine(slapo_hash_str(origin), op_seq) >> 1 (shifted so it
- * fits a non-negative int attribute). A fused op that reproduces a random op
- * emitted elsewhere (FlashAttention's attention dropout) computes the key
- * that op would have had with this. Pure function. */
-uint64_t slapo_rng_stream(const char *origin, int op_seq);
+/* The RNG stream key ("stream" attribute) slapo_op_call gives the
+ * `index`-th random op (0-based; other ops do not count) drawn in the
+ * `call`-th call of module path `origin` ("" = root):
+ * combine(combine(hash(origin), call), index) >> 1 (shifted so it fits a
+ * non-negative int attribute). Assigned once, when the node is first built;
+ * backward, recompute and graph edits copy the attribute. A fused op that
+ * reproduces a random op of another module (FlashAttention's attention
+ * dropout) computes the key that op would have had with this. Pure. */
+uint64_t slapo_rng_stream(const char *origin, int call, int index);
 /* Marks `n` values as the graph's results (the output node). */
 slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values);
 
@@ -256,7 +267,7 @@ slapo_node *slapo_embedding(slapo_ctx *ctx, slapo_node *weight, slapo_node *idx)
 slapo_node *slapo_index_add(slapo_ctx *ctx, slapo_node *base, slapo_node *idx,
                             slapo_node *src);
 /* Inverted dropout with probability p: each element's keep decision comes
- * from Philox keyed by (seed, hash of origin path and op_seq) at counter
+ * from Philox keyed by (seed, slapo_rng_stream of the module call) at counter
  * (step, element index); identity when not training or p == 0. */
 slapo_node *slapo_dropout(slapo_ctx *ctx, slapo_node *x, double p);
 /* The target value that cross-entropy skips, PyTorch's default: padding and

@@ -44,16 +44,17 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *heads[3];
   for (int i = 0; i < 3; i++) /* [B, NH, T, HS] */
     heads[i] = slapo_permute(ctx, slapo_reshape(ctx, parts[i], 4, bthd), 4, perm);
-  /* The replaced attention's dropout is the first (op_seq 0) op of its
-   * `<path>.attn_dropout` module; reuse that op's stream so the fused
-   * kernel drops exactly the probabilities the unfused module drops. */
+  /* The replaced attention's dropout is the first random op of its
+   * `<path>.attn_dropout` child, called once per call of the attention, so
+   * in the call with this module's ordinal; reuse that op's stream so the
+   * fused kernel drops exactly the probabilities the unfused module drops. */
   char drop_path[1024];
   snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
   slapo_attr attrs[4] = {
       slapo_attr_int("causal", 1),
       slapo_attr_float("scale", 1.0 / sqrt((double)HS)),
       slapo_attr_float("dropout_p", c->attn_pdrop),
-      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, 0)),
+      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
   };
   slapo_node *y = slapo_op_call(ctx, "flash_attention", 3, heads, 4, attrs); /* [B, NH, T, HS] */
   int64_t btc[3] = {B, T, C};

@@ -19,7 +19,7 @@ slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int
                    slapo_last_error());
     return NULL;
   }
-  if (slapo_ctx_push_origin(ctx, path) != SLAPO_OK) return NULL;
+  if (slapo_ctx_enter_call(ctx, path) != SLAPO_OK) return NULL;
   /* A checkpointed module's nodes form one recompute region (nested
    * checkpoints fold into the outermost: its recompute covers them). */
   int prev = slapo_ctx_region(ctx);

@@ -40,8 +40,10 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
   int seq = slapo__ctx_next_op_seq(ctx);
   if (seq < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
 
-  /* Random ops get their stream key now, from (origin path, op index), unless
-   * the caller passes one (backward rules and recompute reuse the forward's). */
+  /* Random ops get their stream key now, once, from (origin path, call
+   * ordinal, random-op index within the call), unless the caller passes one
+   * (backward rules, recompute and re-emission copy the forward's). The key
+   * lives in the node's "stream" attribute from then on. */
   slapo_attr local[16];
   const slapo_attr *use = attrs;
   int n_use = n_attrs;
@@ -51,7 +53,9 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
     if (!has) {
       SLAPO_ASSERT(n_attrs < 15);
       for (int i = 0; i < n_attrs; i++) local[i] = attrs[i];
-      uint64_t stream = slapo_rng_stream(slapo_ctx_origin(ctx), seq);
+      int idx = slapo__ctx_next_random(ctx);
+      if (idx < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
+      uint64_t stream = slapo_rng_stream(slapo_ctx_origin(ctx), slapo_ctx_call(ctx), idx);
       local[n_attrs] = slapo_attr_int("stream", (int64_t)stream);
       use = local;
       n_use = n_attrs + 1;
@@ -74,8 +78,9 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
   return node;
 }
 
-uint64_t slapo_rng_stream(const char *origin, int op_seq) {
-  return slapo_hash_combine(slapo_hash_str(origin), (uint64_t)op_seq) >> 1;
+uint64_t slapo_rng_stream(const char *origin, int call, int index) {
+  uint64_t h = slapo_hash_combine(slapo_hash_str(origin), (uint64_t)call);
+  return slapo_hash_combine(h, (uint64_t)index) >> 1;
 }
 
 slapo_node *slapo_input(slapo_ctx *ctx, const char *name, slapo_dtype dt, int ndim,

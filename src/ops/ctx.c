@@ -1,6 +1,7 @@
 /* ops/ctx.c - the graph-building context: target graph, sticky error, the
- * origin-path stack and per-path op counters (for op_seq, which keys the
- * RNG streams of random ops, DESIGN.md §3). Layer: ops. */
+ * origin-path stack with each frame's call ordinal, per-path op counters
+ * (op_seq) and per-call random-op counters (which key the RNG streams of
+ * random ops, DESIGN.md §3). Layer: ops. */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,8 +13,11 @@ struct slapo_ctx {
   slapo_status status;
   char message[1024];
   char **origins; /* stack of owned paths; origins[0] = "" */
+  int *calls;     /* call ordinal of each frame (parallel to origins) */
   int n_origins, cap_origins;
-  slapo_map *op_counts; /* path -> (intptr_t) next op_seq */
+  slapo_map *op_counts;   /* path -> (intptr_t) next op_seq + 1 */
+  slapo_map *call_counts; /* path -> (intptr_t) module calls so far + 1 */
+  slapo_map *rand_counts; /* "path#call" -> (intptr_t) random ops drawn + 1 */
   int region, n_regions; /* current checkpoint region; regions handed out */
   void *user;
 };
@@ -23,8 +27,9 @@ slapo_status slapo_ctx_new(slapo_graph *g, slapo_ctx **out) {
   slapo_ctx *c = slapo_calloc(1, sizeof *c);
   if (!c) return slapo_error(SLAPO_NOMEM, "ctx: out of memory");
   c->g = g;
-  if (slapo_map_new(&c->op_counts) != SLAPO_OK) {
-    slapo_free(c);
+  if (slapo_map_new(&c->op_counts) != SLAPO_OK || slapo_map_new(&c->call_counts) != SLAPO_OK ||
+      slapo_map_new(&c->rand_counts) != SLAPO_OK) {
+    slapo_ctx_free(c);
     return SLAPO_NOMEM;
   }
   if (slapo_ctx_push_origin(c, "") != SLAPO_OK) {
@@ -39,7 +44,10 @@ void slapo_ctx_free(slapo_ctx *c) {
   if (!c) return;
   for (int i = 0; i < c->n_origins; i++) slapo_free(c->origins[i]);
   slapo_free(c->origins);
+  slapo_free(c->calls);
   slapo_map_free(c->op_counts);
+  slapo_map_free(c->call_counts);
+  slapo_map_free(c->rand_counts);
   slapo_free(c);
 }
 
@@ -58,19 +66,44 @@ slapo_status slapo_ctx_fail(slapo_ctx *c, slapo_status s, const char *fmt, ...) 
   return s;
 }
 
-slapo_status slapo_ctx_push_origin(slapo_ctx *c, const char *path) {
+/* Counters live in maps as n + 1, so that a present entry is never NULL. */
+static int count_of(const slapo_map *m, const char *key) {
+  intptr_t n = (intptr_t)slapo_map_get(m, key);
+  return n ? (int)(n - 1) : 0;
+}
+
+static slapo_status push_frame(slapo_ctx *c, const char *path, int call) {
   if (c->n_origins == c->cap_origins) {
     int cap = c->cap_origins ? 2 * c->cap_origins : 8;
     char **o = slapo_realloc(c->origins, (size_t)cap * sizeof *o);
-    if (!o) return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
-    c->origins = o;
+    if (o) c->origins = o;
+    int *k = o ? slapo_realloc(c->calls, (size_t)cap * sizeof *k) : NULL;
+    if (k) c->calls = k;
+    if (!o || !k) return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
     c->cap_origins = cap;
   }
   char *p = slapo_strdup(path);
   if (!p) return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
+  c->calls[c->n_origins] = call;
   c->origins[c->n_origins++] = p;
   return SLAPO_OK;
 }
+
+slapo_status slapo_ctx_push_origin(slapo_ctx *c, const char *path) {
+  /* Not a call: the frame belongs to the path's latest call (backward and
+   * recompute stamp nodes this way, and must not shift later calls). */
+  int calls = count_of(c->call_counts, path);
+  return push_frame(c, path, calls ? calls - 1 : 0);
+}
+
+slapo_status slapo_ctx_enter_call(slapo_ctx *c, const char *path) {
+  int call = count_of(c->call_counts, path);
+  if (slapo_map_set(c->call_counts, path, (void *)(intptr_t)(call + 2)) != SLAPO_OK)
+    return slapo_ctx_fail(c, SLAPO_NOMEM, "ctx: out of memory");
+  return push_frame(c, path, call);
+}
+
+int slapo_ctx_call(const slapo_ctx *c) { return c->calls[c->n_origins - 1]; }
 
 void slapo_ctx_pop_origin(slapo_ctx *c) {
   SLAPO_ASSERT(c->n_origins > 1);
@@ -95,9 +128,18 @@ void *slapo_ctx_user(const slapo_ctx *c) { return c->user; }
 /* Next op index within the current origin path (internal to ops/). */
 int slapo__ctx_next_op_seq(slapo_ctx *c) {
   const char *path = slapo_ctx_origin(c);
-  intptr_t n = (intptr_t)slapo_map_get(c->op_counts, path);
-  /* Stored as n+1 so that a present entry is never NULL. */
-  int seq = n ? (int)(n - 1) : 0;
+  int seq = count_of(c->op_counts, path);
   if (slapo_map_set(c->op_counts, path, (void *)(intptr_t)(seq + 2)) != SLAPO_OK) return -1;
   return seq;
+}
+
+/* Next random-op index within the current frame's module call (internal to
+ * ops/): only random ops that get a new stream count, so copies that carry
+ * their stream (backward, recompute) and ordinary ops never shift it. */
+int slapo__ctx_next_random(slapo_ctx *c) {
+  char key[1100];
+  snprintf(key, sizeof key, "%s#%d", slapo_ctx_origin(c), slapo_ctx_call(c));
+  int idx = count_of(c->rand_counts, key);
+  if (slapo_map_set(c->rand_counts, key, (void *)(intptr_t)(idx + 2)) != SLAPO_OK) return -1;
+  return idx;
 }

@@ -15,6 +15,7 @@
 
 /* Next op index for the ctx's current origin path; -1 on allocation failure. */
 int slapo__ctx_next_op_seq(slapo_ctx *ctx);
+int slapo__ctx_next_random(slapo_ctx *ctx);
 
 /* Shape inference helpers. Each returns SLAPO_OK or sets a message naming
  * `node->target` and the offending shapes. */

@@ -40,20 +40,15 @@ static const char *got(line_parser *lp, size_t at) {
   if (!*p) return "end of line";
   if (*p == '#') return "a comment";
   if (is_space(*p)) return "a space";
+  unsigned char c = (unsigned char)*p;
+  if (c < ' ' || c == 0x7f) {
+    char *t = slapo_arena_printf(lp->a, "a control character (0x%02x)", (unsigned)c);
+    return t ? t : "a control character";
+  }
   size_t n = 0;
   while (p[n] && !is_space(p[n])) n++;
   char *t = slapo_arena_printf(lp->a, "'%.*s'", (int)n, p);
   return t ? t : "text";
-}
-
-/* The error for a byte at `at` that cannot start `what` (a control
- * character, or another byte that is neither a word character nor a space):
- * the loops that scan words would otherwise stop there without advancing. */
-static slapo_status bad_byte(line_parser *lp, size_t at, const char *what) {
-  unsigned char c = (unsigned char)lp->s[at];
-  if (c < ' ' || c == 0x7f)
-    return err_at(lp, at, "expected %s, got a control character (0x%02x)", what, (unsigned)c);
-  return err_at(lp, at, "expected %s, got %s", what, got(lp, at));
 }
 
 /* Copies s[from, to) into the arena, NUL-terminated. */
@@ -151,7 +146,12 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
     return err_at(lp, start, "expected a key before '=' (write key=value), got %s",
                   got(lp, start));
   while (slapo__is_word_char(s[lp->pos])) lp->pos++;
-  if (lp->pos == start) return bad_byte(lp, start, "an argument (a word, number or quoted string)");
+  /* Nothing scanned: a control character (neither a word character nor a
+   * space). Without this the argument loop would push empty arguments
+   * forever without advancing. */
+  if (lp->pos == start)
+    return err_at(lp, start, "expected an argument (a word, number or quoted string), got %s",
+                  got(lp, start));
   char *tok = span(lp, start, lp->pos);
   if (!tok) return nomem();
   if (s[lp->pos] == '"')
@@ -179,11 +179,10 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
     a.text = str;
     return push_arg(lp, args, a, start);
   }
-  if (!c || is_space(c) || c == '#' || c == '=')
+  if (!slapo__is_word_char(c))
     return err_at(lp, vstart, "expected a value after '%s=', got %s", tok,
                   c == '=' ? "'='" : got(lp, vstart));
   while (slapo__is_word_char(s[lp->pos])) lp->pos++;
-  if (lp->pos == vstart) return bad_byte(lp, vstart, "a value after '=' (a word, number or quoted string)");
   char *val = span(lp, vstart, lp->pos);
   if (!val) return nomem();
   if (s[lp->pos] == '"' || s[lp->pos] == '=')

@@ -71,6 +71,18 @@ static const bad_case k_cases[] = {
                            "path or glob 'h.{a,b')"},
     {"h..0 trace", "t.sched:1:3: expected a segment, got '.' (empty segment) (in path or glob "
                    "'h..0')"},
+    /* control bytes in argument positions (once an endless loop that
+     * allocated without bound: the argument scan did not advance) */
+    {"a b c\001d\n",
+     "t.sched:1:6: expected an argument (a word, number or quoted string), got a control "
+     "character (0x01)"},
+    {"a b \x7f", "t.sched:1:5: expected an argument (a word, number or quoted string), got a "
+                  "control character (0x7f)"},
+    {"a b x \r y", "t.sched:1:7: expected an argument (a word, number or quoted string), got a "
+                    "control character (0x0d)"},
+    {"a b k=\x1f", "t.sched:1:7: expected a value after 'k=', got a control character (0x1f)"},
+    {"a b k=v\x02", "t.sched:1:8: expected an argument (a word, number or quoted string), got a "
+                     "control character (0x02)"},
     /* later lines, comments and CRLF line ends */
     {"# c\r\n\r\nh p ok=1\r\nh p bad=1.\r\n",
      "t.sched:4:9: expected a number (like 3, -1, 0.5 or 1e-5), got '1.'"},

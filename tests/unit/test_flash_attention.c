@@ -425,13 +425,13 @@ static void test_rng_stream_matches_op_call(void **state) {
   OK(slapo_ctx_new(g, &ctx));
   int64_t shape[2] = {3, 5};
   slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, shape);
-  OK(slapo_ctx_push_origin(ctx, "transformer.h.0.attn.attn_dropout"));
+  OK(slapo_ctx_enter_call(ctx, "transformer.h.0.attn.attn_dropout"));
   slapo_node *d0 = slapo_dropout(ctx, x, 0.1), *d1 = slapo_dropout(ctx, x, 0.1);
   slapo_ctx_pop_origin(ctx);
   assert_int_equal(slapo_node_attr_int(d0, "stream", -1),
-                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 0));
+                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 0, 0));
   assert_int_equal(slapo_node_attr_int(d1, "stream", -1),
-                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 1));
+                   (int64_t)slapo_rng_stream("transformer.h.0.attn.attn_dropout", 0, 1));
   slapo_ctx_free(ctx);
   slapo_graph_free(g);
 }
