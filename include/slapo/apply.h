@@ -26,6 +26,27 @@ slapo_status slapo_apply_schedule(slapo_sched *root, const slapo_sched_log *log,
                                   const size_t *disabled, size_t n_disabled, size_t upto,
                                   size_t *n_applied);
 
+/* A schedule file applied to a model: what slapo_schedule_file_apply made
+ * (all owned; release with slapo_schedule_run_deinit). */
+typedef struct slapo_schedule_run {
+  slapo_sched_log *log;    /* the parsed file                               */
+  slapo_sched *tree;       /* the model's schedule tree, with its log       */
+  slapo_sched_steps steps; /* the file's lines expanded into numbered steps */
+  size_t applied;          /* steps applied                                 */
+} slapo_schedule_run;
+
+/* Parses the `.sched` file `path`, creates `model`'s schedule tree, expands
+ * the lines into numbered steps and applies them (slapo_apply_schedule),
+ * skipping the numbers in `disabled`. Replacement modules named by the file
+ * must be registered (slapo_models_init). *out is filled as far as it got,
+ * also on error (so the caller can print the steps), and must be deinit'ed.
+ * Errors: those of parsing (file:line:column), expansion and the primitives
+ * (file:line of the failing step). */
+slapo_status slapo_schedule_file_apply(slapo_module *model, const char *path,
+                                       const size_t *disabled, size_t n_disabled,
+                                       slapo_schedule_run *out);
+void slapo_schedule_run_deinit(slapo_schedule_run *r); /* NULL is fine */
+
 /* Builds a fresh, materialized, unscheduled model (the same weights every
  * call, e.g. from a fixed seed). *out owned by the caller. */
 typedef slapo_status (*slapo_model_builder)(void *ud, slapo_module **out);

@@ -15,6 +15,64 @@ extern "C" {
  * once before applying schedules. Errors: NOMEM. */
 slapo_status slapo_models_init(void);
 
+/* ------------------------------------------------------------------------ */
+/* The model registry: one entry per family                                  */
+/* ------------------------------------------------------------------------ */
+
+/* What a family trains for: the meaning of its forward (idx, targets). */
+typedef enum slapo_objective {
+  SLAPO_OBJECTIVE_CAUSAL_LM, /* next-token cross-entropy over every position */
+} slapo_objective;
+
+/* What a family says about one of its configs. */
+typedef struct slapo_model_dims {
+  int64_t n_ctx;       /* longest sequence (positions)                       */
+  int64_t vocab_size;  /* 256 for byte-level configs                         */
+  double dropout;      /* the config's default dropout probability           */
+  int64_t eos_token;   /* end-of-text token id, -1 when there is none        */
+  char summary[128];   /* "12 layers, 768 wide, 12 heads, context 1024"      */
+} slapo_model_dims;
+
+/* A model family (GPT-2, later LLaMA, BERT): everything the trainer and the
+ * CLI need, so neither names a model. Entries are static and listed in
+ * models/families.def; adding a family is its own files plus one line
+ * there. */
+typedef struct slapo_model_family {
+  const char *name;             /* --model: "gpt2"                            */
+  const char *hf_class;         /* Hugging Face class: "GPT2LMHeadModel"      */
+  const char *const *configs;   /* named configs, NULL-terminated             */
+  const char *default_config;   /* --config default                           */
+  slapo_objective objective;
+  /* The schedule file (in the repository's schedules/) that `--schedule
+   * default` names; NULL: none. Without --schedule a model trains
+   * unscheduled. */
+  const char *default_schedule;
+  /* Fills *out for `config`. Errors: SLAPO_NOT_FOUND listing the configs. */
+  slapo_status (*dims)(const char *config, slapo_model_dims *out);
+  /* Builds the model with meta parameters; dropout < 0: the config's.
+   * *out owned. Errors: SLAPO_NOT_FOUND (config), SLAPO_INVALID_ARG, NOMEM. */
+  slapo_status (*create)(const char *config, double dropout, slapo_module **out);
+  /* Hugging Face safetensors import into a materialized model, and atomic
+   * export with extra metadata pairs (the family's layout and names). */
+  slapo_status (*load)(slapo_module *model, const char *path);
+  slapo_status (*save)(slapo_module *model, const char *path, int n_meta,
+                       const char *const *keys, const char *const *values);
+  /* True for parameters the Hugging Face file stores transposed; optimizer
+   * state is written in the same layout (slapo_adamw_save). May be NULL. */
+  bool (*stored_transposed)(const char *param_path);
+} slapo_model_family;
+
+/* The family named `name`. Errors: SLAPO_NOT_FOUND listing the families. */
+slapo_status slapo_model_find(const char *name, const slapo_model_family **out);
+/* Registered families, in families.def order. Static entries. */
+int slapo_model_count(void);
+const slapo_model_family *slapo_model_at(int i);
+/* Builds `family`'s `config` with meta parameters and materializes it with
+ * `seed` (each value a function of seed, path and index). *out owned.
+ * Errors: those of create and slapo_module_materialize. */
+slapo_status slapo_model_new(const slapo_model_family *family, const char *config, double dropout,
+                             uint64_t seed, slapo_module **out);
+
 /* GPT-2 hyper-parameters (Radford et al. 2019; Hugging Face GPT2Config
  * names in comments). */
 typedef struct slapo_gpt2_config {

@@ -134,6 +134,7 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                                     int64_t *n_valid);
 
 typedef struct slapo_train_config {
+  const char *model;        /* model family (slapo_model_find): "gpt2"    */
   const char *model_config; /* "tiny", "small", "124M", …                 */
   const char *data;         /* text file, token file or directory         */
   int64_t steps, batch, seq; /* seq 0: the config's context, at most 256 */

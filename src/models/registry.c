@@ -1,7 +1,59 @@
-/* models/registry.c - explicit registration of the zoo's replacement modules
- * (DESIGN.md §2: registries are filled by init calls, never by load-time
- * constructors, which a static library would drop). Layer: models. */
+/* models/registry.c - explicit registration of the zoo (DESIGN.md §2:
+ * registries are filled by init calls or static tables, never by load-time
+ * constructors, which a static library would drop): the model families of
+ * families.def, and the replacement modules schedules can name.
+ * Layer: models. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/assert.h"
 #include "slapo/models.h"
+
+#define SLAPO_FAMILY(id) extern const slapo_model_family slapo__family_##id;
+#include "models/families.def"
+#undef SLAPO_FAMILY
+
+static const slapo_model_family *const k_families[] = {
+#define SLAPO_FAMILY(id) &slapo__family_##id,
+#include "models/families.def"
+#undef SLAPO_FAMILY
+};
+
+int slapo_model_count(void) { return (int)SLAPO_ARRAY_LEN(k_families); }
+
+const slapo_model_family *slapo_model_at(int i) {
+  return i >= 0 && i < slapo_model_count() ? k_families[i] : NULL;
+}
+
+slapo_status slapo_model_find(const char *name, const slapo_model_family **out) {
+  *out = NULL;
+  char known[256] = "";
+  size_t len = 0;
+  for (int i = 0; i < slapo_model_count(); i++) {
+    if (name && !strcmp(k_families[i]->name, name)) {
+      *out = k_families[i];
+      return SLAPO_OK;
+    }
+    int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", k_families[i]->name);
+    if (w > 0 && (size_t)w < sizeof known - len) len += (size_t)w;
+  }
+  return slapo_error(SLAPO_NOT_FOUND, "unknown model '%s' (known: %s)", name ? name : "(null)",
+                     known);
+}
+
+slapo_status slapo_model_new(const slapo_model_family *family, const char *config, double dropout,
+                             uint64_t seed, slapo_module **out) {
+  *out = NULL;
+  slapo_module *m;
+  SLAPO_TRY(family->create(config, dropout, &m));
+  slapo_status s = slapo_module_materialize(m, seed);
+  if (s != SLAPO_OK) {
+    slapo_module_free(m);
+    return s;
+  }
+  *out = m;
+  return SLAPO_OK;
+}
 
 slapo_status slapo_models_init(void) {
   return slapo_module_register("FlashAttention",

@@ -153,6 +153,18 @@ for l in open(sys.argv[1]):
     echo "FAIL metrics: not JSON lines"
   fi
 fi
+# The model registry: every family with its configs and parameter counts;
+# the same names in show/verify; the family's default schedule by name.
+run "models" 0 "$SLAPO" models
+check "models: family" out "gpt2 (GPT2LMHeadModel)"
+check "models: 124M count" out "124.44M parameters"
+check "models: 1.5B on meta" out "1557.61M parameters"
+run "verify unknown model" 2 "$SLAPO" verify --model bert --schedule x.sched
+check "verify unknown model" err "unknown model 'bert' (known: gpt2)"
+run "show default schedule" 0 "$SLAPO" show --config tiny --schedule default
+check "show default schedule" out "gpt2_flash_attention.sched: 5 steps"
+run "models extra arg" 2 "$SLAPO" models now
+check "models extra arg" err "unexpected argument 'now'"
 # The ISA cap: a bad value is an error before anything runs; a good one is
 # obeyed and named in the start-up line.
 run "bad isa cap" 1 env SLAPO_MAX_ISA=avx9000 "$SLAPO" show --config tiny

@@ -1,0 +1,143 @@
+/* cli/common.c - messages and exit codes, number and list parsing, and the
+ * model options shared by train, show and verify. Layer: cli. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/common.h"
+
+int cli_fail(slapo_status s) {
+  fprintf(stderr, "slapo: %s: %s\n", slapo_status_name(s), slapo_last_error());
+  return 1;
+}
+
+int cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
+  fprintf(stderr, "slapo: usage: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\nTry 'slapo %s --help'.\n", cmd);
+  return 2;
+}
+
+/* The long name of option `val` in `opts`. */
+static const char *opt_name(const struct option *opts, int val) {
+  for (; opts->name; opts++)
+    if (opts->val == val) return opts->name;
+  return "?";
+}
+
+int cli_option_error(const char *cmd, const struct option *opts, int o, char **argv) {
+  char buf[256];
+  if (o == ':') snprintf(buf, sizeof buf, "option '--%s' needs a value", opt_name(opts, optopt));
+  else if (o == '?') snprintf(buf, sizeof buf, "unknown option '%s'", argv[optind - 1]);
+  else snprintf(buf, sizeof buf, "--%s: bad value '%s'", opt_name(opts, o), optarg);
+  return cli_usage_error(cmd, "%s", buf);
+}
+
+bool cli_parse_i64(const char *s, int64_t *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (!*s || *end || errno == ERANGE) return false; /* never clamp silently */
+  *out = v;
+  return true;
+}
+
+bool cli_parse_f(const char *s, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (!*s || *end || errno == ERANGE || !isfinite(v)) return false;
+  *out = v;
+  return true;
+}
+
+void cli_fmt_duration(double s, char *buf, size_t cap) {
+  if (s < 0 || s > 1e7) snprintf(buf, cap, "--");
+  else if (s >= 3600) snprintf(buf, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+  else if (s >= 60) snprintf(buf, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+  else snprintf(buf, cap, "%.0fs", s);
+}
+
+static bool seen(const size_t *v, size_t n, size_t x) {
+  for (size_t i = 0; i < n; i++)
+    if (v[i] == x) return true;
+  return false;
+}
+
+bool cli_parse_list(const char *s, size_t **out, size_t *n) {
+  size_t cap = 1;
+  for (const char *p = s; *p; p++) cap += *p == ',';
+  size_t *v = malloc(cap * sizeof *v);
+  if (!v) return false;
+  size_t k = 0;
+  for (const char *p = s; *p;) {
+    char *end;
+    long long x = strtoll(p, &end, 10);
+    /* junk, < 1, a duplicate, or a trailing comma */
+    if (end == p || x < 1 || (*end && *end != ',') || seen(v, k, (size_t)x) ||
+        (*end == ',' && !end[1])) {
+      free(v);
+      return false;
+    }
+    v[k++] = (size_t)x;
+    p = *end ? end + 1 : end;
+  }
+  free(*out);
+  *out = v;
+  *n = k;
+  return k > 0;
+}
+
+int cli_model_option(cli_model_opts *m, int o, const char *arg) {
+  switch (o) {
+  case OPT_MODEL: m->model = arg; return 1;
+  case OPT_CONFIG: m->config = arg; return 1;
+  case OPT_SCHEDULE: m->schedule = arg; return 1;
+  case OPT_DISABLE: return cli_parse_list(arg, &m->disabled, &m->n_disabled) ? 1 : -1;
+  default: return 0;
+  }
+}
+
+/* Where `--schedule default` looks: $SLAPO_SCHEDULE_DIR, else the
+ * repository's schedules/ (compiled in). */
+static const char *schedule_dir(void) {
+  const char *d = getenv("SLAPO_SCHEDULE_DIR");
+  return d && *d ? d : SLAPO_SCHEDULE_DIR;
+}
+
+int cli_model_finish(cli_model_opts *m, const char *cmd) {
+  if (!m->model) m->model = slapo_model_at(0)->name;
+  if (slapo_model_find(m->model, &m->family) != SLAPO_OK)
+    return cli_usage_error(cmd, "%s", slapo_last_error());
+  if (!m->config) m->config = m->family->default_config;
+  if (m->n_disabled && !m->schedule) return cli_usage_error(cmd, "%s", "--disable needs --schedule");
+  if (m->schedule && !strcmp(m->schedule, "default")) {
+    if (!m->family->default_schedule)
+      return cli_usage_error(cmd, "model '%s' has no default schedule", m->model);
+    snprintf(m->schedule_path, sizeof m->schedule_path, "%s/%s", schedule_dir(),
+             m->family->default_schedule);
+    m->schedule = m->schedule_path;
+  }
+  return 0;
+}
+
+void cli_model_opts_deinit(cli_model_opts *m) {
+  free(m->disabled);
+  m->disabled = NULL;
+  m->n_disabled = 0;
+}
+
+void cli_model_usage(FILE *f, const char *default_config) {
+  const slapo_model_family *first = slapo_model_at(0);
+  fprintf(f, "  --model NAME        model family (slapo models lists them) [%s]\n", first->name);
+  fprintf(f, "  --config NAME       ");
+  for (const char *const *c = first->configs; *c; c++)
+    fprintf(f, "%s%s", *c, c[1] ? ", " : "");
+  fprintf(f, " [%s]\n", default_config ? default_config : first->default_config);
+  fprintf(f, "  --schedule FILE     a .sched file applied to the model ('default': the\n"
+             "                      family's default schedule, %s)\n"
+             "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
+             "                      --schedule', e.g. 2,5)\n",
+          first->default_schedule ? first->default_schedule : "none");
+}

@@ -1,0 +1,74 @@
+/* cli/common.h - what the `slapo` subcommands share: exit codes and
+ * messages, number and list parsing, and the model options (--model,
+ * --config, --schedule, --disable) every command that takes a model parses
+ * into one struct. Layer: cli. */
+#ifndef SLAPO_CLI_COMMON_H
+#define SLAPO_CLI_COMMON_H
+
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "core/assert.h"
+#include "slapo/train.h"
+
+/* Long-option values (getopt_long's `val`), one list for every command. */
+enum {
+  OPT_MODEL = 256, OPT_CONFIG, OPT_DATA, OPT_STEPS, OPT_BATCH, OPT_SEQ, OPT_ACCUM, OPT_LR,
+  OPT_MIN_LR, OPT_WARMUP, OPT_WD, OPT_CLIP, OPT_DROPOUT, OPT_SEED, OPT_VAL_EVERY,
+  OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
+  OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
+  OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL
+};
+
+/* "slapo: <status>: <message>" on stderr; returns exit code 1. */
+int cli_fail(slapo_status s);
+/* "slapo: usage: <fmt with arg>" and a --help hint; returns exit code 2. */
+int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
+/* The usage error for getopt_long's result `o` (':' missing value, '?'
+ * unknown option) or for a bad value of option `o`. Returns 2. */
+int cli_option_error(const char *cmd, const struct option *opts, int o, char **argv);
+
+/* Whole-string numbers, never clamped; false on junk or overflow. */
+bool cli_parse_i64(const char *s, int64_t *out);
+bool cli_parse_f(const char *s, double *out);
+/* "2,5,7" (positive, no duplicates) into a malloc'd array replacing *out. */
+bool cli_parse_list(const char *s, size_t **out, size_t *n);
+/* "45s", "3m05s", "1h02m"; "--" when unknown. */
+void cli_fmt_duration(double s, char *buf, size_t cap);
+
+/* The model options. After cli_model_finish: family resolved, config set
+ * (the family's default when not given), schedule resolved ("default" names
+ * the family's default schedule file). */
+typedef struct cli_model_opts {
+  const char *model, *config, *schedule;
+  size_t *disabled; /* malloc'd */
+  size_t n_disabled;
+  const slapo_model_family *family;
+  char schedule_path[4096];
+} cli_model_opts;
+
+#define CLI_MODEL_OPTIONS                                                                       \
+  {"model", required_argument, 0, OPT_MODEL}, {"config", required_argument, 0, OPT_CONFIG},     \
+      {"schedule", required_argument, 0, OPT_SCHEDULE},                                       \
+      {"disable", required_argument, 0, OPT_DISABLE}
+
+/* Takes option `o` with value `arg` if it is a model option: 1 taken, 0 not
+ * a model option, -1 a bad value. */
+int cli_model_option(cli_model_opts *m, int o, const char *arg);
+/* Resolves the family and defaults; 0, or a usage error's exit code 2. */
+int cli_model_finish(cli_model_opts *m, const char *cmd);
+void cli_model_opts_deinit(cli_model_opts *m);
+/* The help lines of the model options, for a command's usage. */
+void cli_model_usage(FILE *f, const char *default_config);
+
+/* The commands: argc/argv start at the command name. */
+int cmd_train(int argc, char **argv);
+int cmd_show(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_models(int argc, char **argv);
+int cmd_primitives(void);
+int cmd_help(int argc, char **argv);
+void cli_top_usage(FILE *f);
+
+#endif

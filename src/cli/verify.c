@@ -1,0 +1,145 @@
+/* cli/verify.c - `slapo verify`: the unscheduled and the scheduled model
+ * from the same weights, compared after every schedule step (or bisected).
+ * Layer: cli. */
+#include <stdlib.h>
+
+#include "cli/common.h"
+
+typedef struct verify_args {
+  cli_model_opts mo;
+  int64_t batch, seq, seed;
+  double dropout, atol, rtol;
+  bool bisect, per_entry;
+} verify_args;
+
+static slapo_status build_model(void *ud, slapo_module **out) {
+  const verify_args *v = ud;
+  return slapo_model_new(v->mo.family, v->mo.config, v->dropout, (uint64_t)v->seed, out);
+}
+
+static void on_check(const slapo_verify_check *c, const slapo_sched_steps *steps, void *ud) {
+  (void)ud;
+  const slapo_sched_step *st = NULL;
+  for (size_t i = 0; i < steps->n; i++)
+    if (steps->items[i].number == c->upto) st = &steps->items[i];
+  printf("steps 1-%zu", c->upto);
+  if (st)
+    printf(" (last: %s:%d %s %s)", st->entry->file ? st->entry->file : "?", st->entry->line,
+           st->path, st->entry->primitive);
+  if (c->bitwise) printf(": %s bitwise%s%s\n", c->ok ? "equal" : "NOT equal", c->ok ? "" : " at ",
+                         c->ok ? "" : c->what);
+  else printf(": %s, worst error %.3g of tolerance at %s\n", c->ok ? "within tolerance" : "FAILS",
+              c->worst, c->what);
+  fflush(stdout);
+}
+
+static void verify_usage(void) {
+  printf("usage: slapo verify --schedule FILE [options]\n\n"
+         "Builds the unscheduled and the scheduled model from the same weights and seed,\n"
+         "runs forward and backward on the same batch with dropout on, and compares the\n"
+         "logits, the loss and every parameter gradient by path: bitwise where every\n"
+         "applied primitive promises it, otherwise within atol + rtol |x|. Checks after\n"
+         "every schedule step unless --final-only.\n\n");
+  cli_model_usage(stdout, "tiny");
+  printf("  --bisect            binary-search the first step that breaks equality\n"
+         "  --final-only        check only the fully scheduled model\n"
+         "  --batch B           [2]\n  --seq T             [32]\n  --seed S            [1337]\n"
+         "  --dropout P         dropout during the check [0.1]\n"
+         "  --atol X            [1e-05]\n  --rtol X            [0.0001]\n");
+}
+
+/* Random token ids for idx and targets, a function of the seed. */
+static slapo_status make_batch(const verify_args *v, int64_t vocab, slapo_tensor **idx,
+                               slapo_tensor **tgt) {
+  int64_t shape[2] = {v->batch, v->seq};
+  SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, idx));
+  SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, tgt));
+  int32_t *a = slapo_tensor_data(*idx), *b = slapo_tensor_data(*tgt);
+  for (int64_t i = 0; i < v->batch * v->seq; i++) {
+    a[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 11, 0, (uint64_t)i) * (float)vocab);
+    b[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 12, 0, (uint64_t)i) * (float)vocab);
+  }
+  return SLAPO_OK;
+}
+
+static void print_start(const verify_args *v) {
+  const cli_model_opts *mo = &v->mo;
+  printf("slapo verify: model=%s config=%s schedule=%s batch=%lld seq=%lld dropout=%g "
+         "atol=%g rtol=%g%s\n",
+         mo->model, mo->config, mo->schedule, (long long)v->batch, (long long)v->seq, v->dropout,
+         v->atol, v->rtol, v->bisect ? " bisect" : v->per_entry ? " (checked after every step)" : "");
+  if (mo->n_disabled) {
+    printf("disabled steps:");
+    for (size_t i = 0; i < mo->n_disabled; i++) printf(" %zu", mo->disabled[i]);
+    printf("\n");
+  }
+}
+
+static slapo_status verify(verify_args *v) {
+  slapo_model_dims dims;
+  SLAPO_TRY(v->mo.family->dims(v->mo.config, &dims));
+  if (v->seq > dims.n_ctx)
+    return slapo_error(SLAPO_INVALID_ARG, "verify: --seq %lld exceeds the %s context of %lld",
+                       (long long)v->seq, v->mo.config, (long long)dims.n_ctx);
+  slapo_sched_log *log = NULL;
+  slapo_tensor *idx = NULL, *tgt = NULL;
+  size_t first_bad = 0;
+  slapo_status s = slapo_models_init();
+  if (s == SLAPO_OK) s = slapo_sched_parse_file(v->mo.schedule, &log);
+  if (s == SLAPO_OK) s = make_batch(v, dims.vocab_size, &idx, &tgt);
+  if (s == SLAPO_OK) {
+    print_start(v);
+    const slapo_tensor *in[2] = {idx, tgt};
+    slapo_verify_opts vo = {2, in, (uint64_t)v->seed, 1, v->atol, v->rtol, v->mo.disabled,
+                            v->mo.n_disabled, v->per_entry, v->bisect};
+    s = slapo_verify(build_model, v, log, &vo, on_check, NULL, &first_bad);
+    if (s == SLAPO_OK) printf("verify: ok\n");
+  }
+  slapo_tensor_free(idx);
+  slapo_tensor_free(tgt);
+  slapo_sched_log_free(log);
+  return s;
+}
+
+/* One verify option into v: false for a bad value. */
+static bool verify_option(verify_args *v, int o, const char *a) {
+  switch (o) {
+  case OPT_BISECT: v->bisect = true; return true;
+  case OPT_PER_ENTRY: v->per_entry = false; return true;
+  case OPT_BATCH: return cli_parse_i64(a, &v->batch) && v->batch > 0;
+  case OPT_SEQ: return cli_parse_i64(a, &v->seq) && v->seq > 0;
+  case OPT_SEED: return cli_parse_i64(a, &v->seed) && v->seed >= 0;
+  case OPT_DROPOUT: return cli_parse_f(a, &v->dropout) && v->dropout >= 0 && v->dropout < 1;
+  case OPT_ATOL: return cli_parse_f(a, &v->atol) && v->atol > 0;
+  case OPT_RTOL: return cli_parse_f(a, &v->rtol) && v->rtol > 0;
+  default: return false;
+  }
+}
+
+int cmd_verify(int argc, char **argv) {
+  static const struct option opts[] = {
+      CLI_MODEL_OPTIONS,
+      {"bisect", no_argument, 0, OPT_BISECT}, {"final-only", no_argument, 0, OPT_PER_ENTRY},
+      {"batch", required_argument, 0, OPT_BATCH}, {"seq", required_argument, 0, OPT_SEQ},
+      {"seed", required_argument, 0, OPT_SEED}, {"dropout", required_argument, 0, OPT_DROPOUT},
+      {"atol", required_argument, 0, OPT_ATOL}, {"rtol", required_argument, 0, OPT_RTOL},
+      {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  verify_args v = {.mo = {.config = "tiny"}, .batch = 2, .seq = 32, .seed = 1337,
+                   .dropout = 0.1, .atol = 1e-5, .rtol = 1e-4, .per_entry = true};
+  int o, rc = -1;
+  opterr = 0;
+  while (rc < 0 && (o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    int taken = cli_model_option(&v.mo, o, optarg);
+    if (o == OPT_HELP) verify_usage(), rc = 0;
+    else if (taken < 0 || (!taken && !verify_option(&v, o, optarg)))
+      rc = cli_option_error("verify", opts, o, argv);
+  }
+  if (rc < 0 && optind < argc) rc = cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
+  if (rc < 0 && !v.mo.schedule) rc = cli_usage_error("verify", "%s", "--schedule FILE is required");
+  if (rc < 0 && (rc = cli_model_finish(&v.mo, "verify")) == 0) {
+    slapo_status s = verify(&v);
+    rc = s == SLAPO_OK ? 0 : cli_fail(s);
+  }
+  cli_model_opts_deinit(&v.mo);
+  return rc;
+}
