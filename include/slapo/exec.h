@@ -43,6 +43,11 @@ typedef struct slapo_plan slapo_plan;
 slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
                             slapo_plan **out);
 void slapo_plan_free(slapo_plan *p); /* NULL is fine */
+/* The activation peak slapo_plan_new would plan for g (same opts), without
+ * allocating the arena: for memory estimates before anything is allocated.
+ * Errors: those of slapo_plan_new except the arena's NOMEM. */
+slapo_status slapo_plan_estimate(const slapo_graph *g, const slapo_plan_opts *opts,
+                                 size_t *peak_nbytes);
 
 /* Planned peak of the activation arena in bytes (intermediates and outputs,
  * excluding bound inputs and parameters). Known before running. */

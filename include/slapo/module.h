@@ -144,6 +144,11 @@ int64_t slapo_module_numel(slapo_module *m);
  * on (seed, parameter path, element index) via Philox, not on order.
  * Errors: NOMEM. */
 slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed);
+/* Gives every parameter below m its path (the first path that reaches it,
+ * so a tied parameter has one), as materialization does, without
+ * allocating values: graphs can then be built and planned on a meta model
+ * (slapo_runner_estimate). Errors: NOMEM. */
+slapo_status slapo_module_name_params(slapo_module *m);
 
 /* PyTorch-style repr of the tree with parameter counts, to f. Consecutive
  * identical children of a list are folded ("(0-5): 6 x Block"). */
@@ -230,6 +235,12 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
 slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                                slapo_step_mode mode, const slapo_kernel_env *env,
                                float loss_scale, const slapo_tensor **out);
+/* The activation peak (bytes) slapo_step would plan for these inputs and
+ * mode, computed without allocating anything: the model may still be meta
+ * and `in` may be meta tensors (only dtypes and shapes are read). The step
+ * is not cached. Errors: those of building and planning. */
+slapo_status slapo_runner_estimate(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                                   slapo_step_mode mode, size_t *peak_nbytes);
 /* Planned activation peak of the most recent step, in bytes. */
 size_t slapo_runner_peak_nbytes(const slapo_runner *r);
 /* The plan of the most recent step (timing), borrowed. */

@@ -133,6 +133,37 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                                     const slapo_kernel_env *envs, double *loss,
                                     int64_t *n_valid);
 
+/* What a training run needs, in bytes (slapo_memory_estimate_train). */
+typedef struct slapo_memory_estimate {
+  size_t weights, grads, optimizer; /* f32 copies of the parameters (AdamW: m, v) */
+  size_t train_activations;         /* planned peak of the TRAIN step             */
+  size_t eval_activations;          /* the validation step [B, T]                 */
+  size_t sample_activations;        /* the sampling window [1, n_ctx] (0: none)   */
+  size_t activations;               /* what is alive at once: max(train + eval,
+                                       eval + sample)                             */
+  size_t resident;                  /* the process's resident memory at the call  */
+  size_t total;
+} slapo_memory_estimate;
+
+/* Estimates what training `model` (meta or materialized, its schedule
+ * applied) needs for batch x seq steps, with a sampling window of
+ * sample_ctx tokens at the end (0: none), without allocating any of it:
+ * activation peaks come from planning the step graphs on meta tensors.
+ * Errors: those of building and planning the steps. */
+slapo_status slapo_memory_estimate_train(slapo_module *model, int64_t batch, int64_t seq,
+                                         int64_t sample_ctx, slapo_memory_estimate *out);
+/* The memory a run may use, in bytes, and where the figure comes from:
+ * SLAPO_MEMORY_LIMIT when set (bytes, or with K/M/G/T), else the smaller of
+ * the system's MemAvailable (plus what this process holds already) and the
+ * process's cgroup memory.max. Errors: SLAPO_INVALID_ARG (bad
+ * SLAPO_MEMORY_LIMIT). */
+slapo_status slapo_memory_available(size_t *bytes, char *source, size_t cap);
+/* One line of the estimate's breakdown in MiB, into buf [cap]. */
+void slapo_memory_format(const slapo_memory_estimate *e, char *buf, size_t cap);
+/* This process's resident memory now / its peak (VmRSS / VmHWM), bytes. */
+size_t slapo_memory_resident(void);
+size_t slapo_memory_peak_resident(void);
+
 typedef struct slapo_train_config {
   const char *model;        /* model family (slapo_model_find): "gpt2"    */
   const char *model_config; /* "tiny", "small", "124M", …                 */

@@ -385,8 +385,10 @@ static bool env_debug_mem(void) {
   return s && atoi(s) > 0;
 }
 
-slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
-                            slapo_plan **out) {
+/* Plans g; with `runnable` false stops after the offsets (no arena, no
+ * headers: the plan only tells its peak). */
+static slapo_status plan_build(const slapo_graph *g, const slapo_plan_opts *opts, bool runnable,
+                               slapo_plan **out) {
   if (!out) return slapo_error(SLAPO_INVALID_ARG, "plan_new: out is NULL");
   *out = NULL;
   if (!g) return slapo_error(SLAPO_INVALID_ARG, "plan_new: graph is NULL");
@@ -427,8 +429,8 @@ slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
   if (s == SLAPO_OK) s = classify(p);
   if (s == SLAPO_OK) s = liveness(p);
   if (s == SLAPO_OK) s = assign_offsets(p);
-  if (s == SLAPO_OK) s = build_headers(p);
-  if (s == SLAPO_OK) s = build_groups(p);
+  if (s == SLAPO_OK && runnable) s = build_headers(p);
+  if (s == SLAPO_OK && runnable) s = build_groups(p);
   if (s != SLAPO_OK) {
     slapo_plan_free(p);
     return s;
@@ -436,6 +438,23 @@ slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
   slapo_logf(1, "plan: %d nodes, %d buffers, activation peak %zu bytes%s", p->n_nodes,
              p->n_bufs, p->peak_nbytes, p->opts.debug_alloc ? " (debug allocation mode)" : "");
   *out = p;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_plan_new(const slapo_graph *g, const slapo_plan_opts *opts,
+                            slapo_plan **out) {
+  return plan_build(g, opts, true, out);
+}
+
+slapo_status slapo_plan_estimate(const slapo_graph *g, const slapo_plan_opts *opts,
+                                 size_t *peak_nbytes) {
+  *peak_nbytes = 0;
+  slapo_plan *p;
+  slapo_plan_opts o = opts ? *opts : (slapo_plan_opts){0};
+  o.debug_alloc = false; /* the arena's size is what is asked */
+  SLAPO_TRY(plan_build(g, &o, false, &p));
+  *peak_nbytes = p->peak_nbytes;
+  slapo_plan_free(p);
   return SLAPO_OK;
 }
 

@@ -320,6 +320,18 @@ static void init_param(slapo_parameter *p, const char *path, void *ud) {
   }
 }
 
+static void name_param(slapo_parameter *p, const char *path, void *ud) {
+  slapo_status *st = ud;
+  if (*st == SLAPO_OK && !p->path && !(p->path = slapo_strdup(path)))
+    *st = slapo_error(SLAPO_NOMEM, "name_params: out of memory");
+}
+
+slapo_status slapo_module_name_params(slapo_module *m) {
+  slapo_status st = SLAPO_OK;
+  slapo_status s = slapo_module_visit_params(m, name_param, &st);
+  return s != SLAPO_OK ? s : st;
+}
+
 slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed) {
   init_state st = {seed, SLAPO_OK};
   slapo_status s = slapo_module_visit_params(m, init_param, &st);

@@ -88,8 +88,11 @@ static char *graph_text(const slapo_graph *g) {
   return s;
 }
 
+/* Builds the step graph and plans it. With `estimate` non-NULL only the
+ * planned activation peak is computed, into *estimate (nothing allocated,
+ * parameters may be meta; b is cleared afterwards). */
 static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *in,
-                          slapo_step_mode mode, built_step *b) {
+                          slapo_step_mode mode, built_step *b, size_t *estimate) {
   memset(b, 0, sizeof *b);
   b->mode = mode;
   b->version = r->version + slapo_module_version(r->root);
@@ -174,6 +177,11 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
    * stay in the activation arena until the step ends. */
   slapo_plan_opts po = r->opts;
   po.accumulate_from = mode == SLAPO_STEP_TRAIN ? 1 : 0;
+  if (estimate) {
+    s = slapo_plan_estimate(b->g, &po, estimate);
+    step_clear(b);
+    goto done;
+  }
   s = slapo_plan_new(b->g, &po, &b->plan);
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     slapo_parameter *p = slapo_map_value_at(bs.param_objs, (size_t)i);
@@ -218,7 +226,7 @@ slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *co
       return slapo_error(SLAPO_STATE, "step: parameter %s is not materialized "
                          "(call slapo_module_materialize or load a checkpoint first)", meta);
     built_step nb;
-    SLAPO_TRY(build(r, n_in, in, mode, &nb));
+    SLAPO_TRY(build(r, n_in, in, mode, &nb, NULL));
     if (debug && r->have && key_matches(&r->cur, nb.version, n_in, in, mode) && r->cur.text &&
         strcmp(r->cur.text, nb.text)) {
       step_clear(&nb);
@@ -246,6 +254,15 @@ slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *co
   SLAPO_TRY(slapo_plan_run(b->plan, &e));
   if (out) *out = slapo_plan_output(b->plan, 0);
   return SLAPO_OK;
+}
+
+slapo_status slapo_runner_estimate(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                                   slapo_step_mode mode, size_t *peak_nbytes) {
+  *peak_nbytes = 0;
+  if (n_in < 0 || n_in > 8)
+    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
+  built_step b;
+  return build(r, n_in, in, mode, &b, peak_nbytes);
 }
 
 size_t slapo_runner_peak_nbytes(const slapo_runner *r) {

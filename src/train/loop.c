@@ -204,11 +204,36 @@ static slapo_status load_data(trainer *t) {
   return SLAPO_OK;
 }
 
-/* The model: built, materialized, initialized from a file, scheduled. */
+/* Refuses a run whose estimate does not fit, before anything is allocated
+ * (a model too large for the machine would otherwise allocate until the
+ * kernel's OOM killer ends the process). */
+static slapo_status check_memory(trainer *t) {
+  const slapo_train_config *c = &t->c;
+  slapo_memory_estimate e;
+  SLAPO_TRY(slapo_memory_estimate_train(t->model, c->batch, c->seq,
+                                        c->sample_tokens > 0 ? t->dims.n_ctx : 0, &e));
+  size_t avail;
+  char source[96], line[512];
+  SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
+  slapo_memory_format(&e, line, sizeof line);
+  const double M = 1024.0 * 1024;
+  if (e.total > avail)
+    return slapo_error(SLAPO_LIMIT, "train: %s %s at batch %lld x seq %lld needs an estimated "
+                       "%.1f MiB but %.1f MiB are available (%s): %s; use a smaller config, "
+                       "batch or sequence, or checkpoint activations (--schedule)",
+                       c->model, c->model_config, (long long)c->batch, (long long)c->seq,
+                       (double)e.total / M, (double)avail / M, source, line);
+  say(t->cb, t->ud, "memory: %s, of %.1f MiB available", line, (double)avail / M);
+  return SLAPO_OK;
+}
+
+/* The model: built on meta tensors, scheduled, checked against the memory
+ * it will need, then materialized and initialized from a file. Values do
+ * not depend on the order: each is a function of seed, path and index, and
+ * replacement modules keep the replaced parameters. */
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
-  SLAPO_TRY(slapo_model_new(t->fam, c->model_config, c->dropout, c->seed, &t->model));
-  if (c->init_from) SLAPO_TRY(t->fam->load(t->model, c->init_from));
+  SLAPO_TRY(t->fam->create(c->model_config, c->dropout, &t->model));
   if (c->schedule) {
     SLAPO_TRY(slapo_models_init());
     SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->disabled, c->n_disabled,
@@ -218,6 +243,9 @@ static slapo_status build_model(trainer *t) {
   }
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters", t->fam->name, c->model_config,
       t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6);
+  SLAPO_TRY(check_memory(t));
+  SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
+  if (c->init_from) SLAPO_TRY(t->fam->load(t->model, c->init_from));
   say(t->cb, t->ud, "batch: %lld sequences of %lld tokens x %lld micro-batches = %lld tokens a "
       "step", (long long)c->batch, (long long)c->seq, (long long)c->grad_accum,
       (long long)(c->batch * c->seq * c->grad_accum));

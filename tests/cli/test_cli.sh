@@ -165,6 +165,22 @@ run "show default schedule" 0 "$SLAPO" show --config tiny --schedule default
 check "show default schedule" out "gpt2_flash_attention.sched: 5 steps"
 run "models extra arg" 2 "$SLAPO" models now
 check "models extra arg" err "unexpected argument 'now'"
+# The memory estimate: printed by show (meta tensors: 1.5B costs nothing);
+# train refuses a run that does not fit, before allocating, with the
+# breakdown and the available figure.
+run "show memory" 0 "$SLAPO" show --config 1.5B
+check "show memory" out "training memory (batch 4 x seq 256, estimated): weights 5941.8 MiB"
+run "train too big" 1 env SLAPO_MEMORY_LIMIT=24G "$SLAPO" train --config 1.5B --steps 1 \
+  --data "$TEXT"
+check "train too big" err "slapo: limit: train: gpt2 1.5B at batch 4 x seq 256 needs an estimated"
+check "train too big: available" err "24576.0 MiB are available (SLAPO_MEMORY_LIMIT)"
+check "train too big: breakdown" err "AdamW state 11883.6 MiB"
+run "train fits" 0 env SLAPO_MEMORY_LIMIT=1G "$SLAPO" train --config tiny --steps 1 --batch 1 \
+  --seq 8 --sample 0 --val-batches 1 --data "$TEXT"
+check "train fits" out "of 1024.0 MiB available"
+run "bad memory limit" 1 env SLAPO_MEMORY_LIMIT=lots "$SLAPO" train --config tiny --steps 1 \
+  --batch 1 --seq 8 --data "$TEXT"
+check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected bytes"
 # The ISA cap: a bad value is an error before anything runs; a good one is
 # obeyed and named in the start-up line.
 run "bad isa cap" 1 env SLAPO_MAX_ISA=avx9000 "$SLAPO" show --config tiny

@@ -808,6 +808,41 @@ static void test_accumulate_by_valid_tokens(void **state) {
   slapo_module_free(m);
 }
 
+/* The estimate plans the same graphs the run plans: its train and eval
+ * peaks on a meta model equal the peaks of real steps on the materialized
+ * one, and the state terms are four f32 copies of the parameters. */
+static void test_memory_estimate_matches_plan(void **state) {
+  (void)state;
+  slapo_gpt2_config c = tiny_cfg();
+  slapo_module *meta;
+  assert_int_equal(slapo_gpt2_new(&c, &meta), SLAPO_OK);
+  slapo_memory_estimate e;
+  assert_int_equal(slapo_memory_estimate_train(meta, 2, 16, 16, &e), SLAPO_OK);
+  size_t n = (size_t)slapo_module_numel(meta);
+  assert_int_equal(e.weights, 4 * n);
+  assert_int_equal(e.optimizer, 8 * n);
+  assert_true(e.activations >= e.train_activations + e.eval_activations);
+  assert_true(slapo_tensor_is_meta(param_at(meta, "transformer.wte", "weight")->value));
+  slapo_module *m = new_model(&c, 1);
+  slapo_runner *r;
+  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
+  int64_t sh[2] = {2, 16};
+  slapo_tensor *x, *y;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x), SLAPO_OK);
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y), SLAPO_OK);
+  const slapo_tensor *in[2] = {x, y}, *out;
+  slapo_kernel_env env = {1, 0, true};
+  assert_int_equal(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &out), SLAPO_OK);
+  assert_int_equal(slapo_runner_peak_nbytes(r), e.train_activations);
+  assert_int_equal(slapo_step(r, 2, in, SLAPO_STEP_EVAL, &env, &out), SLAPO_OK);
+  assert_int_equal(slapo_runner_peak_nbytes(r), e.eval_activations);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+  slapo_module_free(meta);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_clip_grad_norm),
@@ -817,6 +852,7 @@ int main(void) {
       cmocka_unit_test(test_dataset_directory),   cmocka_unit_test(test_dataset_batch),
       cmocka_unit_test(test_grad_accumulation),   cmocka_unit_test(test_sample),
       cmocka_unit_test(test_accumulate_by_valid_tokens),
+      cmocka_unit_test(test_memory_estimate_matches_plan),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
