@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -184,6 +185,23 @@ slapo_status slapo_isa_check_env(void);
  * 7B13"), or "unknown CPU", NUL-terminated into buf [cap]. For benchmarks,
  * which name the machine they ran on. */
 void slapo_cpu_model(char *buf, size_t cap);
+
+/* ------------------------------------------------------------------------ */
+/* Atomic file writes                                                        */
+/* ------------------------------------------------------------------------ */
+
+/* Writes a file's contents to `fp` (the temporary file `tmp_path`, for
+ * messages); returns SLAPO_OK or the status to fail with. */
+typedef slapo_status (*slapo_write_fn)(FILE *fp, const char *tmp_path, void *ud);
+
+/* Writes `path` atomically: `write` fills a temporary file in the same
+ * directory, which is flushed to disk (fsync), renamed over `path`, and the
+ * rename synced; on any failure the temporary file is removed and an
+ * existing `path` is untouched. The file gets mode 0644. `op` prefixes the
+ * messages. Errors: SLAPO_INVALID_ARG (empty path), SLAPO_IO (naming the
+ * file and errno's text), SLAPO_NOMEM, or what `write` returned. */
+slapo_status slapo_write_atomic(const char *path, const char *op, slapo_write_fn write,
+                                void *ud);
 
 /* ------------------------------------------------------------------------ */
 /* Philox4x32-10                                                             */

@@ -164,6 +164,16 @@ void slapo_memory_format(const slapo_memory_estimate *e, char *buf, size_t cap);
 size_t slapo_memory_resident(void);
 size_t slapo_memory_peak_resident(void);
 
+/* Draws a metrics file (one JSON object per step with "step", "loss",
+ * "tokens_per_s" and sometimes "val_loss", as slapo_train writes it) as a
+ * self-contained SVG: loss and validation loss against step on top,
+ * tokens/s below; written atomically to svg_path. Each panel's <g> carries
+ * data-x-min/max, data-y-min/max and data-box ("x y w h"), the mapping of
+ * its polylines' points. Errors: SLAPO_IO (unreadable or unwritable file),
+ * SLAPO_PARSE (a line that is not a JSON object with an integer "step",
+ * naming file and line), SLAPO_INVALID_ARG (no step with a loss), NOMEM. */
+slapo_status slapo_plot_metrics(const char *metrics_path, const char *svg_path);
+
 typedef struct slapo_train_config {
   const char *model;        /* model family (slapo_model_find): "gpt2"    */
   const char *model_config; /* "tiny", "small", "124M", …                 */
@@ -177,6 +187,8 @@ typedef struct slapo_train_config {
   double dropout;           /* < 0: the config's default                  */
   int64_t val_every, val_batches;
   const char *metrics;      /* JSONL path or NULL                         */
+  const char *plot;         /* SVG loss plot written at the end, or NULL
+                               (needs metrics)                            */
   const char *save;         /* checkpoint path (model .safetensors) or NULL */
   int64_t save_every;       /* 0: only at the end                         */
   const char *resume;       /* checkpoint to continue from, or NULL       */

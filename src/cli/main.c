@@ -1,5 +1,5 @@
 /* cli/main.c - the `slapo` command: subcommand dispatch. Each command lives
- * in its own file (train.c, show.c, verify.c, models.c, primitives.c); what
+ * in its own file (train.c, show.c, verify.c, models.c, plot.c, primitives.c); what
  * they share is in common.c. The only layer that prints or exits; exit codes
  * 0 ok, 1 error, 2 usage. */
 #include <string.h>
@@ -19,6 +19,7 @@ void cli_top_usage(FILE *f) {
           "  show       print a model's module tree, or a schedule's expanded steps\n"
           "  verify     prove a schedule keeps a model's outputs and gradients\n"
           "  models     list the model families and their configs\n"
+          "  plot       draw a metrics file as an SVG loss plot\n"
           "  primitives list the schedule primitives\n"
           "  help <primitive>  print a primitive's documentation\n"
           "  version    print the version\n"
@@ -47,6 +48,7 @@ int main(int argc, char **argv) {
   }
   if (!strcmp(cmd, "primitives")) return cmd_primitives();
   if (!strcmp(cmd, "models")) return cmd_models(argc - 1, argv + 1);
+  if (!strcmp(cmd, "plot")) return cmd_plot(argc - 1, argv + 1);
   if (!strcmp(cmd, "verify")) return cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "show")) return cmd_show(argc - 1, argv + 1);

@@ -78,6 +78,7 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
           "  --val-every N       validation loss every N steps (0: only at the end) [%lld]\n"
           "  --val-batches N     batches per validation [%lld]\n"
           "  --metrics FILE      write one JSON object per step to FILE\n"
+          "  --plot FILE         draw the metrics as an SVG loss plot at the end\n"
           "  --save FILE         checkpoint (Hugging Face safetensors; optimizer state in\n"
           "                      FILE's .optim.safetensors sibling)\n"
           "  --save-every N      also checkpoint every N steps [end only]\n"
@@ -104,7 +105,8 @@ static const struct option k_opts[] = {
     {"dropout", required_argument, 0, OPT_DROPOUT}, {"seed", required_argument, 0, OPT_SEED},
     {"val-every", required_argument, 0, OPT_VAL_EVERY},
     {"val-batches", required_argument, 0, OPT_VAL_BATCHES},
-    {"metrics", required_argument, 0, OPT_METRICS}, {"save", required_argument, 0, OPT_SAVE},
+    {"metrics", required_argument, 0, OPT_METRICS}, {"plot", required_argument, 0, OPT_PLOT},
+    {"save", required_argument, 0, OPT_SAVE},
     {"save-every", required_argument, 0, OPT_SAVE_EVERY},
     {"resume", required_argument, 0, OPT_RESUME}, {"init-from", required_argument, 0, OPT_INIT},
     {"sample", required_argument, 0, OPT_SAMPLE}, {"temperature", required_argument, 0, OPT_TEMP},
@@ -131,6 +133,7 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   case OPT_VAL_EVERY: return cli_parse_i64(a, &c->val_every) && c->val_every >= 0;
   case OPT_VAL_BATCHES: return cli_parse_i64(a, &c->val_batches) && c->val_batches > 0;
   case OPT_METRICS: c->metrics = a; return true;
+  case OPT_PLOT: c->plot = a; return true;
   case OPT_SAVE: c->save = a; return true;
   case OPT_SAVE_EVERY: return cli_parse_i64(a, &c->save_every) && c->save_every >= 0;
   case OPT_RESUME: c->resume = a; return true;

@@ -532,13 +532,21 @@ done:
   return s;
 }
 
-/* Writes header and data to `fp`. */
-static slapo_status write_body(FILE *fp, const char *tmp, const unsigned char *hdr,
-                               size_t hdr_nbytes, int n, const named *ts) {
-  if (fwrite(hdr, 1, hdr_nbytes, fp) != hdr_nbytes)
+/* What slapo_safetensors_write puts in the file. */
+typedef struct body {
+  const unsigned char *hdr;
+  size_t hdr_nbytes;
+  int n;
+  const named *ts;
+} body;
+
+/* Writes header and data to `fp` (slapo_write_fn). */
+static slapo_status write_body(FILE *fp, const char *tmp, void *ud) {
+  const body *b = ud;
+  if (fwrite(b->hdr, 1, b->hdr_nbytes, fp) != b->hdr_nbytes)
     return slapo_error(SLAPO_IO, "safetensors_write: %s: write failed: %s", tmp, strerror(errno));
-  for (int i = 0; i < n; i++) {
-    const slapo_tensor *t = ts[i].t;
+  for (int i = 0; i < b->n; i++) {
+    const slapo_tensor *t = b->ts[i].t;
     slapo_tensor *c = NULL;
     if (!slapo_tensor_is_contiguous(t)) {
       SLAPO_TRY(slapo_tensor_contiguous(t, &c));
@@ -549,28 +557,9 @@ static slapo_status write_body(FILE *fp, const char *tmp, const unsigned char *h
     slapo_tensor_free(c);
     if (put != nb)
       return slapo_error(SLAPO_IO, "safetensors_write: %s: writing tensor '%s' failed: %s", tmp,
-                         ts[i].name, strerror(errno));
+                         b->ts[i].name, strerror(errno));
   }
-  if (fflush(fp) != 0 || fsync(fileno(fp)) != 0)
-    return slapo_error(SLAPO_IO, "safetensors_write: %s: flush failed: %s", tmp, strerror(errno));
   return SLAPO_OK;
-}
-
-/* Makes the rename durable. Best effort: some file systems refuse fsync on
- * directories, and the file's own data is already on disk. No allocation,
- * so an allocation failure cannot be mistaken for an I/O error here. */
-static void sync_parent_dir(const char *path) {
-  char dir[PATH_MAX];
-  const char *slash = strrchr(path, '/');
-  size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
-  if (len >= sizeof dir) return; /* cannot happen: the rename succeeded */
-  memcpy(dir, slash ? path : ".", slash ? len : 1);
-  dir[slash ? len : 1] = '\0';
-  int fd = open(dir, O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    (void)fsync(fd);
-    close(fd);
-  }
 }
 
 slapo_status slapo_safetensors_write(const char *path, int n, const char *const *names,
@@ -586,58 +575,16 @@ slapo_status slapo_safetensors_write(const char *path, int n, const char *const 
   slapo_status s;
   named *ts = slapo_malloc((size_t)n * sizeof *ts);
   kv *kvs = slapo_malloc((size_t)n_meta * sizeof *kvs);
-  size_t plen = strlen(path);
-  char *tmp = slapo_malloc(plen + sizeof ".tmp-XXXXXX");
   unsigned char *hdr = NULL;
   size_t hdr_nbytes = 0;
-  FILE *fp = NULL;
-  bool created = false;
-  if (!ts || !kvs || !tmp) {
-    s = slapo_error(SLAPO_NOMEM, "%s: %s: out of memory", op, path);
-    goto done;
+  if (!ts || !kvs) s = slapo_error(SLAPO_NOMEM, "%s: %s: out of memory", op, path);
+  else if ((s = check_write_args(path, n, names, tensors, n_meta, meta_keys, meta_values, ts,
+                                 kvs)) == SLAPO_OK &&
+           (s = build_header(path, n, ts, n_meta, kvs, &hdr, &hdr_nbytes)) == SLAPO_OK) {
+    body b = {hdr, hdr_nbytes, n, ts};
+    s = slapo_write_atomic(path, op, write_body, &b);
   }
-  if ((s = check_write_args(path, n, names, tensors, n_meta, meta_keys, meta_values, ts, kvs)) ||
-      (s = build_header(path, n, ts, n_meta, kvs, &hdr, &hdr_nbytes)))
-    goto done;
-
-  /* A temporary file in the same directory, renamed over `path` only once
-   * complete and on disk: readers never see a partial file, and a failed
-   * write leaves an existing file untouched. */
-  memcpy(tmp, path, plen);
-  memcpy(tmp + plen, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    s = slapo_error(SLAPO_IO, "%s: %s: cannot create a temporary file: %s", op, path,
-                    strerror(errno));
-    goto done;
-  }
-  created = true;
-  /* mkstemp creates 0600; checkpoints are ordinary readable files. */
-  if (fchmod(fd, 0644) != 0 || !(fp = fdopen(fd, "wb"))) {
-    s = slapo_error(SLAPO_IO, "%s: %s: cannot open the temporary file: %s", op, tmp,
-                    strerror(errno));
-    close(fd);
-    goto done;
-  }
-  if ((s = write_body(fp, tmp, hdr, hdr_nbytes, n, ts))) goto done;
-  int rc = fclose(fp);
-  fp = NULL;
-  if (rc != 0) {
-    s = slapo_error(SLAPO_IO, "%s: %s: close failed: %s", op, tmp, strerror(errno));
-    goto done;
-  }
-  if (rename(tmp, path) != 0) {
-    s = slapo_error(SLAPO_IO, "%s: %s: cannot rename %s over it: %s", op, path, tmp,
-                    strerror(errno));
-    goto done;
-  }
-  created = false;
-  sync_parent_dir(path);
-done:
-  if (fp) fclose(fp);
-  if (created) unlink(tmp);
   slapo_free(hdr);
-  slapo_free(tmp);
   slapo_free(kvs);
   slapo_free(ts);
   return s;

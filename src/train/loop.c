@@ -176,6 +176,9 @@ static slapo_status check_config(trainer *t) {
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)t->dims.n_ctx);
   if (c->save) SLAPO_TRY(check_save_dir(c->save));
+  if (c->plot && !c->metrics)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --plot %s needs --metrics FILE (the plot is "
+                       "drawn from it)", c->plot);
   if (c->threads > 0) omp_set_num_threads(c->threads);
   return SLAPO_OK;
 }
@@ -396,6 +399,12 @@ static slapo_status run(trainer *t) {
     SLAPO_TRY(report(t, &e));
   }
   if (t->c.save) say(t->cb, t->ud, "saved %s", t->c.save);
+  if (t->c.plot) {
+    fflush(t->metrics);
+    SLAPO_TRY(slapo_plot_metrics(t->c.metrics, t->c.plot));
+    say(t->cb, t->ud, "plot: %s (loss and validation loss by step, from %s)", t->c.plot,
+        t->c.metrics);
+  }
   return t->c.sample_tokens > 0 ? sample_text(t) : SLAPO_OK;
 }
 

@@ -181,6 +181,22 @@ check "train fits" out "of 1024.0 MiB available"
 run "bad memory limit" 1 env SLAPO_MEMORY_LIMIT=lots "$SLAPO" train --config tiny --steps 1 \
   --batch 1 --seq 8 --data "$TEXT"
 check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected bytes"
+# The loss plot, from the metrics file of a run.
+run "plot needs metrics" 1 "$SLAPO" train --config tiny --steps 1 --plot "$TMP/x.svg" --data "$TEXT"
+check "plot needs metrics" err "--plot $TMP/x.svg needs --metrics FILE"
+run "train --plot" 0 "$SLAPO" train --config tiny --steps 4 --batch 1 --seq 8 --sample 0 \
+  --val-every 2 --val-batches 1 --threads 1 --data "$TEXT" --metrics "$TMP/p.jsonl" --plot "$TMP/p.svg"
+check "train --plot" out "plot: $TMP/p.svg"
+run "slapo plot" 0 "$SLAPO" plot "$TMP/p.jsonl" --output "$TMP/q.svg"
+check "slapo plot" out "plot: wrote $TMP/q.svg"
+if cmp -s "$TMP/p.svg" "$TMP/q.svg" && grep -q '<polyline class="val_loss"' "$TMP/q.svg"; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL plot: train --plot and slapo plot differ, or no val_loss curve"
+fi
+run "plot no file" 2 "$SLAPO" plot
+check "plot no file" err "a metrics file is required"
 # The ISA cap: a bad value is an error before anything runs; a good one is
 # obeyed and named in the start-up line.
 run "bad isa cap" 1 env SLAPO_MAX_ISA=avx9000 "$SLAPO" show --config tiny

@@ -1,0 +1,75 @@
+/* core/atomic_file.c - writing a file so that readers never see it half
+ * written: a temporary file in the same directory, filled by the caller,
+ * flushed to disk, renamed over the target, and the rename made durable. A
+ * failed write leaves an existing file untouched. Layer: core. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "slapo/core.h"
+
+/* Makes the rename durable. Best effort: some file systems refuse fsync on
+ * directories, and the file's own data is already on disk. No allocation,
+ * so an allocation failure cannot be mistaken for an I/O error here. */
+static void sync_parent_dir(const char *path) {
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
+  if (len >= sizeof dir) return; /* cannot happen: the rename succeeded */
+  memcpy(dir, slash ? path : ".", slash ? len : 1);
+  dir[slash ? len : 1] = '\0';
+  int fd = open(dir, O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    (void)fsync(fd);
+    close(fd);
+  }
+}
+
+/* Runs the writer on the open temporary file, then flushes and closes it. */
+static slapo_status fill(FILE *fp, const char *op, const char *tmp, slapo_write_fn write,
+                         void *ud) {
+  slapo_status s = write(fp, tmp, ud);
+  if (s == SLAPO_OK && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
+    s = slapo_error(SLAPO_IO, "%s: %s: flush failed: %s", op, tmp, strerror(errno));
+  if (fclose(fp) != 0 && s == SLAPO_OK)
+    s = slapo_error(SLAPO_IO, "%s: %s: close failed: %s", op, tmp, strerror(errno));
+  return s;
+}
+
+slapo_status slapo_write_atomic(const char *path, const char *op, slapo_write_fn write,
+                                void *ud) {
+  if (!path || !path[0]) return slapo_error(SLAPO_INVALID_ARG, "%s: path is empty", op);
+  size_t plen = strlen(path);
+  char *tmp = slapo_malloc(plen + sizeof ".tmp-XXXXXX");
+  if (!tmp) return slapo_error(SLAPO_NOMEM, "%s: %s: out of memory", op, path);
+  memcpy(tmp, path, plen);
+  memcpy(tmp + plen, ".tmp-XXXXXX", sizeof ".tmp-XXXXXX");
+  slapo_status s = SLAPO_OK;
+  int fd = mkstemp(tmp);
+  FILE *fp = NULL;
+  if (fd < 0) {
+    s = slapo_error(SLAPO_IO, "%s: %s: cannot create a temporary file: %s", op, path,
+                    strerror(errno));
+    slapo_free(tmp);
+    return s;
+  }
+  /* mkstemp creates 0600; these are ordinary readable files. */
+  if (fchmod(fd, 0644) != 0 || !(fp = fdopen(fd, "wb"))) {
+    s = slapo_error(SLAPO_IO, "%s: %s: cannot open the temporary file: %s", op, tmp,
+                    strerror(errno));
+    close(fd);
+  }
+  if (s == SLAPO_OK) s = fill(fp, op, tmp, write, ud);
+  if (s == SLAPO_OK && rename(tmp, path) != 0)
+    s = slapo_error(SLAPO_IO, "%s: %s: cannot rename %s over it: %s", op, path, tmp,
+                    strerror(errno));
+  if (s == SLAPO_OK) sync_parent_dir(path);
+  else unlink(tmp);
+  slapo_free(tmp);
+  return s;
+}
