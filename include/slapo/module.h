@@ -248,6 +248,44 @@ const slapo_plan *slapo_runner_plan(const slapo_runner *r);
 /* The graph of the most recent step, borrowed. */
 const slapo_graph *slapo_runner_graph(const slapo_runner *r);
 
+/* ------------------------------------------------------------------------ */
+/* Decoding with a KV cache                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The keys and values of every attention module for the positions decoded
+ * so far, so generating a token runs the model on that token only instead
+ * of recomputing the whole window. */
+typedef struct slapo_kv_cache slapo_kv_cache;
+
+/* Errors: NOMEM. *out owned (slapo_kv_cache_free). */
+slapo_status slapo_kv_cache_new(slapo_kv_cache **out);
+void slapo_kv_cache_free(slapo_kv_cache *c); /* NULL is fine */
+/* Positions held (0 for a new cache). */
+int64_t slapo_kv_cache_len(const slapo_kv_cache *c);
+
+/* Runs idx [B, T] i32 (the next T tokens, at positions len .. len + T - 1)
+ * through the root in eval mode, reading the past keys and values from
+ * `cache` and appending this step's; *logits [B, T, V] f32 is borrowed
+ * until the next call. The graph is built for each call (its shapes grow
+ * with the cache). Modules that support decoding read the past length with
+ * slapo_decode_past and exchange keys and values with slapo_decode_kv.
+ * Errors: SLAPO_UNSUPPORTED (the model recorded no keys and values: no
+ * module of it decodes), those of building and running. */
+slapo_status slapo_step_decode(slapo_runner *r, slapo_kv_cache *cache, const slapo_tensor *idx,
+                               const slapo_kernel_env *env, const slapo_tensor **logits);
+
+/* For module forwards. While a decoding step is built: the number of cached
+ * positions P (the new tokens are at P, P + 1, ...); otherwise -1. */
+int64_t slapo_decode_past(slapo_ctx *ctx);
+/* For attention forwards while decoding: k, v [B, NH, T, HS] are the new
+ * positions' keys and values; *k_all, *v_all [B, NH, P + T, HS] the cached
+ * ones followed by them, recorded as this module's present keys and values
+ * (keyed by the module path, so each layer has its own). Errors: recorded
+ * on ctx (SLAPO_SHAPE when the cache's shapes do not fit, NOMEM); returns
+ * the ctx status. */
+slapo_status slapo_decode_kv(slapo_ctx *ctx, slapo_node *k, slapo_node *v, slapo_node **k_all,
+                             slapo_node **v_all);
+
 /* Sets every parameter gradient below m to zero. */
 void slapo_module_zero_grad(slapo_module *m);
 

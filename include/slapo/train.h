@@ -106,12 +106,28 @@ slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed
 /* Sampling                                                                  */
 /* ------------------------------------------------------------------------ */
 
+typedef struct slapo_sample_opts {
+  int64_t n_ctx;     /* the model's context: the window of tokens it sees  */
+  float temperature; /* > 0                                                */
+  int top_k;         /* sample from the top_k most likely; <= 0: all       */
+  uint64_t seed;     /* Philox key of the draws                            */
+  bool no_cache;     /* recompute the whole window for every token (the
+                        reference the KV-cache path is checked against)    */
+  /* Called after each token with (tokens done, n_new); may be NULL. */
+  void (*progress)(int64_t done, int64_t total, void *ud);
+  void *ud;
+} slapo_sample_opts;
+
 /* Appends `n_new` tokens to `tokens` (capacity >= *n + n_new; *n >= 1),
  * sampling from softmax(logits / temperature) restricted to the top_k most
- * likely (top_k <= 0: all), with Philox keyed by seed. The model runs in
- * eval mode on a fixed window of the last n_ctx tokens. */
-slapo_status slapo_sample(slapo_runner *r, int64_t n_ctx, int32_t *tokens, int64_t *n,
-                          int64_t n_new, float temperature, int top_k, uint64_t seed);
+ * likely, with Philox keyed by seed, in eval mode. The model sees the last
+ * n_ctx tokens. With a KV cache (unless no_cache, and when the model
+ * decodes: slapo_step_decode) each token costs one position's compute; the
+ * logits equal the window's up to summation order, so greedy sampling
+ * (top_k 1) gives the same tokens. Errors: SLAPO_INVALID_ARG (empty prompt,
+ * temperature <= 0, n_ctx < 2), those of the steps. */
+slapo_status slapo_sample(slapo_runner *r, const slapo_sample_opts *o, int32_t *tokens,
+                          int64_t *n, int64_t n_new);
 
 /* ------------------------------------------------------------------------ */
 /* Training loop                                                             */
@@ -214,6 +230,8 @@ typedef struct slapo_train_event {
   double val_loss;
   size_t peak_nbytes;    /* planned activation peak            */
   const char *sample;    /* final event only: sampled text     */
+  int64_t sample_done;   /* sampling progress: tokens drawn of  */
+  int64_t sample_total;  /* sample_total (0: not this event)    */
   const char *message;   /* informational line, or NULL        */
 } slapo_train_event;
 

@@ -49,6 +49,12 @@ static void on_event(const slapo_train_event *e, void *ud) {
   } else if (e->sample) {
     close_bar(p);
     printf("\n--- sample ---\n%s\n---\n", e->sample);
+  } else if (e->sample_total) {
+    /* a line per tenth of the sample off a terminal, a counter on one */
+    if (p->tty) printf("\rsampling %lld/%lld tokens", (long long)e->sample_done,
+                       (long long)e->sample_total), p->bar_open = true;
+    else if (e->sample_done == e->sample_total || e->sample_done % (e->sample_total / 10 + 1) == 0)
+      printf("sampling %lld/%lld tokens\n", (long long)e->sample_done, (long long)e->sample_total);
   } else {
     on_step(e, p);
   }

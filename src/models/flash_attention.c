@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "core/assert.h"
-#include "slapo/models.h"
+#include "models/internal.h"
 
 typedef struct fa_cfg {
   int n_head;
@@ -56,7 +56,11 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
       slapo_attr_float("dropout_p", c->attn_pdrop),
       slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
   };
-  slapo_node *y = slapo_op_call(ctx, "flash_attention", 3, heads, 4, attrs); /* [B, NH, T, HS] */
+  /* Decoding with a KV cache: one new query over the cached keys needs no
+   * tiling; the composite does it (eval mode: no dropout). */
+  slapo_node *y = slapo_decode_past(ctx) >= 0
+                      ? slapo__attend_decoding(ctx, heads[0], heads[1], heads[2])
+                      : slapo_op_call(ctx, "flash_attention", 3, heads, 4, attrs); /* [B, NH, T, HS] */
   int64_t btc[3] = {B, T, C};
   y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
   y = slapo_call1(ctx, self, "c_proj", y);

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/assert.h"
-#include "slapo/models.h"
+#include "models/internal.h"
 
 typedef struct named_config {
   const char *name;
@@ -52,6 +52,23 @@ static slapo_gpt2_config *cfg_copy(const slapo_gpt2_config *c) {
 
 /* ---- GPT2Attention ---- */
 
+slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v) {
+  int64_t past = slapo_decode_past(ctx);
+  if (!q || !k || !v) return NULL;
+  if (past > 0 && q->shape[2] != 1) {
+    slapo_ctx_fail(ctx, SLAPO_UNSUPPORTED, "%s: decoding %lld new tokens after %lld cached ones; "
+                   "steps after the first take one token", slapo_ctx_origin(ctx),
+                   (long long)q->shape[2], (long long)past);
+    return NULL;
+  }
+  slapo_node *k_all, *v_all;
+  if (slapo_decode_kv(ctx, k, v, &k_all, &v_all) != SLAPO_OK) return NULL;
+  slapo_node *att = slapo_matmul(ctx, q, k_all, false, true); /* [B, NH, T, P + T] */
+  att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)q->shape[3]));
+  att = slapo_softmax(ctx, att, past == 0);
+  return slapo_matmul(ctx, att, v_all, false, false);
+}
+
 /* x [B, T, C] -> [B, T, C]: causal multi-head self-attention. */
 static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                 slapo_node *const *in) {
@@ -67,12 +84,17 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *heads[3];
   for (int i = 0; i < 3; i++) /* [B, NH, T, HS] */
     heads[i] = slapo_permute(ctx, slapo_reshape(ctx, parts[i], 4, bthd), 4, perm);
-  /* att [B, NH, T, T] = q k^T / sqrt(HS) */
-  slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
-  att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS));
-  att = slapo_softmax(ctx, att, true);
-  att = slapo_call1(ctx, self, "attn_dropout", att);
-  slapo_node *y = slapo_matmul(ctx, att, heads[2], false, false); /* [B, NH, T, HS] */
+  slapo_node *y; /* [B, NH, T, HS] */
+  if (slapo_decode_past(ctx) >= 0) {
+    y = slapo__attend_decoding(ctx, heads[0], heads[1], heads[2]);
+  } else {
+    /* att [B, NH, T, T] = q k^T / sqrt(HS) */
+    slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
+    att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS));
+    att = slapo_softmax(ctx, att, true);
+    att = slapo_call1(ctx, self, "attn_dropout", att);
+    y = slapo_matmul(ctx, att, heads[2], false, false);
+  }
   int64_t btc[3] = {B, T, C};
   y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
   y = slapo_call1(ctx, self, "c_proj", y);
@@ -119,20 +141,24 @@ static slapo_node *model_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   const slapo_gpt2_config *c = cfg_of(self);
   slapo_node *idx = in[0];
   (void)n_in;
-  if (idx->ndim != 2 || idx->shape[1] > c->n_ctx) {
+  /* Positions P .. P + T - 1: P cached ones when decoding, else 0. */
+  int64_t P = slapo_decode_past(ctx) > 0 ? slapo_decode_past(ctx) : 0;
+  if (idx->ndim != 2 || P + idx->shape[1] > c->n_ctx) {
     char s[64];
     slapo_ctx_fail(ctx, SLAPO_SHAPE,
-                   "transformer: input ids have shape %s; expected [B, T] with T <= n_ctx = %lld",
-                   slapo_shape_str(idx->ndim, idx->shape, s, sizeof s), (long long)c->n_ctx);
+                   "transformer: input ids have shape %s after %lld cached positions; expected "
+                   "[B, T] with T + cached <= n_ctx = %lld",
+                   slapo_shape_str(idx->ndim, idx->shape, s, sizeof s), (long long)P,
+                   (long long)c->n_ctx);
     return NULL;
   }
   int64_t T = idx->shape[1];
   slapo_node *tok = slapo_call1(ctx, self, "wte", idx); /* [B, T, C] */
-  /* Positions 0..T-1 are the first T rows of wpe: a slice, not a gather. */
+  /* Positions P..P+T-1 are rows of wpe: a slice, not a gather. */
   slapo_module *wpe = slapo_module_child(self, "wpe");
   SLAPO_ASSERT(wpe);
   slapo_ctx_push_origin(ctx, "transformer.wpe");
-  slapo_node *pos = slapo_slice(ctx, slapo_weight(ctx, wpe, "weight"), 0, 0, T); /* [T, C] */
+  slapo_node *pos = slapo_slice(ctx, slapo_weight(ctx, wpe, "weight"), 0, P, P + T); /* [T, C] */
   slapo_ctx_pop_origin(ctx);
   slapo_node *x = slapo_call1(ctx, self, "drop", slapo_add(ctx, tok, pos));
   char name[32];

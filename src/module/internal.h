@@ -6,11 +6,27 @@
 #include "core/assert.h"
 #include "slapo/module.h"
 
+/* While a decoding step is built (decode.c): the cache it reads and the
+ * present keys and values the attention modules record. */
+typedef struct slapo__decode_state {
+  slapo_kv_cache *cache;
+  int n, cap;
+  char **paths;        /* attention module path of each record (owned)   */
+  slapo_node **k, **v; /* present keys / values [B, NH, P + T, HS]       */
+} slapo__decode_state;
+
 /* Attached to the ctx (slapo_ctx_set_user) while a step is built. */
 typedef struct slapo__build_state {
   slapo_map *param_nodes; /* canonical path -> param node */
   slapo_map *param_objs;  /* canonical path -> slapo_parameter */
+  slapo__decode_state *decode; /* NULL unless a decoding step is built */
 } slapo__build_state;
+
+/* The runner's root module; and the last decoding step's graph and plan,
+ * kept (owned by the runner) so its logits stay valid until the next one:
+ * the previous pair is freed. */
+slapo_module *slapo__runner_root(const slapo_runner *r);
+void slapo__runner_keep_decode(slapo_runner *r, slapo_graph *g, slapo_plan *p);
 
 /* Graph pass (fold_grads.c), run by slapo_step on the joint graph: every
  * sum of step-1 slice_backward nodes whose slices tile their dim (the

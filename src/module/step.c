@@ -30,7 +30,17 @@ struct slapo_runner {
   built_step cur;
   bool have;
   slapo_tensor *dloss; /* f32 [] bound to the train graph's "dloss" input */
+  slapo_graph *dec_g;  /* the last decoding step (decode.c), owned */
+  slapo_plan *dec_p;
 };
+
+slapo_module *slapo__runner_root(const slapo_runner *r) { return r->root; }
+
+void slapo__runner_keep_decode(slapo_runner *r, slapo_graph *g, slapo_plan *p) {
+  slapo_plan_free(r->dec_p);
+  slapo_graph_free(r->dec_g);
+  r->dec_g = g, r->dec_p = p;
+}
 
 slapo_status slapo_runner_new(slapo_module *root, const slapo_plan_opts *opts,
                               slapo_runner **out) {
@@ -59,6 +69,7 @@ static void step_clear(built_step *b) {
 void slapo_runner_free(slapo_runner *r) {
   if (!r) return;
   step_clear(&r->cur);
+  slapo__runner_keep_decode(r, NULL, NULL);
   slapo_tensor_free(r->dloss);
   slapo_free(r);
 }

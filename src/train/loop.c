@@ -354,6 +354,13 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
   return SLAPO_OK;
 }
 
+static void sample_progress(int64_t done, int64_t total, void *ud) {
+  const trainer *t = ud;
+  slapo_train_event e = {.step = t->c.steps, .steps = t->c.steps, .sample_done = done,
+                         .sample_total = total};
+  if (t->cb) t->cb(&e, t->ud);
+}
+
 /* The text sample at the end: byte tokens decode to bytes, other
  * vocabularies print ids. */
 static slapo_status sample_text(trainer *t) {
@@ -365,8 +372,10 @@ static slapo_status sample_text(trainer *t) {
   slapo_status s = text && out ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "train: out of memory");
   if (s == SLAPO_OK) {
     text[0] = t->dims.eos_token >= 0 ? (int32_t)t->dims.eos_token : '\n';
-    s = slapo_sample(t->runner, t->dims.n_ctx, text, &n, c->sample_tokens, c->temperature,
-                     c->top_k, c->seed);
+    slapo_sample_opts so = {.n_ctx = t->dims.n_ctx, .temperature = c->temperature,
+                            .top_k = c->top_k, .seed = c->seed, .progress = sample_progress,
+                            .ud = t};
+    s = slapo_sample(t->runner, &so, text, &n, c->sample_tokens);
   }
   if (s == SLAPO_OK) {
     size_t k = 0;

@@ -679,9 +679,9 @@ static void test_sample(void **state) {
   enum { NEW = 24 }; /* more than the context: the window slides */
   int32_t a[2 + NEW] = {72, 101}, b[2 + NEW] = {72, 101}, e[2 + NEW] = {72, 101};
   int64_t na = 2, nb = 2, ne = 2;
-  assert_int_equal(slapo_sample(r, 16, a, &na, NEW, 1.0f, 0, 42), SLAPO_OK);
-  assert_int_equal(slapo_sample(r, 16, b, &nb, NEW, 1.0f, 0, 42), SLAPO_OK);
-  assert_int_equal(slapo_sample(r, 16, e, &ne, NEW, 1.0f, 0, 43), SLAPO_OK);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 1.0f, .top_k = 0, .seed = 42}, a, &na, NEW), SLAPO_OK);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 1.0f, .top_k = 0, .seed = 42}, b, &nb, NEW), SLAPO_OK);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 1.0f, .top_k = 0, .seed = 43}, e, &ne, NEW), SLAPO_OK);
   assert_int_equal(na, 2 + NEW), assert_int_equal(nb, 2 + NEW), assert_int_equal(ne, 2 + NEW);
   assert_memory_equal(a, b, sizeof a);
   assert_memory_not_equal(a, e, sizeof a);
@@ -692,7 +692,7 @@ static void test_sample(void **state) {
    * position of the unpadded sequence, whatever the seed. */
   int32_t g[6] = {10, 20, 30, 40, 50};
   int64_t ng = 5;
-  assert_int_equal(slapo_sample(r, 16, g, &ng, 1, 0.7f, 1, 99), SLAPO_OK);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 0.7f, .top_k = 1, .seed = 99}, g, &ng, 1), SLAPO_OK);
   slapo_tensor *idx = i32_2d(1, 5);
   memcpy(slapo_tensor_data(idx), g, 5 * sizeof *g);
   const slapo_tensor *in[1] = {idx}, *logits;
@@ -706,9 +706,9 @@ static void test_sample(void **state) {
 
   /* Errors. */
   int64_t zero = 0;
-  assert_int_equal(slapo_sample(r, 16, g, &zero, 1, 1.0f, 0, 1), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 1.0f, .top_k = 0, .seed = 1}, g, &zero, 1), SLAPO_INVALID_ARG);
   ng = 1;
-  assert_int_equal(slapo_sample(r, 16, g, &ng, 1, 0.0f, 0, 1), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 0.0f, .top_k = 0, .seed = 1}, g, &ng, 1), SLAPO_INVALID_ARG);
   expect_msg("temperature");
   slapo_runner_free(r);
   slapo_module_free(m);
@@ -725,6 +725,83 @@ static int teardown(void **state) {
   char cmd[300];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
   return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Greedy sampling (top_k 1) with the KV cache picks exactly the tokens the
+ * window recomputation picks, past the context (the cache restarts), for
+ * GPT-2 and for GPT-2 with FlashAttention; the cache's logits equal the
+ * window's to float rounding; progress is reported per token. */
+static int64_t g_progress;
+static void count_progress(int64_t done, int64_t total, void *ud) {
+  (void)ud;
+  assert_int_equal(done, g_progress + 1);
+  assert_true(done <= total);
+  g_progress = done;
+}
+
+static void greedy_both_ways(slapo_module *m) {
+  slapo_runner *r;
+  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
+  enum { NEW = 40 }; /* context 16: the cache restarts */
+  int32_t a[3 + NEW] = {72, 101, 108}, b[3 + NEW] = {72, 101, 108};
+  int64_t na = 3, nb = 3;
+  slapo_sample_opts o = {.n_ctx = 16, .temperature = 1.0f, .top_k = 1, .seed = 5,
+                         .progress = count_progress};
+  g_progress = 0;
+  assert_int_equal(slapo_sample(r, &o, a, &na, NEW), SLAPO_OK);
+  assert_int_equal(g_progress, NEW);
+  o.no_cache = true, o.progress = NULL;
+  assert_int_equal(slapo_sample(r, &o, b, &nb, NEW), SLAPO_OK);
+  for (int i = 0; i < 3 + NEW; i++)
+    if (a[i] != b[i]) fail_msg("token %d: %d with the cache, %d without", i, a[i], b[i]);
+  /* the logits themselves: a prompt of 5 then one decoded token */
+  slapo_kv_cache *kv;
+  assert_int_equal(slapo_kv_cache_new(&kv), SLAPO_OK);
+  slapo_tensor *p5 = i32_2d(1, 5), *p1 = i32_2d(1, 1), *w6 = i32_2d(1, 6);
+  int32_t *q = slapo_tensor_data(w6);
+  for (int i = 0; i < 6; i++) q[i] = a[i];
+  memcpy(slapo_tensor_data(p5), q, 5 * sizeof *q);
+  memcpy(slapo_tensor_data(p1), q + 5, sizeof *q);
+  const slapo_tensor *lg;
+  slapo_kernel_env env = {1, 0, false};
+  assert_int_equal(slapo_step_decode(r, kv, p5, &env, &lg), SLAPO_OK);
+  assert_int_equal(slapo_step_decode(r, kv, p1, &env, &lg), SLAPO_OK);
+  assert_int_equal(slapo_kv_cache_len(kv), 6);
+  int V = (int)lg->shape[2];
+  float *dec = malloc((size_t)V * sizeof *dec);
+  memcpy(dec, slapo_tensor_data(lg), (size_t)V * sizeof *dec);
+  const slapo_tensor *in[1] = {w6}, *full;
+  assert_int_equal(slapo_step(r, 1, in, SLAPO_STEP_EVAL, &env, &full), SLAPO_OK);
+  const float *ref = (const float *)slapo_tensor_data(full) + 5 * V;
+  for (int v = 0; v < V; v++)
+    if (fabsf(dec[v] - ref[v]) > 1e-4f * (1 + fabsf(ref[v])))
+      fail_msg("logit %d: %g decoded, %g from the window", v, (double)dec[v], (double)ref[v]);
+  /* more than one new token after cached ones is refused */
+  slapo_tensor *p2 = i32_2d(1, 2);
+  assert_int_equal(slapo_step_decode(r, kv, p2, &env, &lg), SLAPO_UNSUPPORTED);
+  assert_non_null(strstr(slapo_last_error(), "steps after the first take one token"));
+  free(dec);
+  slapo_tensor_free(p5), slapo_tensor_free(p1), slapo_tensor_free(w6), slapo_tensor_free(p2);
+  slapo_kv_cache_free(kv);
+  slapo_runner_free(r);
+}
+
+static void test_sample_kv_cache(void **state) {
+  (void)state;
+  slapo_gpt2_config c = tiny_cfg();
+  slapo_module *m = new_model(&c, 8);
+  greedy_both_ways(m);
+  assert_int_equal(slapo_models_init(), SLAPO_OK);
+  slapo_sched *root;
+  slapo_sched_log *log;
+  assert_int_equal(slapo_sched_create(m, &root), SLAPO_OK);
+  assert_int_equal(slapo_sched_parse("transformer.h.*.attn replace FlashAttention\n", "t", &log),
+                   SLAPO_OK);
+  assert_int_equal(slapo_apply_schedule(root, log, NULL, 0, 0, NULL), SLAPO_OK);
+  greedy_both_ways(m);
+  slapo_sched_log_free(log);
+  slapo_sched_free(root);
+  slapo_module_free(m);
 }
 
 /* ---- micro-batches weighted by valid tokens ---- */
@@ -853,6 +930,7 @@ int main(void) {
       cmocka_unit_test(test_grad_accumulation),   cmocka_unit_test(test_sample),
       cmocka_unit_test(test_accumulate_by_valid_tokens),
       cmocka_unit_test(test_memory_estimate_matches_plan),
+      cmocka_unit_test(test_sample_kv_cache),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
