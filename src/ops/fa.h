@@ -1,0 +1,50 @@
+/* ops/fa.h - what the FlashAttention op (ops/attention.c) shares with its
+ * tile kernels (ops/fa_tiles.h, compiled once per ISA level in
+ * fa_tiles_<isa>.c): tile sizes, the problem's geometry, the dropout factor.
+ * Layer: ops (internal). */
+#ifndef SLAPO_OPS_FA_H
+#define SLAPO_OPS_FA_H
+
+#include "ops/internal.h"
+
+/* Tile sizes of the fast kernels: a [BR, BC] score tile (4 KiB) plus the
+ * touched rows of q, k, v (BR + 2 BC rows of HS floats) stay in L1/L2. */
+#define BR 32
+#define BC 32
+_Static_assert(BR == BC, "transpose_tile needs square tiles");
+
+typedef struct fa_geom {
+  int64_t BH, T, HS; /* B * NH heads of [T, HS] each               */
+  bool causal;       /* query t sees keys s <= t                    */
+  float scale;       /* on q k^T; default 1/sqrt(HS)                */
+  bool dropout;      /* training and p > 0                          */
+  double p;
+  float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
+  uint64_t seed, stream, step, offset;
+  uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
+  /* Fast kernels: the tensors, [BH, T, HS] each (dx: [3, BH, T, HS]). */
+  const float *q, *k, *v, *dO;
+  float *o, *dx;
+} fa_geom;
+
+/* Dropout factor of P[bh, t, s]: keep_scale or 0, decided exactly as the
+ * dropout op decides element ((bh T) + t) T + s of the [B, NH, T, T] tensor. */
+static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t s) {
+  if (!g->dropout) return 1.0f;
+  uint64_t i = g->offset + (uint64_t)((bh * g->T + t) * g->T + s);
+  float u4[4];
+  slapo_rng_uniform4(g->key, g->step, i >> 2, u4); /* key hashed once per kernel */
+  float u = u4[i & 3];
+  return (double)u >= g->p ? g->keep_scale : 0.0f;
+}
+
+/* The tile kernels of each ISA level: fwd_job computes query tile r0 of
+ * head bh, bwd_job every gradient row of head bh (see ops/fa_tiles.h). */
+void slapo__fa_fwd_job_baseline(const fa_geom *g, int64_t bh, int64_t r0);
+void slapo__fa_fwd_job_avx2(const fa_geom *g, int64_t bh, int64_t r0);
+void slapo__fa_fwd_job_avx512(const fa_geom *g, int64_t bh, int64_t r0);
+void slapo__fa_bwd_job_baseline(const fa_geom *g, int64_t bh);
+void slapo__fa_bwd_job_avx2(const fa_geom *g, int64_t bh);
+void slapo__fa_bwd_job_avx512(const fa_geom *g, int64_t bh);
+
+#endif
