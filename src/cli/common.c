@@ -111,6 +111,9 @@ int cli_model_finish(cli_model_opts *m, const char *cmd) {
   if (slapo_model_find(m->model, &m->family) != SLAPO_OK)
     return cli_usage_error(cmd, "%s", slapo_last_error());
   if (!m->config) m->config = m->family->default_config;
+  slapo_model_dims d;
+  if (m->family->dims(m->config, &d) != SLAPO_OK)
+    return cli_usage_error(cmd, "%s", slapo_last_error());
   if (m->n_disabled && !m->schedule) return cli_usage_error(cmd, "%s", "--disable needs --schedule");
   if (m->schedule && !strcmp(m->schedule, "default")) {
     if (!m->family->default_schedule)

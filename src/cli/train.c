@@ -92,7 +92,7 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
           "  --init-from FILE    start from Hugging Face weights of the model\n"
           "  --sample N          tokens to sample at the end [%lld]\n"
           "  --temperature X     sampling temperature [%g]\n"
-          "  --top-k K           sample from the K most likely tokens [%d]\n"
+          "  --top-k K           sample from the K most likely tokens (0: all) [%d]\n"
           "  --threads N         OpenMP threads (0: all cores) [%d]\n",
           d->data, (long long)d->steps, (long long)d->batch, (long long)d->seq,
           (long long)d->grad_accum, d->lr, d->min_lr, (long long)d->warmup, d->weight_decay,

@@ -89,6 +89,8 @@ static slapo_status verify(verify_args *v) {
   if (s == SLAPO_OK) s = make_batch(v, dims.vocab_size, &idx, &tgt);
   if (s == SLAPO_OK) {
     print_start(v);
+    if (slapo_sched_log_count(log) == 0)
+      printf("note: %s has no schedule lines: there is nothing to verify\n", v->mo.schedule);
     const slapo_tensor *in[2] = {idx, tgt};
     slapo_verify_opts vo = {2, in, (uint64_t)v->seed, 1, v->atol, v->rtol, v->mo.disabled,
                             v->mo.n_disabled, v->per_entry, v->bisect};

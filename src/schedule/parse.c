@@ -45,10 +45,21 @@ static const char *got(line_parser *lp, size_t at) {
     char *t = slapo_arena_printf(lp->a, "a control character (0x%02x)", (unsigned)c);
     return t ? t : "a control character";
   }
+  /* The token, control bytes and non-ASCII bytes shown as \xNN. */
   size_t n = 0;
   while (p[n] && !is_space(p[n])) n++;
-  char *t = slapo_arena_printf(lp->a, "'%.*s'", (int)n, p);
-  return t ? t : "text";
+  char *t = slapo_arena_alloc(lp->a, 4 * n + 3, 1);
+  if (!t) return "text";
+  size_t k = 0;
+  t[k++] = '\'';
+  for (size_t i = 0; i < n; i++) {
+    unsigned char b = (unsigned char)p[i];
+    if (b < ' ' || b >= 0x7f) k += (size_t)snprintf(t + k, 5, "\\x%02x", (unsigned)b);
+    else t[k++] = (char)b;
+  }
+  t[k++] = '\'';
+  t[k] = '\0';
+  return t;
 }
 
 /* Copies s[from, to) into the arena, NUL-terminated. */
@@ -225,7 +236,8 @@ static slapo_status parse_line(line_parser *lp, slapo_sched_log *log) {
   char *prim = span(lp, qstart, lp->pos);
   if (!prim) return nomem();
   if (!slapo__is_name(prim, false))
-    return err_at(lp, qstart, "expected a primitive name after '%s', got '%s'", path, prim);
+    return err_at(lp, qstart, "expected a primitive name after '%s', got %s", path,
+                  got(lp, qstart));
 
   /* Arguments, then an optional comment. */
   arg_list args = {0};

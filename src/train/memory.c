@@ -114,9 +114,9 @@ static size_t cgroup_limit(void) {
 slapo_status slapo_memory_available(size_t *bytes, char *source, size_t cap) {
   const char *env = getenv("SLAPO_MEMORY_LIMIT");
   if (env && *env) {
-    if (!parse_bytes(env, bytes))
-      return slapo_error(SLAPO_INVALID_ARG, "SLAPO_MEMORY_LIMIT=%s: expected bytes, optionally "
-                         "with K, M, G or T (e.g. 24G)", env);
+    if (!parse_bytes(env, bytes) || *bytes == 0)
+      return slapo_error(SLAPO_INVALID_ARG, "SLAPO_MEMORY_LIMIT=%s: expected a positive number of "
+                         "bytes, optionally with K, M, G or T (e.g. 24G)", env);
     snprintf(source, cap, "SLAPO_MEMORY_LIMIT");
     return SLAPO_OK;
   }

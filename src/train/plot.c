@@ -3,6 +3,7 @@
  * top and tokens/s below, written atomically. Each panel's group carries
  * its axis ranges as data-* attributes, so a reader (and the test) can map
  * the points back to the numbers. Layer: train. */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -59,7 +60,7 @@ static slapo_status take_line(series *s, const char *path, int lineno, const cha
 
 static slapo_status read_series(const char *path, series *s) {
   FILE *f = fopen(path, "r");
-  if (!f) return slapo_error(SLAPO_IO, "plot: cannot read %s", path);
+  if (!f) return slapo_error(SLAPO_IO, "plot: cannot read %s: %s", path, strerror(errno));
   char line[4096];
   int lineno = 0;
   int64_t cap = 0;

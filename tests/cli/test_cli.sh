@@ -83,10 +83,14 @@ run "show bad option" 2 "$SLAPO" show --nope
 ok "show bad option"
 
 # Errors from the library: exit 1, "slapo: <status>: <message>".
-run "unknown config" 1 "$SLAPO" train --config gpt5
-check "unknown config" err "slapo: not_found: gpt2: unknown config 'gpt5'"
-run "show unknown config" 1 "$SLAPO" show --config gpt5
-check "show unknown config" err "slapo: not_found: gpt2: unknown config 'gpt5'"
+run "unknown config" 2 "$SLAPO" train --config gpt5
+check "unknown config" err "slapo: usage: gpt2: unknown config 'gpt5'"
+lacks_out=$(grep -c "slapo train:" "$OUT" || true)
+if [ "$lacks_out" -eq 0 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL unknown config: header printed before the usage error"; fi
+run "show unknown config" 2 "$SLAPO" show --config gpt5
+check "show unknown config" err "slapo: usage: gpt2: unknown config 'gpt5'"
+run "zero memory limit" 1 env SLAPO_MEMORY_LIMIT=0 "$SLAPO" train --config tiny --steps 1 --data "$TEXT"
+check "zero memory limit" err "SLAPO_MEMORY_LIMIT=0: expected a positive number"
 run "missing data" 1 "$SLAPO" train --config tiny --seq 8 --data /nonexistent/corpus.txt
 check "missing data" err "/nonexistent/corpus.txt"
 check "missing data status" err "slapo: io: "
@@ -180,7 +184,7 @@ run "train fits" 0 env SLAPO_MEMORY_LIMIT=1G "$SLAPO" train --config tiny --step
 check "train fits" out "of 1024.0 MiB available"
 run "bad memory limit" 1 env SLAPO_MEMORY_LIMIT=lots "$SLAPO" train --config tiny --steps 1 \
   --batch 1 --seq 8 --data "$TEXT"
-check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected bytes"
+check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected a positive number of bytes"
 # The loss plot, from the metrics file of a run.
 run "plot needs metrics" 1 "$SLAPO" train --config tiny --steps 1 --plot "$TMP/x.svg" --data "$TEXT"
 check "plot needs metrics" err "--plot $TMP/x.svg needs --metrics FILE"

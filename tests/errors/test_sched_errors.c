@@ -83,6 +83,9 @@ static const bad_case k_cases[] = {
     {"a b k=\x1f", "t.sched:1:7: expected a value after 'k=', got a control character (0x1f)"},
     {"a b k=v\x02", "t.sched:1:8: expected an argument (a word, number or quoted string), got a "
                      "control character (0x02)"},
+    /* control and non-ASCII bytes inside a token are shown escaped */
+    {"h rep\x01lace", "t.sched:1:3: expected a primitive name after 'h', got 'rep\\x01lace'"},
+    {"h p\xc3\xa9", "t.sched:1:3: expected a primitive name after 'h', got 'p\\xc3\\xa9'"},
     /* later lines, comments and CRLF line ends */
     {"# c\r\n\r\nh p ok=1\r\nh p bad=1.\r\n",
      "t.sched:4:9: expected a number (like 3, -1, 0.5 or 1e-5), got '1.'"},

@@ -150,6 +150,7 @@ static void test_plot_follows_metrics(void **state) {
 static void test_plot_errors(void **state) {
   (void)state;
   assert_int_equal(slapo_plot_metrics("/nonexistent/m.jsonl", g_svg), SLAPO_IO);
+  assert_non_null(strstr(slapo_last_error(), "No such file or directory"));
   FILE *f = fopen(g_metrics, "w");
   fputs("{\"step\": 1, \"loss\": 2.0}\nnot json\n", f);
   fclose(f);
