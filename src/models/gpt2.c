@@ -10,35 +10,35 @@
 #include "core/assert.h"
 #include "models/internal.h"
 
-typedef struct named_config {
-  const char *name;
-  slapo_gpt2_config cfg;
-} named_config;
-
-static const named_config k_configs[] = {
-    {"tiny", {4, 4, 128, 64, 256, 0.0, 1e-5}},
-    {"small", {6, 6, 384, 256, 256, 0.0, 1e-5}},
-    {"124M", {12, 12, 768, 1024, 50257, 0.1, 1e-5}},
-    {"355M", {24, 16, 1024, 1024, 50257, 0.1, 1e-5}},
-    {"774M", {36, 20, 1280, 1024, 50257, 0.1, 1e-5}},
-    {"1.5B", {48, 25, 1600, 1024, 50257, 0.1, 1e-5}},
+/* The named configs: one list of names (the registry's, slapo models')
+ * and their hyper-parameters in the same order. */
+const char *const slapo__gpt2_config_names[] = {"tiny", "small", "124M", "355M", "774M", "1.5B",
+                                                NULL};
+static const slapo_gpt2_config k_configs[] = {
+    {4, 4, 128, 64, 256, 0.0, 1e-5},         /* tiny: bytes   */
+    {6, 6, 384, 256, 256, 0.0, 1e-5},        /* small: bytes  */
+    {12, 12, 768, 1024, 50257, 0.1, 1e-5},   /* 124M          */
+    {24, 16, 1024, 1024, 50257, 0.1, 1e-5},  /* 355M          */
+    {36, 20, 1280, 1024, 50257, 0.1, 1e-5},  /* 774M          */
+    {48, 25, 1600, 1024, 50257, 0.1, 1e-5},  /* 1.5B          */
 };
+_Static_assert(SLAPO_ARRAY_LEN(k_configs) + 1 == SLAPO_ARRAY_LEN(slapo__gpt2_config_names),
+               "one name per config");
 
-const char *const *slapo_gpt2_config_names(void) {
-  static const char *const names[] = {"tiny", "small", "124M", "355M", "774M", "1.5B", NULL};
-  return names;
-}
+const char *const *slapo_gpt2_config_names(void) { return slapo__gpt2_config_names; }
 
 slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out) {
+  char known[128] = "";
+  size_t len = 0;
   for (size_t i = 0; i < SLAPO_ARRAY_LEN(k_configs); i++) {
-    if (!strcmp(k_configs[i].name, name)) {
-      *out = k_configs[i].cfg;
+    if (!strcmp(slapo__gpt2_config_names[i], name)) {
+      *out = k_configs[i];
       return SLAPO_OK;
     }
+    len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
+                            slapo__gpt2_config_names[i]);
   }
-  return slapo_error(SLAPO_NOT_FOUND,
-                     "gpt2: unknown config '%s' (known: tiny, small, 124M, 355M, 774M, 1.5B)",
-                     name);
+  return slapo_error(SLAPO_NOT_FOUND, "gpt2: unknown config '%s' (known: %s)", name, known);
 }
 
 /* Every GPT-2 module keeps a pointer to the shared config. */

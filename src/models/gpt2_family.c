@@ -4,7 +4,7 @@
 #include <stdio.h>
 
 #include "core/assert.h"
-#include "slapo/models.h"
+#include "models/internal.h"
 
 static slapo_status gpt2_dims(const char *config, slapo_model_dims *out) {
   slapo_gpt2_config c;
@@ -26,7 +26,7 @@ static slapo_status gpt2_create(const char *config, double dropout, slapo_module
 const slapo_model_family slapo__family_gpt2 = {
     .name = "gpt2",
     .hf_class = "GPT2LMHeadModel",
-    .configs = (const char *const[]){"tiny", "small", "124M", "355M", "774M", "1.5B", NULL},
+    .configs = slapo__gpt2_config_names,
     .default_config = "small",
     .objective = SLAPO_OBJECTIVE_CAUSAL_LM,
     .default_schedule = "gpt2_flash_attention.sched",

@@ -14,4 +14,7 @@
  * error (recorded on ctx). */
 slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v);
 
+/* GPT-2's config names, NULL-terminated (gpt2.c; the registry entry's list). */
+extern const char *const slapo__gpt2_config_names[];
+
 #endif
