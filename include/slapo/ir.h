@@ -169,6 +169,10 @@ slapo_status slapo_node_set_origin(slapo_node *n, const char *path, int op_seq);
  * SLAPO_STATE (a getitem user reads an item >= n_results; node unchanged). */
 slapo_status slapo_node_set_n_results(slapo_node *n, int n_results);
 
+/* True when n is a call_op node of the op descriptor `op` (compared by
+ * identity; passes name ops by descriptor, never by string). */
+bool slapo_node_is_op(const slapo_node *n, const struct slapo_op *op);
+
 /* Attribute lookup: the attribute named `key`, or NULL. Typed getters return
  * `dflt` when absent or of another kind. */
 const slapo_attr *slapo_node_attr(const slapo_node *n, const char *key);

@@ -66,6 +66,12 @@ int slapo_ctx_new_region(slapo_ctx *ctx);
 int slapo_ctx_set_region(slapo_ctx *ctx, int region);
 int slapo_ctx_region(const slapo_ctx *ctx);
 
+/* Shapeless building (pattern graphs): while on, op calls skip shape
+ * inference, so placeholders without shapes can stand for any value; nodes
+ * keep dtype f32 and ndim 0. Off by default. */
+void slapo_ctx_set_shapeless(slapo_ctx *ctx, bool on);
+bool slapo_ctx_shapeless(const slapo_ctx *ctx);
+
 /* Upper layers (module/) attach their own state here. */
 void slapo_ctx_set_user(slapo_ctx *ctx, void *user);
 void *slapo_ctx_user(const slapo_ctx *ctx);
@@ -139,6 +145,8 @@ typedef struct slapo_op {
   slapo_backward_fn backward; /* NULL: not differentiable (error if needed) */
   bool contiguous_inputs;   /* executor makes strided inputs contiguous     */
   bool random;              /* draws from Philox (dropout)                   */
+  bool commutative;         /* two inputs that may be swapped (add, mul): the */
+                            /*   pattern matcher tries both orders            */
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;
@@ -180,6 +188,12 @@ slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int nd
  * when an input is NULL or the ctx already failed. */
 slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs);
+/* slapo_op_call with the descriptor instead of its name: what the library's
+ * own builders, passes and the tracer use, so an op is named once, at
+ * compile time, and nodes are compared by descriptor identity. `op` NULL
+ * records SLAPO_INVALID_ARG. */
+slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
+                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs);
 /* The RNG stream key ("stream" attribute) slapo_op_call gives the
  * `index`-th random op (0-based; other ops do not count) drawn in the
  * `call`-th call of module path `origin` ("" = root):

@@ -108,3 +108,7 @@ const char *slapo_node_attr_str(const slapo_node *n, const char *key, const char
   const slapo_attr *a = slapo_node_attr(n, key);
   return a && a->kind == SLAPO_ATTR_STR ? a->s : dflt;
 }
+
+bool slapo_node_is_op(const slapo_node *n, const struct slapo_op *op) {
+  return n && op && n->kind == SLAPO_NODE_CALL_OP && n->op == op;
+}

@@ -70,6 +70,7 @@ static slapo_node *div_example(slapo_ctx *ctx) { return example_binary(ctx, "div
 
 SLAPO_OP_DESCRIPTOR(add) = {
     .name = "add",
+    .commutative = true,
     .n_inputs = 2,
     .infer = ew_infer_broadcast,
     .ref = add_ref_k,
@@ -94,6 +95,7 @@ SLAPO_OP_DESCRIPTOR(sub) = {
 
 SLAPO_OP_DESCRIPTOR(mul) = {
     .name = "mul",
+    .commutative = true,
     .n_inputs = 2,
     .infer = ew_infer_broadcast,
     .ref = mul_ref_k,

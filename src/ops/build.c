@@ -21,11 +21,20 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs) {
   if (!ready(ctx)) return NULL;
   const slapo_op *op = slapo_op_find(name);
-  char msg[1024];
   if (!op) {
+    char msg[1024];
     snprintf(msg, sizeof msg, "unknown op '%s'", name);
     return fail(ctx, SLAPO_NOT_FOUND, msg);
   }
+  return slapo_op_apply(ctx, op, n_inputs, inputs, n_attrs, attrs);
+}
+
+slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
+                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs) {
+  if (!ready(ctx)) return NULL;
+  if (!op) return fail(ctx, SLAPO_INVALID_ARG, "op_apply: no op descriptor");
+  const char *name = op->name;
+  char msg[1024];
   if (op->n_inputs >= 0 ? n_inputs != op->n_inputs : n_inputs < 1) {
     snprintf(msg, sizeof msg, "%s: expects %s%d inputs, got %d", name,
              op->n_inputs < 0 ? "at least " : "", op->n_inputs < 0 ? 1 : op->n_inputs, n_inputs);
@@ -68,7 +77,7 @@ slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
   if (s != SLAPO_OK) return fail(ctx, s, slapo_last_error());
   s = slapo_node_set_origin(node, slapo_ctx_origin(ctx), seq);
   node->recompute = slapo_ctx_region(ctx);
-  if (s == SLAPO_OK) s = op->infer(node);
+  if (s == SLAPO_OK && !slapo_ctx_shapeless(ctx)) s = op->infer(node);
   if (s != SLAPO_OK) {
     snprintf(msg, sizeof msg, "%s", slapo_last_error());
     /* The failed node has no users yet: remove it so the graph stays clean. */

@@ -19,6 +19,7 @@ struct slapo_ctx {
   slapo_map *call_counts; /* path -> (intptr_t) module calls so far + 1 */
   slapo_map *rand_counts; /* "path#call" -> (intptr_t) random ops drawn + 1 */
   int region, n_regions; /* current checkpoint region; regions handed out */
+  bool shapeless;        /* skip shape inference (pattern graphs) */
   void *user;
 };
 
@@ -121,6 +122,9 @@ int slapo_ctx_set_region(slapo_ctx *c, int region) {
 }
 
 int slapo_ctx_region(const slapo_ctx *c) { return c->region; }
+
+void slapo_ctx_set_shapeless(slapo_ctx *c, bool on) { c->shapeless = on; }
+bool slapo_ctx_shapeless(const slapo_ctx *c) { return c->shapeless; }
 
 void slapo_ctx_set_user(slapo_ctx *c, void *user) { c->user = user; }
 void *slapo_ctx_user(const slapo_ctx *c) { return c->user; }
