@@ -64,6 +64,18 @@ const char *slapo_parameter_tag(const slapo_parameter *p, const char *key);
 typedef slapo_node *(*slapo_forward_fn)(slapo_ctx *ctx, slapo_module *self, int n_in,
                                         slapo_node *const *in);
 
+/* The op a module computes, as the pattern matcher sees it (relu ~ ReLU,
+ * linear ~ Linear): the op's inputs are the module's inputs and parameters
+ * in the order `inputs` names them ("$0" the module's input 0, any other
+ * string a parameter's local name), with these attributes. */
+typedef struct slapo_op_form {
+  const struct slapo_op *op;
+  int n_inputs;
+  const char *inputs[4];
+  int n_attrs;
+  slapo_attr attrs[4]; /* strings borrowed from the module / static */
+} slapo_op_form;
+
 typedef struct slapo_module_type {
   const char *name;        /* PyTorch-style class name: "Linear"          */
   slapo_forward_fn forward;
@@ -72,7 +84,13 @@ typedef struct slapo_module_type {
   void (*describe)(const slapo_module *self, char *buf, size_t cap);
   /* Frees type-specific config (self->config); NULL: slapo_free. */
   void (*free_config)(void *config);
+  /* The module's op form (fills *form, returns true), or NULL / false when
+   * it has none. A module with an op form is a default leaf of `trace`:
+   * it stays one call_module node, which patterns match through the form. */
+  bool (*op_form)(const slapo_module *self, slapo_op_form *form);
 } slapo_module_type;
+
+typedef struct slapo_trace_state slapo_trace_state; /* a traced module's graphs (trace.c) */
 
 /* A module instance. Fields are readable; change them through the API. */
 struct slapo_module {
@@ -87,7 +105,10 @@ struct slapo_module {
   void *config;             /* type-specific, owned                      */
   /* Schedule state that slapo_call obeys (primitives set it). */
   bool checkpoint;          /* activations recomputed in backward        */
+  slapo_trace_state *trace; /* traced: slapo_call emits its stored graph */
   uint64_t version;         /* root only: bumped by slapo_module_touch   */
+  int n_example;            /* root only: example inputs for `trace`     */
+  slapo_tensor **example;   /*   (meta tensors, owned)                   */
 };
 
 /* Records that the tree containing m changed (a primitive was applied or
@@ -285,6 +306,75 @@ int64_t slapo_decode_past(slapo_ctx *ctx);
  * the ctx status. */
 slapo_status slapo_decode_kv(slapo_ctx *ctx, slapo_node *k, slapo_node *v, slapo_node **k_all,
                              slapo_node **v_all);
+
+/* ------------------------------------------------------------------------ */
+/* Tracing (DESIGN.md §3: modules are traced by need)                        */
+/* ------------------------------------------------------------------------ */
+
+/* Example inputs of a root module: the shapes `trace` runs the model's
+ * forward at to capture a module's graph (GPT-2: ids and labels [2, 8]).
+ * Copies the tensors' dtypes and shapes (as meta tensors); n = 0 clears.
+ * Errors: SLAPO_INVALID_ARG (m not a root, n outside [0, 8]), NOMEM. */
+slapo_status slapo_module_set_example(slapo_module *m, int n, const slapo_tensor *const *in);
+
+typedef struct slapo_trace_opts {
+  bool flatten;       /* inline children down to the leaves              */
+  const char *leaves; /* "A,B": module type names or paths (relative to
+                         the traced module) kept as call_module nodes, on
+                         top of the default leaves (types with an op form)
+                         and the modules a trace cannot inline; NULL none */
+} slapo_trace_opts;
+
+/* Captures m's forward as a graph stored on m (schedule state): the root's
+ * forward is built on the example inputs and, when it calls m, m's forward
+ * is traced at those input shapes. Children stay call_module nodes (their
+ * own schedule state keeps working) unless `flatten`, which inlines every
+ * child that is not a leaf. From then on slapo_call emits the stored graph
+ * instead of calling the forward: parameters are referred to by path
+ * relative to m, op nodes keep their attributes (random ops their stream),
+ * call_module nodes are called by name. A call at other input shapes (or a
+ * second call of m in one forward) re-traces m at those shapes and replays
+ * the graph edits recorded with slapo_module_edit_graph, so baked shapes
+ * (GPT-2 attention's B, T, NH) follow. Decoding with a KV cache runs the
+ * forward function of a traced module whose trace has no edits (same
+ * computation) and refuses one with edits (SLAPO_UNSUPPORTED).
+ * Errors (m unchanged): SLAPO_STATE (already traced; inlined into an
+ * ancestor's flattened trace: names it), SLAPO_PRECOND (the root has no
+ * example inputs; the root's forward never calls m), SLAPO_UNSUPPORTED
+ * (a module that cannot be inlined: checkpointed or a list; names its path
+ * and the reason), errors of building the forward (prefixed "trace: PATH:"),
+ * NOMEM. */
+slapo_status slapo_module_trace(slapo_module *m, const slapo_trace_opts *opts);
+/* The stored graph at the example shapes, which find and graph edits work
+ * on; NULL when m is not traced. Borrowed: valid until the next edit. */
+slapo_graph *slapo_module_graph(const slapo_module *m);
+/* The options m was traced with (NULL when untraced). Borrowed. */
+const slapo_trace_opts *slapo_module_trace_options(const slapo_module *m);
+/* When m's forward is inlined into the flattened trace of an ancestor, that
+ * ancestor (so m's own schedule state cannot act); else NULL. */
+slapo_module *slapo_module_inlined_by(const slapo_module *m);
+
+/* An edit of a traced module's graph (subgraph replace, checkpoint): applied
+ * to `g` (the stored graph of m, at some input shapes) and replayed on each
+ * re-trace. It must check before it mutates: on error g is unchanged. */
+typedef slapo_status (*slapo_graph_edit_fn)(slapo_module *m, slapo_graph *g, void *ud);
+
+/* Applies fn to m's stored graph, lints it, and records (fn, ud) for replay
+ * (ud then owned by m, freed with free_ud; on error free_ud(ud) is called).
+ * Cached graphs at other shapes are dropped. `what` (copied) names the edit
+ * in replay errors. Errors: SLAPO_PRECOND (m not traced), fn's status (graph
+ * unchanged), SLAPO_STATE (the edited graph fails lint: the edit is undone
+ * by re-tracing), NOMEM. */
+slapo_status slapo_module_edit_graph(slapo_module *m, const char *what, slapo_graph_edit_fn fn,
+                                     void (*free_ud)(void *), void *ud);
+
+/* The value meta (dtype, shape) `mod`'s forward returns for inputs with the
+ * metas of `in` (nodes of any graph; only dtype and shape are read), built
+ * on a scratch graph: for graph edits that insert a call of a new module.
+ * `path` names mod in errors. Errors: those of building. */
+slapo_status slapo_module_infer(slapo_module *mod, const char *path, int n_in,
+                                slapo_node *const *in, slapo_dtype *dtype, int *ndim,
+                                int64_t *shape);
 
 /* Sets every parameter gradient below m to zero. */
 void slapo_module_zero_grad(slapo_module *m);

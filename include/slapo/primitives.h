@@ -102,6 +102,11 @@ slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *ke
  * checkpointed). */
 slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
 
+/* trace: captures node's module as a static graph (slapo_module_trace; see
+ * primitives/trace.c). opts NULL: no flatten, default leaves. Errors: those
+ * of slapo_module_trace. */
+slapo_status slapo_trace(slapo_sched *node, const slapo_trace_opts *opts);
+
 #ifdef __cplusplus
 }
 #endif

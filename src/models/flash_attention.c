@@ -73,7 +73,7 @@ static void fa_describe(const slapo_module *self, char *buf, size_t cap) {
 }
 
 static const slapo_module_type k_flash_attention = {"FlashAttention", fa_forward, fa_describe,
-                                                    NULL};
+                                                    NULL, NULL};
 
 /* A Linear like `old` (a Linear child with weight [out, in] and optional
  * bias) whose parameters are old's parameter objects (tied). */

@@ -105,7 +105,7 @@ static void attn_describe(const slapo_module *self, char *buf, size_t cap) {
   snprintf(buf, cap, "n_head=%d", cfg_of(self)->n_head);
 }
 
-static const slapo_module_type k_attn = {"GPT2Attention", attn_forward, attn_describe, NULL};
+static const slapo_module_type k_attn = {"GPT2Attention", attn_forward, attn_describe, NULL, NULL};
 
 /* ---- GPT2MLP ---- */
 
@@ -118,7 +118,7 @@ static slapo_node *mlp_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return slapo_call1(ctx, self, "dropout", h);
 }
 
-static const slapo_module_type k_mlp = {"GPT2MLP", mlp_forward, NULL, NULL};
+static const slapo_module_type k_mlp = {"GPT2MLP", mlp_forward, NULL, NULL, NULL};
 
 /* ---- GPT2Block ---- */
 
@@ -131,7 +131,7 @@ static slapo_node *block_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return x;
 }
 
-static const slapo_module_type k_block = {"GPT2Block", block_forward, NULL, NULL};
+static const slapo_module_type k_block = {"GPT2Block", block_forward, NULL, NULL, NULL};
 
 /* ---- GPT2Model ---- */
 
@@ -169,7 +169,7 @@ static slapo_node *model_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return slapo_call1(ctx, self, "ln_f", x);
 }
 
-static const slapo_module_type k_model = {"GPT2Model", model_forward, NULL, NULL};
+static const slapo_module_type k_model = {"GPT2Model", model_forward, NULL, NULL, NULL};
 
 /* ---- GPT2LMHeadModel ---- */
 
@@ -187,7 +187,7 @@ static slapo_node *lm_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
 }
 
-static const slapo_module_type k_lm = {"GPT2LMHeadModel", lm_forward, NULL, NULL};
+static const slapo_module_type k_lm = {"GPT2LMHeadModel", lm_forward, NULL, NULL, NULL};
 
 /* ---- construction ---- */
 
@@ -266,6 +266,15 @@ slapo_status slapo_gpt2_new(const slapo_gpt2_config *c, slapo_module **out) {
   slapo_module *lm_head = slapo_module_child(lm, "lm_head");
   slapo_parameter *wte = slapo_module_param(slapo_module_child(tr, "wte"), "weight");
   slapo_status s = slapo_module_tie_param(lm_head, "weight", wte);
+  /* What `trace` builds the model on: ids and labels [2, 8] (shorter for a
+   * smaller context). */
+  int64_t bt[2] = {2, c->n_ctx < 8 ? c->n_ctx : 8};
+  slapo_tensor *ex[2] = {NULL, NULL};
+  for (int i = 0; i < 2 && s == SLAPO_OK; i++)
+    s = slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, bt, &ex[i]);
+  if (s == SLAPO_OK) s = slapo_module_set_example(lm, 2, (const slapo_tensor *const *)ex);
+  slapo_tensor_free(ex[0]);
+  slapo_tensor_free(ex[1]);
   if (s != SLAPO_OK) {
     slapo_module_free(lm);
     return s;

@@ -7,24 +7,52 @@
 
 #include "module/internal.h"
 
-slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
-                       slapo_node *const *in) {
-  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+/* The child `name` of self and its full path, or NULL (error recorded). */
+static slapo_module *child_of(slapo_ctx *ctx, slapo_module *self, const char *name,
+                              char *path, size_t cap) {
   slapo_module *child = NULL;
   const char *origin = slapo_ctx_origin(ctx);
-  char path[1024];
-  snprintf(path, sizeof path, "%s%s%s", origin, origin[0] ? "." : "", name);
+  snprintf(path, cap, "%s%s%s", origin, origin[0] ? "." : "", name);
   if (slapo_module_at(self, name, &child) != SLAPO_OK) {
     slapo_ctx_fail(ctx, SLAPO_NOT_FOUND, "%s: %s", origin[0] ? origin : "(root)",
                    slapo_last_error());
     return NULL;
   }
+  return child;
+}
+
+slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in) {
+  slapo__build_state *bs = slapo_ctx_user(ctx);
+  if (bs && bs->capture && !bs->capture->done && bs->capture->m == m)
+    return slapo__trace_capture(ctx, bs->capture, m, n_in, in);
+  if (m->trace) return slapo__trace_emit(ctx, m, n_in, in);
+  return m->type->forward(ctx, m, n_in, in);
+}
+
+slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
+                       slapo_node *const *in) {
+  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  slapo__build_state *bs = slapo_ctx_user(ctx);
+  if (!bs || !bs->trace || bs->trace->leaf_depth > 0)
+    return slapo__call_module(ctx, self, name, n_in, in);
+  /* Tracing: the child becomes a call_module node or is inlined. */
+  char path[1024];
+  slapo_module *child = child_of(ctx, self, name, path, sizeof path);
+  return child ? slapo__trace_call(ctx, bs->trace, self, name, child, path, n_in, in) : NULL;
+}
+
+slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
+                               slapo_node *const *in) {
+  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  char path[1024];
+  slapo_module *child = child_of(ctx, self, name, path, sizeof path);
+  if (!child) return NULL;
   if (slapo_ctx_enter_call(ctx, path) != SLAPO_OK) return NULL;
   /* A checkpointed module's nodes form one recompute region (nested
    * checkpoints fold into the outermost: its recompute covers them). */
   int prev = slapo_ctx_region(ctx);
   if (child->checkpoint && prev == 0) slapo_ctx_set_region(ctx, slapo_ctx_new_region(ctx));
-  slapo_node *out = child->type->forward(ctx, child, n_in, in);
+  slapo_node *out = slapo__forward(ctx, child, n_in, in);
   slapo_ctx_set_region(ctx, prev);
   slapo_ctx_pop_origin(ctx);
   if (!out && slapo_ctx_status(ctx) == SLAPO_OK)

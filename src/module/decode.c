@@ -48,6 +48,9 @@ static slapo__decode_state *decode_of(slapo_ctx *ctx) {
 }
 
 int64_t slapo_decode_past(slapo_ctx *ctx) {
+  slapo__build_state *bs = slapo_ctx_user(ctx);
+  /* A traced forward that asks is only valid without a cache (trace.c). */
+  if (bs && bs->trace) bs->trace->decode_sensitive = true;
   slapo__decode_state *d = decode_of(ctx);
   return d ? d->cache->len : -1;
 }
@@ -152,7 +155,7 @@ static slapo_status bind_all(slapo_plan *p, const slapo__build_state *bs, const 
 static slapo_status build_decode(slapo_module *root, slapo_ctx *ctx, const slapo_tensor *idx,
                                  slapo__build_state *bs) {
   slapo_node *in = slapo_input(ctx, "in0", idx->dtype, idx->ndim, idx->shape);
-  slapo_node *y = in ? root->type->forward(ctx, root, 1, &in) : NULL;
+  slapo_node *y = in ? slapo__forward(ctx, root, 1, &in) : NULL;
   SLAPO_TRY(slapo_ctx_status(ctx));
   const slapo__decode_state *d = bs->decode;
   if (!y || d->n == 0)

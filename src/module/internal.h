@@ -15,12 +15,53 @@ typedef struct slapo__decode_state {
   slapo_node **k, **v; /* present keys / values [B, NH, P + T, HS]       */
 } slapo__decode_state;
 
+/* While a module's forward is traced (trace.c). */
+typedef struct slapo__tracing {
+  slapo_module *m;               /* the module traced                       */
+  const char *path;              /* its full path                           */
+  const slapo_trace_opts *opts;
+  int leaf_depth;                /* > 0 while a leaf runs for its meta      */
+  char **inlined;                /* relative paths inlined (owned)          */
+  int n_inlined;
+  bool decode_sensitive;         /* the forward asked slapo_decode_past     */
+} slapo__tracing;
+
+/* While the root is built on example inputs to capture one module's trace. */
+typedef struct slapo__capture {
+  slapo_module *m;
+  const slapo_trace_opts *opts;
+  bool done;
+  slapo_status status;
+  char message[1024];            /* the trace's error message               */
+  slapo_graph *g;                /* the captured graph (owned by the caller) */
+  slapo__tracing tracing;        /* its inlined list etc.                    */
+  struct trace_sig_pub { int n_in; int call; slapo_dtype dt[8]; int ndim[8];
+                         int64_t shape[8][SLAPO_MAX_DIMS]; } sig_in;
+} slapo__capture;
+
 /* Attached to the ctx (slapo_ctx_set_user) while a step is built. */
 typedef struct slapo__build_state {
   slapo_map *param_nodes; /* canonical path -> param node */
   slapo_map *param_objs;  /* canonical path -> slapo_parameter */
   slapo__decode_state *decode; /* NULL unless a decoding step is built */
+  slapo__tracing *trace;  /* non-NULL while a module is traced */
+  slapo__capture *capture; /* non-NULL while a trace is captured */
 } slapo__build_state;
+
+/* Runs m's forward, or emits its traced graph, or captures it (call.c). */
+slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in);
+/* slapo_call without the tracer's interception (call.c). */
+slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
+                               slapo_node *const *in);
+/* trace.c: a child call while tracing (leaf -> call_module node, else
+ * inlined); emission of a traced module; capture; freeing. */
+slapo_node *slapo__trace_call(slapo_ctx *ctx, slapo__tracing *t, slapo_module *self,
+                              const char *name, slapo_module *child, const char *path,
+                              int n_in, slapo_node *const *in);
+slapo_node *slapo__trace_emit(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in);
+slapo_node *slapo__trace_capture(slapo_ctx *ctx, slapo__capture *c, slapo_module *m, int n_in,
+                                 slapo_node *const *in);
+void slapo__trace_free(slapo_trace_state *t);
 
 /* The runner's root module; and the last decoding step's graph and plan,
  * kept (owned by the runner) so its logits stay valid until the next one:

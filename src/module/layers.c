@@ -38,7 +38,21 @@ static void linear_describe(const slapo_module *self, char *buf, size_t cap) {
            (long long)c->out, c->bias ? "True" : "False");
 }
 
-static const slapo_module_type k_linear = {"Linear", linear_forward, linear_describe, NULL};
+/* Op forms (pattern matching: linear ~ Linear, ...): the op each layer
+ * emits, with its inputs in the op's order. */
+static bool form(slapo_op_form *f, const char *op, int n, const char *const *inputs) {
+  *f = (slapo_op_form){.op = slapo_op_find(op), .n_inputs = n};
+  for (int i = 0; i < n; i++) f->inputs[i] = inputs[i];
+  return f->op != NULL;
+}
+
+static bool linear_form(const slapo_module *self, slapo_op_form *f) {
+  const linear_cfg *c = self->config;
+  return form(f, "linear", c->bias ? 3 : 2, (const char *const[]){"$0", "weight", "bias"});
+}
+
+static const slapo_module_type k_linear = {"Linear", linear_forward, linear_describe, NULL,
+                                           linear_form};
 
 slapo_status slapo_linear_new(int64_t in_features, int64_t out_features, bool bias, float std,
                               slapo_module **out) {
@@ -81,7 +95,15 @@ static void ln_describe(const slapo_module *self, char *buf, size_t cap) {
   snprintf(buf, cap, "(%lld,), eps=%g", (long long)c->dim, c->eps);
 }
 
-static const slapo_module_type k_layernorm = {"LayerNorm", ln_forward, ln_describe, NULL};
+static bool ln_form(const slapo_module *self, slapo_op_form *f) {
+  const ln_cfg *c = self->config;
+  bool ok = form(f, "layer_norm", 3, (const char *const[]){"$0", "weight", "bias"});
+  f->attrs[f->n_attrs++] = slapo_attr_float("eps", c->eps);
+  return ok;
+}
+
+static const slapo_module_type k_layernorm = {"LayerNorm", ln_forward, ln_describe, NULL,
+                                              ln_form};
 
 slapo_status slapo_layernorm_new(int64_t dim, double eps, slapo_module **out) {
   if (dim <= 0) return slapo_error(SLAPO_INVALID_ARG, "LayerNorm: dim must be positive, got %lld", (long long)dim);
@@ -116,7 +138,13 @@ static void emb_describe(const slapo_module *self, char *buf, size_t cap) {
   snprintf(buf, cap, "%lld, %lld", (long long)c->num, (long long)c->dim);
 }
 
-static const slapo_module_type k_embedding = {"Embedding", emb_forward, emb_describe, NULL};
+static bool emb_form(const slapo_module *self, slapo_op_form *f) {
+  (void)self;
+  return form(f, "embedding", 2, (const char *const[]){"weight", "$0"});
+}
+
+static const slapo_module_type k_embedding = {"Embedding", emb_forward, emb_describe, NULL,
+                                              emb_form};
 
 slapo_status slapo_embedding_new(int64_t num, int64_t dim, float std, slapo_module **out) {
   if (num <= 0 || dim <= 0)
@@ -169,9 +197,28 @@ static slapo_node *relu_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return x ? slapo_relu(ctx, x) : NULL;
 }
 
-static const slapo_module_type k_dropout = {"Dropout", dropout_forward, dropout_describe, NULL};
-static const slapo_module_type k_gelu = {"GELU", gelu_forward, gelu_describe, NULL};
-static const slapo_module_type k_relu = {"ReLU", relu_forward, NULL, NULL};
+static bool dropout_form(const slapo_module *self, slapo_op_form *f) {
+  bool ok = form(f, "dropout", 1, (const char *const[]){"$0"});
+  f->attrs[f->n_attrs++] = slapo_attr_float("p", ((const scalar_cfg *)self->config)->v);
+  return ok;
+}
+
+static bool gelu_form(const slapo_module *self, slapo_op_form *f) {
+  bool ok = form(f, "gelu", 1, (const char *const[]){"$0"});
+  bool tanh = ((const scalar_cfg *)self->config)->v != 0;
+  f->attrs[f->n_attrs++] = slapo_attr_str("approximate", tanh ? "tanh" : "none");
+  return ok;
+}
+
+static bool relu_form(const slapo_module *self, slapo_op_form *f) {
+  (void)self;
+  return form(f, "relu", 1, (const char *const[]){"$0"});
+}
+
+static const slapo_module_type k_dropout = {"Dropout", dropout_forward, dropout_describe, NULL,
+                                            dropout_form};
+static const slapo_module_type k_gelu = {"GELU", gelu_forward, gelu_describe, NULL, gelu_form};
+static const slapo_module_type k_relu = {"ReLU", relu_forward, NULL, NULL, relu_form};
 
 static slapo_status scalar_module(const slapo_module_type *t, double v, slapo_module **out) {
   scalar_cfg *c = slapo_malloc(sizeof *c);
@@ -204,7 +251,7 @@ static slapo_node *list_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return NULL;
 }
 
-static const slapo_module_type k_modulelist = {"ModuleList", list_forward, NULL, NULL};
+static const slapo_module_type k_modulelist = {"ModuleList", list_forward, NULL, NULL, NULL};
 
 slapo_status slapo_modulelist_new(slapo_module **out) {
   return slapo_module_new(&k_modulelist, NULL, out);

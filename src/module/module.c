@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/assert.h"
-#include "slapo/module.h"
+#include "module/internal.h"
 
 slapo_status slapo_module_new(const slapo_module_type *type, void *config, slapo_module **out) {
   *out = NULL;
@@ -54,6 +54,9 @@ void slapo_module_free(slapo_module *m) {
   slapo_free(m->param_names);
   if (m->type->free_config) m->type->free_config(m->config);
   else slapo_free(m->config);
+  slapo__trace_free(m->trace);
+  for (int i = 0; i < m->n_example; i++) slapo_tensor_free(m->example[i]);
+  slapo_free(m->example);
   slapo_free(m->name);
   slapo_free(m);
 }

@@ -130,7 +130,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
     ins[i] = slapo_input(ctx, name, in[i]->dtype, in[i]->ndim, in[i]->shape);
   }
   slapo_node *y = slapo_ctx_status(ctx) == SLAPO_OK
-                      ? r->root->type->forward(ctx, r->root, n_in, ins)
+                      ? slapo__forward(ctx, r->root, n_in, ins)
                       : NULL;
   if ((s = slapo_ctx_status(ctx)) != SLAPO_OK) goto done;
   if (!y) {

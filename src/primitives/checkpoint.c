@@ -25,6 +25,7 @@ static slapo_status checkpoint_impl(slapo_sched *node, double ratio, bool has_ra
                                     const slapo_sched_entry *from) {
   const char *path = slapo__prim_path(node);
   slapo_module *m = slapo_sched_module(node);
+  SLAPO_TRY(slapo__prim_not_inlined(node, "checkpoint"));
   if (!has_ratio) {
     if (!slapo_sched_parent(node))
       return slapo_error(SLAPO_INVALID_ARG, "checkpoint: cannot checkpoint the root module; "

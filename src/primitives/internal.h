@@ -25,6 +25,11 @@ slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_arg
 slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int n_args,
                                    const slapo_sched_arg *args);
 
+/* SLAPO_STATE when node's module is inlined into an ancestor's flattened
+ * trace (its own schedule state would no longer act), naming both; else
+ * SLAPO_OK. */
+slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive);
+
 /* Swaps node's module for `mod` (consumed) in the parent's child table and
  * rebuilds node's schedule subtree; on error nothing changes. replace.c. */
 slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);

@@ -92,6 +92,17 @@ slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int
   return s;
 }
 
+slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive) {
+  slapo_module *owner = slapo_module_inlined_by(slapo_sched_module(node));
+  if (!owner) return SLAPO_OK;
+  char *op = slapo_module_path(owner);
+  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is inlined into the flattened trace of %s; "
+                               "edit that graph (pattern=...) instead",
+                               primitive, slapo__prim_path(node), op && op[0] ? op : ".");
+  slapo_free(op);
+  return s;
+}
+
 void slapo__prim_registered_text(char *buf, size_t cap) {
   size_t used = 0;
   int n = slapo_module_registered_count();

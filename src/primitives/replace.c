@@ -29,6 +29,7 @@ static slapo_status build(slapo_sched *node, const char *name, slapo_module **ou
   if (!slapo_sched_parent(node))
     return slapo_error(SLAPO_INVALID_ARG, "replace: cannot replace the root module; replace "
                                           "one of its children");
+  SLAPO_TRY(slapo__prim_not_inlined(node, "replace"));
   slapo_module_factory f = slapo_module_factory_find(name);
   if (!f) {
     char known[256];

@@ -23,7 +23,7 @@ static slapo_node *broken_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return y ? slapo_mul_scalar(ctx, y, 1.01) : NULL;
 }
 
-static slapo_module_type k_broken = {"BrokenAttention", broken_forward, NULL, NULL};
+static slapo_module_type k_broken = {"BrokenAttention", broken_forward, NULL, NULL, NULL};
 
 /* The FlashAttention module built from `old` (same children, tied
  * parameters, so parameter paths are kept) with the broken forward. */

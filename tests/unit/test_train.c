@@ -814,7 +814,7 @@ static slapo_node *lookup_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *logits = slapo_embedding(ctx, slapo_weight(ctx, self, "table"), in[0]);
   return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
 }
-static const slapo_module_type k_lookup = {"Lookup", lookup_forward, NULL, NULL};
+static const slapo_module_type k_lookup = {"Lookup", lookup_forward, NULL, NULL, NULL};
 
 static slapo_tensor *i32_row(int n, const int32_t *v) {
   int64_t sh[2] = {1, n};
