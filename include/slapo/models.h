@@ -148,6 +148,15 @@ slapo_status slapo_gpt2_save(slapo_module *model, const char *path, int n_meta,
  * c_attn/c_proj weights), NOMEM. */
 slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 
+/* The "FusedLinear" subgraph module (models/fused_linear.c): `n` matches,
+ * each one Linear call on the same input, become one Linear over the
+ * concatenated weights (tied, so paths and checkpoints stay), its result the
+ * n results joined along the last axis. Errors: SLAPO_UNSUPPORTED (a match
+ * is not exactly one Linear), SLAPO_INVALID_ARG (in_features or bias
+ * differ; n outside 1..32), NOMEM. */
+slapo_status slapo_fused_linear_new(slapo_module *owner, int n, const slapo_match *matches,
+                                    slapo_module **out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -135,6 +135,12 @@ slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_mod
  * children), SLAPO_INVALID_ARG (child NULL), NOMEM; on error m is unchanged. */
 slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo_module *child,
                                         slapo_module **old);
+/* Removes m's child `name` and frees it (undoing an add_child of a failed
+ * primitive). Errors: SLAPO_NOT_FOUND (no such child). */
+slapo_status slapo_module_remove_child(slapo_module *m, const char *name);
+/* A child name "<base>_<k>" that m does not use yet, k = 0, 1, ... (the
+ * names subgraph replacement gives new children), into buf [cap]. */
+void slapo_module_unique_name(const slapo_module *m, const char *base, char *buf, size_t cap);
 /* Declares a new f32 meta parameter `name` [shape] with an init rule.
  * Errors: SLAPO_INVALID_ARG (name taken), NOMEM. */
 slapo_status slapo_module_add_param(slapo_module *m, const char *name, int ndim,
@@ -360,7 +366,7 @@ slapo_module *slapo_module_inlined_by(const slapo_module *m);
 typedef slapo_status (*slapo_graph_edit_fn)(slapo_module *m, slapo_graph *g, void *ud);
 
 /* Applies fn to m's stored graph, lints it, and records (fn, ud) for replay
- * (ud then owned by m, freed with free_ud; on error free_ud(ud) is called).
+ * (ud then owned by m, freed with free_ud; on error the caller keeps it).
  * Cached graphs at other shapes are dropped. `what` (copied) names the edit
  * in replay errors. Errors: SLAPO_PRECOND (m not traced), fn's status (graph
  * unchanged), SLAPO_STATE (the edited graph fails lint: the edit is undone

@@ -85,6 +85,8 @@ void slapo_pattern_free(slapo_pattern *p); /* NULL is fine */
 
 /* The name (from_fn) or the source text (parse). Borrowed. */
 const char *slapo_pattern_name(const slapo_pattern *p);
+/* True when p was parsed from text (its name is the source text). */
+bool slapo_pattern_is_text(const slapo_pattern *p);
 /* The constraint graph. Borrowed, lives with p. */
 const slapo_graph *slapo_pattern_graph(const slapo_pattern *p);
 /* Number of placeholders, and the i-th's name (declaration order). */
@@ -171,6 +173,16 @@ void slapo_matches_deinit(slapo_matches *m); /* NULL is fine */
  * `out` is overwritten. Errors: SLAPO_PRECOND (m is not traced: "trace it
  * first"), SLAPO_NOMEM. */
 slapo_status slapo_find(slapo_module *m, const slapo_pattern *p, slapo_matches *out);
+
+/* slapo_find on graph g of module m (one of m's stored graphs, e.g. a
+ * re-traced one while a graph edit is replayed; m resolves call_module
+ * targets). Renumbers g. Errors: SLAPO_PARSE (bad module regex), NOMEM. */
+slapo_status slapo_find_in(slapo_module *m, slapo_graph *g, const slapo_pattern *p,
+                           slapo_matches *out);
+
+/* A copy of p (same graph, names and flags). *out owned.
+ * Errors: SLAPO_NOMEM. */
+slapo_status slapo_pattern_clone(const slapo_pattern *p, slapo_pattern **out);
 
 /* Every call_module node of m's traced graph whose target or last segment
  * the POSIX extended regex matches in full, one match each (no inputs

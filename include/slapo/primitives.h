@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 
+#include "slapo/pattern.h"
 #include "slapo/schedule.h"
 
 #ifdef __cplusplus
@@ -65,6 +66,31 @@ const char *slapo_module_registered_name(int i);
 const char *slapo_module_registered_summary(int i);
 
 /* ------------------------------------------------------------------------ */
+/* Subgraph modules (replace on a traced graph)                              */
+/* ------------------------------------------------------------------------ */
+
+/* Builds the module that takes the place of `n_matches` matches in the
+ * traced graph of `owner` (one for a vertical replacement, all of them for a
+ * horizontal one): it receives the matches (bound inputs with shapes, the
+ * matched nodes and the module paths they belong to, relative to owner),
+ * not an old module, and ties the parameters it takes over (a matched
+ * Linear's weight) so Hugging Face paths and checkpoints still load. Its
+ * forward takes the input nodes bound to the pattern's placeholders, in
+ * pattern order (parameters excluded), and returns the result, or the
+ * results joined along the last axis when there are several. */
+typedef slapo_status (*slapo_subgraph_factory)(slapo_module *owner, int n_matches,
+                                               const slapo_match *matches, slapo_module **out);
+
+/* Registers a subgraph module under `name` for `replace NAME pattern=P`.
+ * Strings are borrowed and must be static. Errors: SLAPO_INVALID_ARG (name
+ * taken by another factory), SLAPO_LIMIT (32 registered). */
+slapo_status slapo_subgraph_register(const char *name, const char *summary,
+                                     slapo_subgraph_factory factory);
+slapo_subgraph_factory slapo_subgraph_factory_find(const char *name);
+int slapo_subgraph_registered_count(void);
+const char *slapo_subgraph_registered_name(int i);
+
+/* ------------------------------------------------------------------------ */
 /* Primitives (one file each under src/primitives/)                          */
 /* ------------------------------------------------------------------------ */
 
@@ -101,6 +127,37 @@ slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *ke
  * without children, or one selecting none), SLAPO_STATE (already
  * checkpointed). */
 slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
+
+/* find on a schedule node: slapo_find on its module (a query; nothing is
+ * logged). Errors: those of slapo_find (SLAPO_PRECOND when not traced). */
+slapo_status slapo_sched_find(slapo_sched *node, const slapo_pattern *p, slapo_matches *out);
+
+/* replace on a subgraph (primitives/subgraph.c): every match of p in node's
+ * traced graph becomes a call of a new child "<name>_<k>" built by the
+ * registered subgraph factory `name` (one child per match; with
+ * `horizontal`, one child for all matches, which must share their input
+ * nodes, its result split back along the last axis). p is copied.
+ * .sched: `PATH replace NAME pattern=P [horizontal=true]`.
+ * Errors (nothing changed): SLAPO_PRECOND (not traced), SLAPO_NOT_FOUND (no
+ * such factory), SLAPO_NO_MATCH, SLAPO_STATE (a match not replaceable: names
+ * the outside user; a result used before an input exists), SLAPO_SHAPE (the
+ * module's result does not fit the match's), SLAPO_INVALID_ARG (horizontal
+ * matches with different inputs), the factory's and forward's errors
+ * (a wrong input count among them). */
+slapo_status slapo_replace_subgraph(slapo_sched *node, const slapo_pattern *p, const char *name,
+                                    bool horizontal);
+/* Vertical replacement by an op function (ops emitted into the graph in
+ * place of each match) taking n_inputs input nodes; `name` labels the log
+ * line, which is not replayable (C only). Errors: as above, plus
+ * SLAPO_INVALID_ARG when n_inputs differs from the nodes a match binds. */
+slapo_status slapo_replace_subgraph_fn(slapo_sched *node, const slapo_pattern *p,
+                                       const char *name, int n_inputs, slapo_pattern_fn fn,
+                                       void *ud);
+/* checkpoint on a subgraph: each match of p becomes its own recompute
+ * region (its intermediates die in the forward and are recomputed before
+ * its backward). .sched: `PATH checkpoint pattern=P`. Errors: SLAPO_PRECOND,
+ * SLAPO_NO_MATCH, SLAPO_STATE (a matched node already checkpointed). */
+slapo_status slapo_checkpoint_subgraph(slapo_sched *node, const slapo_pattern *p);
 
 /* trace: captures node's module as a static graph (slapo_module_trace; see
  * primitives/trace.c). opts NULL: no flatten, default leaves. Errors: those

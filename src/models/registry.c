@@ -56,6 +56,10 @@ slapo_status slapo_model_new(const slapo_model_family *family, const char *confi
 }
 
 slapo_status slapo_models_init(void) {
+  SLAPO_TRY(slapo_subgraph_register("FusedLinear",
+                                    "Linear calls on one input as one GEMM over the joined "
+                                    "weights (horizontal replace)",
+                                    slapo_fused_linear_new));
   return slapo_module_register("FlashAttention",
                                "GPT-2 attention through the fused flash_attention op "
                                "(replaces GPT2Attention)",

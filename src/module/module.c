@@ -132,6 +132,26 @@ slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo
   return SLAPO_OK;
 }
 
+slapo_status slapo_module_remove_child(slapo_module *m, const char *name) {
+  for (int i = 0; i < m->n_children; i++) {
+    if (strcmp(m->children[i]->name, name)) continue;
+    slapo_module_free(m->children[i]);
+    memmove(m->children + i, m->children + i + 1,
+            (size_t)(m->n_children - i - 1) * sizeof *m->children);
+    m->n_children--;
+    return SLAPO_OK;
+  }
+  return slapo_error(SLAPO_NOT_FOUND, "module: a %s has no child '%s' to remove", m->type->name,
+                     name);
+}
+
+void slapo_module_unique_name(const slapo_module *m, const char *base, char *buf, size_t cap) {
+  for (int k = 0;; k++) {
+    snprintf(buf, cap, "%s_%d", base, k);
+    if (!slapo_module_child(m, buf) && !slapo_module_param(m, buf)) return;
+  }
+}
+
 /* Appends (name, p) taking one reference to p. */
 static slapo_status append_param(slapo_module *m, const char *name, slapo_parameter *p) {
   char *n = slapo_strdup(name);

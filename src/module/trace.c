@@ -230,10 +230,10 @@ static slapo_status relativize(slapo_graph *g, slapo_module *m, const char *path
   return SLAPO_OK;
 }
 
-/* Builds m's forward on placeholders with the metas of `in` into *out. */
-static slapo_status trace_at(slapo_module *m, const char *path, int n_in, slapo_node *const *in,
-                             int call, const slapo_trace_opts *opts, slapo__tracing *t,
-                             slapo_graph **out) {
+/* Builds m's forward on placeholders of signature `sig` into *out. */
+static slapo_status trace_at(slapo_module *m, const char *path, const trace_sig *sig,
+                             const slapo_trace_opts *opts, slapo__tracing *t, slapo_graph **out) {
+  int n_in = sig->n_in, call = sig->call;
   *out = NULL;
   slapo_graph *g = NULL;
   slapo_ctx *ctx = NULL;
@@ -257,7 +257,7 @@ static slapo_status trace_at(slapo_module *m, const char *path, int n_in, slapo_
   for (int i = 0; i < n_in; i++) {
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
-    ph[i] = slapo_input(ctx, name, in[i]->dtype, in[i]->ndim, in[i]->shape);
+    ph[i] = slapo_input(ctx, name, sig->dt[i], sig->ndim[i], sig->shape[i]);
   }
   slapo_node *y = slapo_ctx_status(ctx) == SLAPO_OK ? m->type->forward(ctx, m, n_in, ph) : NULL;
   if ((s = slapo_ctx_status(ctx)) == SLAPO_OK && !y)
@@ -301,6 +301,23 @@ static slapo_status replay(slapo_module *m, const char *path, slapo_graph *g, co
   return SLAPO_OK;
 }
 
+/* A fresh trace at sig with every recorded edit replayed. */
+static slapo_status retrace(slapo_module *m, const char *path, const trace_sig *sig,
+                            slapo_graph **out) {
+  slapo__tracing tr;
+  slapo_graph *g;
+  SLAPO_TRY(trace_at(m, path, sig, &m->trace->opts, &tr, &g));
+  for (int i = 0; i < tr.n_inlined; i++) slapo_free(tr.inlined[i]);
+  slapo_free(tr.inlined);
+  slapo_status s = replay(m, path, g, sig);
+  if (s != SLAPO_OK) {
+    slapo_graph_free(g);
+    return s;
+  }
+  *out = g;
+  return SLAPO_OK;
+}
+
 static slapo_status graph_for(slapo_module *m, const char *path, int n_in, slapo_node *const *in,
                               int call, slapo_graph **out) {
   slapo_trace_state *t = m->trace;
@@ -311,16 +328,8 @@ static slapo_status graph_for(slapo_module *m, const char *path, int n_in, slapo
       *out = t->cache[i].g;
       return SLAPO_OK;
     }
-  slapo__tracing tr;
   slapo_graph *g;
-  SLAPO_TRY(trace_at(m, path, n_in, in, call, &t->opts, &tr, &g));
-  for (int i = 0; i < tr.n_inlined; i++) slapo_free(tr.inlined[i]);
-  slapo_free(tr.inlined);
-  slapo_status s = replay(m, path, g, &sig);
-  if (s != SLAPO_OK) {
-    slapo_graph_free(g);
-    return s;
-  }
+  SLAPO_TRY(retrace(m, path, &sig, &g));
   int at = t->n_cache < MAX_SIGS ? t->n_cache++ : MAX_SIGS - 1;
   if (at == MAX_SIGS - 1 && t->cache[at].g) slapo_graph_free(t->cache[at].g);
   t->cache[at] = (trace_entry){sig, g};
@@ -468,7 +477,7 @@ slapo_node *slapo__trace_capture(slapo_ctx *ctx, slapo__capture *c, slapo_module
   }
   const char *path = slapo_ctx_origin(ctx);
   sig_of(&c->sig_in, n_in, in, slapo_ctx_call(ctx));
-  c->status = trace_at(m, path, n_in, in, slapo_ctx_call(ctx), c->opts, &c->tracing, &c->g);
+  c->status = trace_at(m, path, &c->sig_in, c->opts, &c->tracing, &c->g);
   c->done = true;
   char msg[1024];
   snprintf(msg, sizeof msg, "%s", slapo_last_error());
@@ -632,11 +641,17 @@ slapo_status slapo_module_edit_graph(slapo_module *m, const char *what, slapo_gr
   if (s == SLAPO_OK && (s = slapo_graph_lint(t->cache[0].g)) != SLAPO_OK) {
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", slapo_last_error());
-    s = slapo_error(SLAPO_STATE, "edit %s of %s left a broken graph: %s", what, path, msg);
+    /* An edit that broke the graph is undone by rebuilding it without it. */
+    slapo_graph *fresh;
+    if (retrace(m, path, &t->cache[0].sig, &fresh) == SLAPO_OK) {
+      slapo_graph_free(t->cache[0].g);
+      t->cache[0].g = fresh;
+    }
+    s = slapo_error(SLAPO_STATE, "edit %s of %s left a broken graph (undone): %s", what, path,
+                    msg);
   }
   if (s != SLAPO_OK) {
     slapo_free(w);
-    if (free_ud) free_ud(ud);
     slapo_free(path);
     return s;
   }

@@ -19,6 +19,7 @@ struct slapo_pattern {
   slapo_node **outputs;  /* owned array: results, in order               */
   int n_any;
   slapo_node **any;      /* owned array: uncalled module-pattern nodes   */
+  bool text;             /* parsed from text (name = the source)        */
 };
 
 /* Makes an empty pattern named `name` (copied) with a new graph.

@@ -545,6 +545,12 @@ slapo_status slapo_find(slapo_module *m, const slapo_pattern *p, slapo_matches *
   memset(out, 0, sizeof *out);
   slapo_graph *g;
   SLAPO_TRY(traced_graph(m, &g));
+  return slapo_find_in(m, g, p, out);
+}
+
+slapo_status slapo_find_in(slapo_module *m, slapo_graph *g, const slapo_pattern *p,
+                           slapo_matches *out) {
+  memset(out, 0, sizeof *out);
   matcher mt;
   match_store st;
   slapo_status s = store_init(&st);

@@ -57,6 +57,11 @@ bool slapo__pattern_is_literal(const slapo_node *n, double *v) {
 
 slapo_status slapo__pattern_finish(slapo_pattern *p, int n, slapo_node *const *outs) {
   if (n < 1) return slapo_error(SLAPO_INVALID_ARG, "pattern '%s' has no result", p->name);
+  for (int i = 0; i < n; i++)
+    if (outs[i]->kind == SLAPO_NODE_PLACEHOLDER || slapo__pattern_is_literal(outs[i], NULL))
+      return slapo_error(SLAPO_INVALID_ARG, "pattern '%s': result %d is a bare %s; a result "
+                         "must be an op or module call", p->name, i + 1,
+                         outs[i]->kind == SLAPO_NODE_PLACEHOLDER ? "wildcard" : "number");
   p->outputs = slapo_calloc((size_t)n, sizeof *p->outputs);
   if (!p->outputs) return slapo_error(SLAPO_NOMEM, "pattern: out of memory");
   for (int i = 0; i < n; i++) p->outputs[i] = outs[i];
@@ -178,7 +183,55 @@ slapo_status slapo_pattern_from_fn(const char *name, int n_inputs, const char *c
   return SLAPO_OK;
 }
 
+/* Copies node n of p into q, its inputs read from map (by id). */
+static slapo_status clone_node(const slapo_pattern *p, slapo_pattern *q, const slapo_node *n,
+                               slapo_node **map) {
+  slapo_node *in[64], *c = NULL;
+  if (n->n_inputs > 64) return slapo_error(SLAPO_LIMIT, "pattern: node with > 64 inputs");
+  for (int i = 0; i < n->n_inputs; i++) in[i] = map[n->inputs[i]->id];
+  slapo_status s;
+  switch (n->kind) {
+  case SLAPO_NODE_PLACEHOLDER:
+    s = slapo_graph_add_placeholder(q->g, n->target, n->dtype, 0, NULL, &c);
+    break;
+  case SLAPO_NODE_CALL_MODULE:
+    s = slapo_graph_add_call_module(q->g, n->target, n->n_inputs, in, &c);
+    if (s == SLAPO_OK && slapo_pattern_any_inputs(p, n)) s = slapo__pattern_mark_any(q, c);
+    break;
+  case SLAPO_NODE_CALL_OP:
+    s = slapo_graph_add_call_op(q->g, n->target, n->op, n->n_inputs, in, n->n_attrs, n->attrs,
+                                &c);
+    break;
+  default: return SLAPO_OK; /* the output node is rebuilt by finish */
+  }
+  map[n->id] = c;
+  return s;
+}
+
+slapo_status slapo_pattern_clone(const slapo_pattern *p, slapo_pattern **out) {
+  *out = NULL;
+  slapo_pattern *q;
+  SLAPO_TRY(slapo__pattern_new(p->name, &q));
+  slapo_graph_renumber(p->g);
+  slapo_node **map = slapo_calloc((size_t)slapo_graph_count(p->g) + 1, sizeof *map);
+  slapo_node *outs[64];
+  slapo_status s = map ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "pattern: out of memory");
+  for (slapo_node *n = slapo_graph_first(p->g); s == SLAPO_OK && n; n = n->next)
+    s = clone_node(p, q, n, map);
+  for (int i = 0; s == SLAPO_OK && i < p->n_outputs && i < 64; i++) outs[i] = map[p->outputs[i]->id];
+  if (s == SLAPO_OK) s = slapo__pattern_finish(q, p->n_outputs < 64 ? p->n_outputs : 64, outs);
+  slapo_free(map);
+  if (s != SLAPO_OK) {
+    slapo_pattern_free(q);
+    return s;
+  }
+  q->text = p->text;
+  *out = q;
+  return SLAPO_OK;
+}
+
 const char *slapo_pattern_name(const slapo_pattern *p) { return p->name; }
+bool slapo_pattern_is_text(const slapo_pattern *p) { return p->text; }
 const slapo_graph *slapo_pattern_graph(const slapo_pattern *p) { return p->g; }
 int slapo_pattern_n_inputs(const slapo_pattern *p) { return p->n_inputs; }
 const char *slapo_pattern_input_name(const slapo_pattern *p, int i) {

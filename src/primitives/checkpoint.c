@@ -69,9 +69,21 @@ slapo_status slapo_checkpoint(slapo_sched *node, double ratio) {
 }
 
 static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
-  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"ratio", NULL}, 0));
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"ratio", "pattern", NULL}, 0));
   double ratio = 0;
   bool has = slapo_sched_entry_find(e, "ratio") != NULL;
+  const slapo_pattern *p;
+  bool owned;
+  SLAPO_TRY(slapo__prim_pattern(e, "checkpoint", &p, &owned));
+  if (p && has) {
+    if (owned) slapo_pattern_free((slapo_pattern *)p);
+    return slapo_error(SLAPO_INVALID_ARG, "checkpoint: give ratio= or pattern=, not both");
+  }
+  if (p) {
+    slapo_status s = slapo__checkpoint_subgraph(node, p, e);
+    if (owned) slapo_pattern_free((slapo_pattern *)p);
+    return s;
+  }
   if (has) SLAPO_TRY(slapo_sched_entry_get_float(e, "ratio", true, &ratio));
   return checkpoint_impl(node, ratio, has, e);
 }
@@ -79,7 +91,7 @@ static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
 SLAPO_PRIMITIVE_DESCRIPTOR(checkpoint) = {
     .name = "checkpoint",
     .summary = "recompute a module's activations in the backward instead of keeping them",
-    .doc = "checkpoint [ratio=r]\n"
+    .doc = "checkpoint [ratio=r | pattern=P]\n"
            "  C: slapo_checkpoint(node, 0) (the module); slapo_checkpoint(list, 0.5)\n"
            "  Applies to any module but the root; with ratio=r to a module with\n"
            "  children (a list such as transformer.h), checkpointing its first\n"
@@ -89,6 +101,7 @@ SLAPO_PRIMITIVE_DESCRIPTOR(checkpoint) = {
            "  Fails: INVALID_ARG for the root, a ratio outside (0, 1], a ratio on a\n"
            "  module without children or one selecting none; STATE if already\n"
            "  checkpointed.\n"
+           "  With pattern=P on a traced module: each match is recomputed on its own.\n"
            "  Verified: bitwise equal loss, outputs and gradients.\n",
     .bitwise = true,
     .apply = apply,

@@ -30,6 +30,15 @@ slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int
  * SLAPO_OK. */
 slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive);
 
+/* subgraph.c: the subgraph forms with the source line; the pattern= value
+ * of an entry (*p NULL when absent; *owned: free it). */
+slapo_status slapo__replace_subgraph(slapo_sched *node, const slapo_pattern *p, const char *name,
+                                     bool horizontal, const slapo_sched_entry *from);
+slapo_status slapo__checkpoint_subgraph(slapo_sched *node, const slapo_pattern *p,
+                                        const slapo_sched_entry *from);
+slapo_status slapo__prim_pattern(const slapo_sched_entry *e, const char *primitive,
+                                 const slapo_pattern **p, bool *owned);
+
 /* Swaps node's module for `mod` (consumed) in the parent's child table and
  * rebuilds node's schedule subtree; on error nothing changes. replace.c. */
 slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);

@@ -103,18 +103,30 @@ slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod) {
 }
 
 static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
-  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){NULL}, 1));
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"pattern", "horizontal", NULL},
+                                         1));
   const slapo_sched_arg *a = slapo_sched_entry_positional(e, 0);
   if (!a || a->kind != SLAPO_SCHED_ARG_WORD)
     return slapo_error(SLAPO_INVALID_ARG,
                        "replace: expected a registered module name, e.g. 'replace FlashAttention'");
-  return replace_impl(node, a->text, e);
+  const slapo_pattern *p;
+  bool owned, horizontal = false;
+  SLAPO_TRY(slapo_sched_entry_get_bool(e, "horizontal", false, &horizontal));
+  SLAPO_TRY(slapo__prim_pattern(e, "replace", &p, &owned));
+  if (!p) {
+    if (horizontal)
+      return slapo_error(SLAPO_INVALID_ARG, "replace: horizontal=true needs pattern=");
+    return replace_impl(node, a->text, e);
+  }
+  slapo_status s = slapo__replace_subgraph(node, p, a->text, horizontal, e);
+  if (owned) slapo_pattern_free((slapo_pattern *)p);
+  return s;
 }
 
 SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
     .name = "replace",
     .summary = "swap a module for a registered replacement built from it",
-    .doc = "replace <ModuleName>\n"
+    .doc = "replace <ModuleName> [pattern=P [horizontal=true]]\n"
            "  C: slapo_replace(node, \"FlashAttention\"); slapo_replace_with(node, module)\n"
            "  Applies to any module but the root; the replacement's factory decides which\n"
            "  types it can stand in for (FlashAttention: GPT2Attention).\n"
@@ -123,6 +135,10 @@ SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
            "  paths, so checkpoints still load.\n"
            "  Fails: INVALID_ARG on the root; NOT_FOUND for an unregistered name; the\n"
            "  factory's status for a module it cannot replace.\n"
+           "  With pattern=P (a registered pattern or a \"text pattern\") on a traced\n"
+           "  module: every match becomes a call of a new child <Name>_<k> built by the\n"
+           "  registered subgraph module Name (horizontal=true: one child for all\n"
+           "  matches, which share their inputs; results split back along the last axis).\n"
            "  Verified: outputs and gradients within tolerance (dropout masks included).\n",
     .bitwise = false,
     .apply = apply,
