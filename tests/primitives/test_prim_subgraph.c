@@ -180,6 +180,36 @@ static void refusals(void **state) {
   pt_sched_free(root);
 }
 
+static slapo_node *p_gelu_linear(slapo_ctx *ctx, slapo_node *const *in, void *ud) {
+  (void)ud;
+  return slapo_gelu(ctx, slapo_linear(ctx, in[0], in[1], in[2]), true);
+}
+
+static void registered_pattern_in_a_file(void **state) {
+  (void)state;
+  slapo_pattern *p;
+  OK(slapo_pattern_from_fn("gelu_linear", 3, NULL, p_gelu_linear, NULL, &p));
+  OK(slapo_pattern_register(p));
+  assert_int_equal(slapo_pattern_from_fn("gelu_linear", 3, NULL, p_gelu_linear, NULL, &p),
+                   SLAPO_OK);
+  assert_int_equal(slapo_pattern_register(p), SLAPO_INVALID_ARG);
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_sched_log *log;
+  OK(slapo_sched_parse("transformer.h.*.mlp trace\n"
+                       "transformer.h.*.mlp checkpoint pattern=gelu_linear\n",
+                       "r.sched", &log));
+  size_t n = 0;
+  OK(slapo_apply_schedule(root, log, NULL, 0, 0, &n));
+  assert_int_equal(n, 4);
+  char *line = pt_last_line(root);
+  assert_string_equal(line, "transformer.h.1.mlp checkpoint pattern=gelu_linear");
+  free(line);
+  expect_same_as_plain(root, 2, 8, true);
+  pt_expect_replays(root, &k_tiny);
+  slapo_sched_log_free(log);
+  pt_sched_free(root);
+}
+
 static void schedule_file_lines(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
@@ -327,6 +357,7 @@ int main(void) {
       cmocka_unit_test(vertical_op_function_and_arity),
       cmocka_unit_test(refusals),
       cmocka_unit_test(schedule_file_lines),
+      cmocka_unit_test(registered_pattern_in_a_file),
       cmocka_unit_test(horizontal_fused_linear),
       cmocka_unit_test(checkpoint_subgraph),
   };

@@ -142,6 +142,35 @@ static void schedule_file_form(void **state) {
   pt_sched_free(root);
 }
 
+/* The named `tiny` config (4 blocks, 128 wide) with dropout on: every block
+ * traced flat, and every MLP of a second model traced unflattened. */
+static void named_tiny_bitwise(void **state) {
+  (void)state;
+  slapo_gpt2_config c;
+  OK(slapo_gpt2_config_named("tiny", &c));
+  c.dropout = 0.1;
+  for (int flat = 0; flat < 2; flat++) {
+    slapo_sched *root;
+    OK(slapo_sched_create(pt_model(&c), &root));
+    slapo_sched_list l = {0};
+    OK(slapo_sched_select(root, flat ? "transformer.h.*" : "transformer.h.*.mlp", &l));
+    for (size_t i = 0; i < l.n; i++)
+      OK(slapo_trace(l.items[i], &(slapo_trace_opts){.flatten = flat != 0}));
+    slapo_sched_list_deinit(&l);
+    slapo_tensor *in[2];
+    pt_inputs(2, 24, c.vocab_size, in);
+    slapo_module *ref = pt_model(&c);
+    pt_result a, b;
+    pt_run(ref, in, &a);
+    pt_run(slapo_sched_module(root), in, &b);
+    pt_expect_bitwise(&a, &b);
+    pt_result_free(&a), pt_result_free(&b);
+    slapo_module_free(ref);
+    pt_inputs_free(in);
+    pt_sched_free(root);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(trace_mlp_keeps_children),
@@ -150,6 +179,7 @@ int main(void) {
       cmocka_unit_test(traced_child_inside_traced_parent),
       cmocka_unit_test(refuses_checkpointed_inline),
       cmocka_unit_test(schedule_file_form),
+      cmocka_unit_test(named_tiny_bitwise),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
