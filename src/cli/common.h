@@ -18,7 +18,8 @@ enum {
   OPT_MIN_LR, OPT_WARMUP, OPT_WD, OPT_CLIP, OPT_DROPOUT, OPT_SEED, OPT_VAL_EVERY,
   OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
-  OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT
+  OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
+  OPT_REGEX
 };
 
 /* "slapo: <status>: <message>" on stderr; returns exit code 1. */
@@ -66,6 +67,7 @@ void cli_model_usage(FILE *f, const char *default_config);
 int cmd_train(int argc, char **argv);
 int cmd_show(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_find(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_primitives(void);
 int cmd_plot(int argc, char **argv);

@@ -1,7 +1,7 @@
 /* cli/main.c - the `slapo` command: subcommand dispatch. Each command lives
- * in its own file (train.c, show.c, verify.c, models.c, plot.c, primitives.c); what
- * they share is in common.c. The only layer that prints or exits; exit codes
- * 0 ok, 1 error, 2 usage. */
+ * in its own file (train.c, show.c, verify.c, find.c, models.c, plot.c,
+ * primitives.c); what they share is in common.c. The only layer that prints
+ * or exits; exit codes 0 ok, 1 error, 2 usage. */
 #include <string.h>
 
 #include "cli/common.h"
@@ -16,8 +16,10 @@ void cli_top_usage(FILE *f) {
           "\n"
           "commands:\n"
           "  train      train a model on a text or token file\n"
-          "  show       print a model's module tree, or a schedule's expanded steps\n"
+          "  show       print a model's module tree, a schedule's expanded steps, or\n"
+          "             (--graph PATH) a traced module's graph\n"
           "  verify     prove a schedule keeps a model's outputs and gradients\n"
+          "  find       list the matches of a pattern in a traced module's graph\n"
           "  models     list the model families and their configs\n"
           "  plot       draw a metrics file as an SVG loss plot\n"
           "  primitives list the schedule primitives\n"
@@ -52,6 +54,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "verify")) return cmd_verify(argc - 1, argv + 1);
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "show")) return cmd_show(argc - 1, argv + 1);
+  if (!strcmp(cmd, "find")) return cmd_find(argc - 1, argv + 1);
   fprintf(stderr, "slapo: usage: unknown command '%s'\n", cmd);
   cli_top_usage(stderr);
   return 2;

@@ -2,7 +2,8 @@
 # tests/cli/test_cli_sched.sh - the schedule side of the `slapo` command:
 # `primitives` and `help <primitive>`, `show --schedule` (numbered steps with
 # file:line, --disable), parse errors as file:line:col, `verify` (bitwise for
-# checkpoint, exit 1 for a broken schedule) and `train --schedule`.
+# checkpoint, exit 1 for a broken schedule), `train --schedule`, and traced
+# graphs: `show --graph` (text and --dot) and `find` (--pattern, --regex).
 # Usage: test_cli_sched.sh path/to/slapo path/to/source-root
 # Prints "N passed, M failed" and exits non-zero when any check fails.
 set -u
@@ -75,7 +76,7 @@ done
 check "primitives lists replacement modules" out "^FlashAttention +"
 
 run "help checkpoint" 0 "$SLAPO" help checkpoint
-check "help checkpoint: signature" out "^checkpoint \[ratio=r\]"
+check "help checkpoint: signature" out "^checkpoint \[ratio=r( \| pattern=P)?\]"
 check "help checkpoint: C form" out "slapo_checkpoint\(node"
 check "help checkpoint: preconditions" out "Fails: INVALID_ARG"
 check "help checkpoint: verification" out "Verified: bitwise"
@@ -141,6 +142,79 @@ check "train --schedule: steps ran" out "^step 2/2 loss [0-9.]+"
 run "train --schedule --disable" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 \
   --sample 0 --data "$TMP/corpus.txt" --schedule "$FA" --disable 5
 check "train --disable: count" out "applied 4 steps \(1 disabled\)"
+
+# ---- traced graphs: show --graph, find ----
+printf 'transformer.h.0.mlp trace\n' >"$TMP/trace_mlp.sched"
+printf 'transformer.h.0 trace flatten=true\n' >"$TMP/trace_flat.sched"
+
+run "show --graph" 0 "$SLAPO" show --graph transformer.h.0.mlp --config tiny \
+  --schedule "$TMP/trace_mlp.sched"
+check "show --graph: header" out "^graph of transformer\.h\.0\.mlp \(GPT2MLP\), traced flatten=false"
+check "show --graph: c_fc" out "call_module c_fc\("
+check "show --graph: act" out "call_module act\("
+check "show --graph: shapes" out "^%c_fc : f32\[2, 8, 512\] = "
+lacks "show --graph: no module tree" out "^total: "
+
+run "show --graph flattened" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
+  --schedule "$TMP/trace_flat.sched"
+check "show --graph flattened: header" out "^graph of transformer\.h\.0 \(GPT2Block\), traced flatten=true"
+check "show --graph flattened: matmul" out "call_op matmul"
+check "show --graph flattened: module paths" out "call_module mlp\.c_fc\(.*# mlp$"
+
+run "show --graph --dot" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
+  --schedule "$TMP/trace_flat.sched" --dot "$TMP/out.dot"
+check "show --dot: says where" out "^show: wrote $TMP/out\.dot"
+check "show --dot: digraph" "$TMP/out.dot" "^digraph"
+if command -v dot >/dev/null 2>&1; then
+  run "dot -Tsvg" 0 dot -Tsvg "$TMP/out.dot" -o "$TMP/out.svg"
+  check "dot -Tsvg: svg" "$TMP/out.svg" "<svg"
+else
+  echo "skip dot -Tsvg: graphviz not installed"
+fi
+
+run "show --graph untraced" 1 "$SLAPO" show --graph transformer.h.1 --config tiny \
+  --schedule "$TMP/trace_flat.sched"
+check "show --graph untraced: message" err \
+  "^slapo: precond: transformer\.h\.1 is not traced; add 'transformer\.h\.1 trace' to the schedule$"
+run "show --graph inlined" 1 "$SLAPO" show --graph transformer.h.0.mlp --config tiny \
+  --schedule "$TMP/trace_flat.sched"
+check "show --graph inlined: names the trace" err "inlined into the flattened trace of transformer\.h\.0"
+run "show --graph missing" 1 "$SLAPO" show --graph transformer.h.9 --config tiny \
+  --schedule "$TMP/trace_flat.sched"
+check "show --graph missing: names it" err "^slapo: not_found: no module 'transformer\.h\.9'"
+run "show --dot without --graph" 2 "$SLAPO" show --config tiny --dot "$TMP/x.dot"
+check "show --dot without --graph: message" err "--dot needs --graph"
+
+run "find --pattern" 0 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
+  --pattern 'gelu(linear(x, w, b))' transformer.h.0
+check "find --pattern: nodes" out "^match 1: %mlp_c_fc \(mlp\.c_fc\), %mlp_act \(mlp\.act\)$"
+check "find --pattern: inputs" out "^  inputs: x=%ln_2 f32\[2, 8, 128\], w=mlp\.c_fc\.weight f32\[512, 128\]"
+check "find --pattern: summary" out "^1 match of 'gelu\(linear\(x, w, b\)\)' in transformer\.h\.0$"
+
+run "find --regex" 0 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
+  --regex 'c_.*' transformer.h.0
+check "find --regex: attn.c_attn" out "^match 1: %attn_c_attn \(attn\.c_attn\)$"
+check "find --regex: summary" out "^4 matches of regex 'c_\.\*' in transformer\.h\.0$"
+
+run "find untraced" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
+  --pattern 'gelu(x)' transformer.h.1
+check "find untraced: message" err "^slapo: precond: .*transformer\.h\.1 is not traced; trace it first"
+run "find bad pattern" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
+  --pattern 'gelu(linear(x, w b))' transformer.h.0
+check "find bad pattern: column" err "^slapo: parse: pattern 'gelu\(linear\(x, w b\)\)': column [0-9]+: expected"
+run "find unknown name" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
+  --pattern nosuch transformer.h.0
+check "find unknown name: message" err "^slapo: not_found: --pattern 'nosuch': no pattern is registered"
+run "find without pattern" 2 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" transformer.h.0
+check "find without pattern: message" err "give one of --pattern P and --regex RE"
+run "find without path" 2 "$SLAPO" find --config tiny --regex 'c_.*'
+check "find without path: message" err "a module PATH is required"
+run "help lists find" 0 "$SLAPO" help
+check "help lists find: line" out "^  find +list the matches"
+
+TC=schedules/gpt2_trace_checkpoint.sched
+run "find on $TC" 0 "$SLAPO" find --config tiny --schedule "$TC" --regex 'mlp\.act' transformer.h.3
+check "find on $TC: block 3 traced" out "^1 match of regex"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
