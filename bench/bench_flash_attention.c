@@ -58,12 +58,12 @@ static slapo_graph *build(bool flash, bool backward, const int64_t *shape) {
   if (flash) {
     slapo_attr a[4] = {slapo_attr_int("causal", 1), slapo_attr_float("scale", scale),
                        slapo_attr_float("dropout_p", 0.1), slapo_attr_int("stream", 7)};
-    y = slapo_op_call(ctx, "flash_attention", 3, in, 4, a);
+    y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, in, 4, a);
   } else {
     slapo_node *att = slapo_matmul(ctx, in[0], in[1], false, true);
     att = slapo_softmax(ctx, slapo_mul_scalar(ctx, att, scale), true);
     slapo_attr a[2] = {slapo_attr_float("p", 0.1), slapo_attr_int("stream", 7)};
-    att = slapo_op_call(ctx, "dropout", 1, &att, 2, a);
+    att = slapo_op_apply(ctx, SLAPO_OP_DESC(dropout), 1, &att, 2, a);
     y = slapo_matmul(ctx, att, in[2], false, false);
   }
   slapo_node *outs[4] = {y};

@@ -1,5 +1,5 @@
 /* slapo/ops.h - the op descriptor, the op registry (built-in ops from
- * src/ops/ops.def plus run-time registration), and the graph-building API:
+ * slapo/ops.def plus run-time registration), and the graph-building API:
  * op calls build nodes, they do not compute (the ggml way).
  * Layer: ops (depends on ir, tensor, core). */
 #ifndef SLAPO_OPS_H
@@ -151,14 +151,24 @@ typedef struct slapo_op {
   slapo_op_test test;
 } slapo_op;
 
-/* Descriptor for `name`, or NULL. Built-in ops come from ops.def (the table
- * is built on first use); run-time ops from slapo_op_register. */
+/* The built-in descriptors, one per line of slapo/ops.def. Code that builds
+ * or recognizes a built-in op names it as SLAPO_OP_DESC(add) (a
+ * `const slapo_op *`), so a misspelt op fails to compile and nodes compare
+ * by descriptor identity (slapo_node_is_op); names are for schedule files,
+ * text patterns and run-time ops (slapo_op_find). */
+#define SLAPO_OP(name) extern const slapo_op slapo__op_##name;
+#include "slapo/ops.def"
+#undef SLAPO_OP
+#define SLAPO_OP_DESC(name) (&slapo__op_##name)
+
+/* Descriptor for `name`, or NULL: the built-in ops of slapo/ops.def, then
+ * run-time ops from slapo_op_register. */
 const slapo_op *slapo_op_find(const char *name);
 /* Registers a run-time op (fused kernels, collectives). `op` is borrowed and
  * must outlive every graph using it. Errors: SLAPO_INVALID_ARG (name taken,
  * missing infer/kernel), SLAPO_NOMEM. Thread-safe. */
 slapo_status slapo_op_register(const slapo_op *op);
-/* Number of registered ops and the i-th one (built-ins first, in ops.def
+/* Number of registered ops and the i-th one (built-ins first, in slapo/ops.def
  * order, then run-time ones in registration order). */
 int slapo_op_count(void);
 const slapo_op *slapo_op_at(int i);

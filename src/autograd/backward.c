@@ -68,12 +68,11 @@ static slapo_status add_contrib(walk *w, rec *r, int user_id, int slot, slapo_no
   return SLAPO_OK;
 }
 
-/* Constant tensor of n's shape filled with `value`, built with op "full" by
- * name (it belongs to the shape-op group). */
+/* Constant tensor of n's shape filled with `value` (op "full"). */
 static slapo_node *full_like(slapo_ctx *ctx, const slapo_node *n, double value) {
   slapo_attr a[2] = {slapo_attr_ints("shape", n->ndim, n->shape),
                      slapo_attr_float("value", value)};
-  return slapo_op_call(ctx, "full", 0, NULL, 2, a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(full), 0, NULL, 2, a);
 }
 
 /* Sums the contributions of r in (user position, slot) order; a value with
@@ -94,7 +93,7 @@ static slapo_node *accumulate(walk *w, rec *r) {
   slapo_node *g = r->n_c ? r->c[0].g : NULL;
   for (int i = 1; i < r->n_c && g; i++) {
     slapo_node *in[2] = {g, r->c[i].g};
-    g = slapo_op_call(w->ctx, "add", 2, in, 0, NULL);
+    g = slapo_op_apply(w->ctx, SLAPO_OP_DESC(add), 2, in, 0, NULL);
   }
   return g;
 }
@@ -136,7 +135,7 @@ static slapo_status recompute_region(walk *w, int region) {
     }
     slapo_status s = slapo_ctx_push_origin(ctx, n->origin ? n->origin : "");
     if (s == SLAPO_OK) {
-      w->copy[id] = slapo_op_call(ctx, n->target, n->n_inputs, in, n->n_attrs, n->attrs);
+      w->copy[id] = slapo_op_apply(ctx, n->op, n->n_inputs, in, n->n_attrs, n->attrs);
       slapo_ctx_pop_origin(ctx);
     }
     if (in != local) slapo_free(in);

@@ -58,9 +58,9 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   };
   /* Decoding with a KV cache: one new query over the cached keys needs no
    * tiling; the composite does it (eval mode: no dropout). */
-  slapo_node *y = slapo_decode_past(ctx) >= 0
+  slapo_node *y = slapo_decode_past(ctx) >= 0 /* [B, NH, T, HS] */
                       ? slapo__attend_decoding(ctx, heads[0], heads[1], heads[2])
-                      : slapo_op_call(ctx, "flash_attention", 3, heads, 4, attrs); /* [B, NH, T, HS] */
+                      : slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, heads, 4, attrs);
   int64_t btc[3] = {B, T, C};
   y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
   y = slapo_call1(ctx, self, "c_proj", y);

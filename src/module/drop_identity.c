@@ -6,15 +6,14 @@
  * Why: such a node copies its input into a fresh buffer, forward and (as its
  * own backward) again in the backward: 38 copies of up to [B, NH, T, T] per
  * step of GPT-2 `small`, ~3% of its step time, for no change in any value. */
-#include <string.h>
-
 #include "module/internal.h"
+#include "slapo/ops.h"
 
 slapo_status slapo__drop_identity_dropouts(slapo_graph *g, bool training, int *n_dropped) {
   int count = 0;
   for (slapo_node *n = slapo_graph_first(g); n;) {
     slapo_node *next = n->next;
-    if (n->kind == SLAPO_NODE_CALL_OP && !strcmp(n->target, "dropout") &&
+    if (slapo_node_is_op(n, SLAPO_OP_DESC(dropout)) &&
         (!training || slapo_node_attr_float(n, "p", 0.0) == 0.0)) {
       SLAPO_TRY(slapo_node_replace_all_uses(n, n->inputs[0]));
       SLAPO_TRY(slapo_graph_erase(g, n));

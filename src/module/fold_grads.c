@@ -9,9 +9,8 @@
  * them twice (about 13 passes over 3C-wide data) where a concat writes the
  * result once (2 passes). Exact: each element of the sum is one piece's
  * value plus zeros (x + 0 = x; only the sign of a zero can differ). */
-#include <string.h>
-
 #include "module/internal.h"
+#include "slapo/ops.h"
 
 /* One piece: the gradient node it carries and its range along the dim. */
 typedef struct piece {
@@ -31,10 +30,6 @@ typedef struct tree {
   bool have_dim;
 } tree;
 
-static bool is_op(const slapo_node *n, const char *op) {
-  return n->kind == SLAPO_NODE_CALL_OP && !strcmp(n->target, op);
-}
-
 /* Python slice-index normalization, as the slice ops do it. */
 static int64_t clamp_index(int64_t i, int64_t n) {
   if (i < 0) i = i < -n ? 0 : i + n;
@@ -50,11 +45,11 @@ static bool collect(tree *t, slapo_node *n) {
   if (n->dtype != r->dtype || !slapo_shape_equal(n->ndim, n->shape, r->ndim, r->shape))
     return false;
   if (t->n_inner == 2 * MAX_PIECES) return false;
-  if (is_op(n, "add")) {
+  if (slapo_node_is_op(n, SLAPO_OP_DESC(add))) {
     t->inner[t->n_inner++] = n;
     return collect(t, n->inputs[0]) && collect(t, n->inputs[1]);
   }
-  if (!is_op(n, "slice_backward") || t->n == MAX_PIECES) return false;
+  if (!slapo_node_is_op(n, SLAPO_OP_DESC(slice_backward)) || t->n == MAX_PIECES) return false;
   if (slapo_node_attr_int(n, "step", 1) != 1) return false;
   int64_t dim = slapo_node_attr_int(n, "dim", 0);
   if (dim < 0) dim += n->ndim;
@@ -100,8 +95,8 @@ static slapo_status try_fold(slapo_graph *g, slapo_node *root, slapo_node **cat_
   slapo_attr dim = slapo_attr_int("dim", t.dim);
   slapo_node *cat;
   slapo_graph_insert_before(g, root);
-  slapo_status s = slapo_graph_add_call_op(g, "concat", slapo_op_find("concat"), t.n, ins, 1,
-                                           &dim, &cat);
+  const slapo_op *concat = SLAPO_OP_DESC(concat);
+  slapo_status s = slapo_graph_add_call_op(g, concat->name, concat, t.n, ins, 1, &dim, &cat);
   slapo_graph_insert_at_end(g);
   if (s != SLAPO_OK) return s;
   SLAPO_TRY(slapo_node_set_meta(cat, root->dtype, root->ndim, root->shape));
@@ -120,7 +115,7 @@ slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded) {
    * fold, go on before the concat (the erased nodes all came before it). */
   for (slapo_node *n = slapo_graph_last(g); n;) {
     slapo_node *cat = NULL;
-    if (is_op(n, "add")) SLAPO_TRY(try_fold(g, n, &cat));
+    if (slapo_node_is_op(n, SLAPO_OP_DESC(add))) SLAPO_TRY(try_fold(g, n, &cat));
     count += cat != NULL;
     n = cat ? cat->prev : n->prev;
   }

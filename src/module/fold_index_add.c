@@ -10,13 +10,8 @@
  * Not bitwise: each touched row becomes g + s1 + s2 ... instead of
  * (0 + s1 + s2 ...) + g, float sums in another order (deterministic, and
  * within the GPT-2 fixture's tolerances). */
-#include <string.h>
-
 #include "module/internal.h"
-
-static bool is_op(const slapo_node *n, const char *op) {
-  return n->kind == SLAPO_NODE_CALL_OP && !strcmp(n->target, op);
-}
+#include "slapo/ops.h"
 
 static bool same_meta(const slapo_node *a, const slapo_node *b) {
   return a->dtype == b->dtype && slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape);
@@ -24,9 +19,10 @@ static bool same_meta(const slapo_node *a, const slapo_node *b) {
 
 /* index_add(full(0), idx, src) used only by `add`, of add's shape. */
 static bool is_scatter_into_zeros(const slapo_node *n, const slapo_node *add) {
-  if (!is_op(n, "index_add") || n->n_users != 1 || !same_meta(n, add)) return false;
+  if (!slapo_node_is_op(n, SLAPO_OP_DESC(index_add)) || n->n_users != 1 || !same_meta(n, add))
+    return false;
   const slapo_node *base = n->inputs[0];
-  return is_op(base, "full") && base->n_users == 1 &&
+  return slapo_node_is_op(base, SLAPO_OP_DESC(full)) && base->n_users == 1 &&
          slapo_node_attr_float(base, "value", 1.0) == 0.0;
 }
 
@@ -34,8 +30,8 @@ slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded) {
   int count = 0;
   for (slapo_node *n = slapo_graph_first(g); n;) {
     slapo_node *next = n->next;
-    if (!is_op(n, "add") || n->inputs[0] == n->inputs[1] || !same_meta(n->inputs[0], n) ||
-        !same_meta(n->inputs[1], n)) {
+    if (!slapo_node_is_op(n, SLAPO_OP_DESC(add)) || n->inputs[0] == n->inputs[1] ||
+        !same_meta(n->inputs[0], n) || !same_meta(n->inputs[1], n)) {
       n = next;
       continue;
     }
@@ -51,7 +47,7 @@ slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded) {
      * every input (other and the add's operands precede the add). */
     slapo_node *ins[3] = {other, scatter->inputs[1], scatter->inputs[2]}, *folded;
     slapo_graph_insert_before(g, n);
-    slapo_status s = slapo_graph_add_call_op(g, "index_add", scatter->op, 3, ins,
+    slapo_status s = slapo_graph_add_call_op(g, scatter->op->name, scatter->op, 3, ins,
                                              scatter->n_attrs, scatter->attrs, &folded);
     slapo_graph_insert_at_end(g);
     SLAPO_TRY(s);

@@ -133,7 +133,8 @@ static slapo_status infer_gelu_backward(slapo_node *node) {
 
 static slapo_status relu_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                        const bool *need, slapo_node **dx) {
-  if (need[0]) dx[0] = slapo__call2(ctx, "relu_backward", node->inputs[0], dy, 0, NULL);
+  if (need[0])
+    dx[0] = slapo__call2(ctx, SLAPO_OP_DESC(relu_backward), node->inputs[0], dy, 0, NULL);
   return slapo_ctx_status(ctx);
 }
 
@@ -149,7 +150,8 @@ static slapo_status sigmoid_backward_rule(slapo_ctx *ctx, slapo_node *node, slap
 
 static slapo_status silu_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                        const bool *need, slapo_node **dx) {
-  if (need[0]) dx[0] = slapo__call2(ctx, "silu_backward", node->inputs[0], dy, 0, NULL);
+  if (need[0])
+    dx[0] = slapo__call2(ctx, SLAPO_OP_DESC(silu_backward), node->inputs[0], dy, 0, NULL);
   return slapo_ctx_status(ctx);
 }
 
@@ -158,7 +160,7 @@ static slapo_status gelu_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_n
   if (need[0]) {
     slapo_attr a =
         slapo_attr_str("approximate", gelu_is_tanh(node) ? "tanh" : "none");
-    dx[0] = slapo__call2(ctx, "gelu_backward", node->inputs[0], dy, 1, &a);
+    dx[0] = slapo__call2(ctx, SLAPO_OP_DESC(gelu_backward), node->inputs[0], dy, 1, &a);
   }
   return slapo_ctx_status(ctx);
 }
@@ -169,7 +171,7 @@ static slapo_node *example_x(slapo_ctx *ctx) {
   static const int64_t s[] = {3, 5};
   return slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, s);
 }
-static slapo_node *example_backward(slapo_ctx *ctx, const char *op, int n_attrs,
+static slapo_node *example_backward(slapo_ctx *ctx, const slapo_op *op, int n_attrs,
                                     const slapo_attr *attrs) {
   static const int64_t s[] = {3, 5};
   slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, s);
@@ -183,14 +185,14 @@ static slapo_node *silu_example(slapo_ctx *ctx) { return slapo_silu(ctx, example
  * example uses the exact form, so fast-vs-reference covers both loops. */
 static slapo_node *gelu_example(slapo_ctx *ctx) { return slapo_gelu(ctx, example_x(ctx), true); }
 static slapo_node *relu_backward_example(slapo_ctx *ctx) {
-  return example_backward(ctx, "relu_backward", 0, NULL);
+  return example_backward(ctx, SLAPO_OP_DESC(relu_backward), 0, NULL);
 }
 static slapo_node *silu_backward_example(slapo_ctx *ctx) {
-  return example_backward(ctx, "silu_backward", 0, NULL);
+  return example_backward(ctx, SLAPO_OP_DESC(silu_backward), 0, NULL);
 }
 static slapo_node *gelu_backward_example(slapo_ctx *ctx) {
   slapo_attr a = slapo_attr_str("approximate", "none");
-  return example_backward(ctx, "gelu_backward", 1, &a);
+  return example_backward(ctx, SLAPO_OP_DESC(gelu_backward), 1, &a);
 }
 
 /* ---- descriptors ---- */
@@ -294,15 +296,15 @@ SLAPO_OP_DESCRIPTOR(gelu_backward) = {
 /* ---- typed builders ---- */
 
 slapo_node *slapo_relu(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "relu", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(relu), x, 0, NULL);
 }
 slapo_node *slapo_sigmoid(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "sigmoid", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(sigmoid), x, 0, NULL);
 }
 slapo_node *slapo_silu(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "silu", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(silu), x, 0, NULL);
 }
 slapo_node *slapo_gelu(slapo_ctx *ctx, slapo_node *x, bool use_tanh) {
   slapo_attr a = slapo_attr_str("approximate", use_tanh ? "tanh" : "none");
-  return slapo__call1(ctx, "gelu", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(gelu), x, 1, &a);
 }

@@ -248,9 +248,9 @@ static slapo_status fa_backward_infer(slapo_node *node) {
 static slapo_node *unpack(slapo_ctx *ctx, slapo_node *packed, int i, const slapo_node *like) {
   slapo_attr a[3] = {slapo_attr_int("dim", 0), slapo_attr_int("start", i),
                      slapo_attr_int("end", i + 1)};
-  slapo_node *s = slapo__call1(ctx, "slice", packed, 3, a);
+  slapo_node *s = slapo__call1(ctx, SLAPO_OP_DESC(slice), packed, 3, a);
   slapo_attr r = slapo_attr_ints("shape", like->ndim, like->shape);
-  return slapo__call1(ctx, "reshape", s, 1, &r);
+  return slapo__call1(ctx, SLAPO_OP_DESC(reshape), s, 1, &r);
 }
 
 static slapo_status fa_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -260,8 +260,8 @@ static slapo_status fa_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy
   /* Same attributes (causal, scale, dropout_p, stream, offset): the backward
    * regenerates the forward's dropout mask instead of storing it. */
   slapo_node *in[5] = {node->inputs[0], node->inputs[1], node->inputs[2], node, dy};
-  slapo_node *packed =
-      slapo_op_call(ctx, "flash_attention_backward", 5, in, node->n_attrs, node->attrs);
+  slapo_node *packed = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_backward), 5, in,
+                                       node->n_attrs, node->attrs);
   for (int i = 0; i < 3; i++)
     if (need[i]) dx[i] = unpack(ctx, packed, i, node->inputs[i]);
   return slapo_ctx_status(ctx);
@@ -275,7 +275,7 @@ static slapo_node *fa_example(slapo_ctx *ctx) {
   for (int i = 0; i < 3; i++) in[i] = slapo_input(ctx, k_names[i], SLAPO_DTYPE_F32, 4, shape);
   slapo_attr a[3] = {slapo_attr_int("causal", 1), slapo_attr_float("scale", 0.5),
                      slapo_attr_float("dropout_p", 0.2)};
-  return slapo_op_call(ctx, "flash_attention", 3, in, 3, a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, in, 3, a);
 }
 
 /* Non-causal, with a T (37) that crosses tile boundaries; `out` is an
@@ -285,7 +285,7 @@ static slapo_node *fa_backward_example(slapo_ctx *ctx) {
   slapo_node *in[5];
   for (int i = 0; i < 5; i++) in[i] = slapo_input(ctx, k_names[i], SLAPO_DTYPE_F32, 4, shape);
   slapo_attr a[2] = {slapo_attr_int("causal", 0), slapo_attr_float("dropout_p", 0.3)};
-  return slapo_op_call(ctx, "flash_attention_backward", 5, in, 2, a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_backward), 5, in, 2, a);
 }
 
 SLAPO_OP_DESCRIPTOR(flash_attention) = {

@@ -55,16 +55,16 @@ static slapo_status div_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
 
 /* ---- test examples: both operands broadcast ([2, 3, 4] with [3, 1]) ---- */
 
-static slapo_node *example_binary(slapo_ctx *ctx, const char *op) {
+static slapo_node *example_binary(slapo_ctx *ctx, const slapo_op *op) {
   static const int64_t sa[] = {2, 3, 4}, sb[] = {3, 1};
   slapo_node *a = slapo_input(ctx, "a", SLAPO_DTYPE_F32, 3, sa);
   slapo_node *b = slapo_input(ctx, "b", SLAPO_DTYPE_F32, 2, sb);
   return slapo__call2(ctx, op, a, b, 0, NULL);
 }
-static slapo_node *add_example(slapo_ctx *ctx) { return example_binary(ctx, "add"); }
-static slapo_node *sub_example(slapo_ctx *ctx) { return example_binary(ctx, "sub"); }
-static slapo_node *mul_example(slapo_ctx *ctx) { return example_binary(ctx, "mul"); }
-static slapo_node *div_example(slapo_ctx *ctx) { return example_binary(ctx, "div"); }
+static slapo_node *add_example(slapo_ctx *ctx) { return example_binary(ctx, SLAPO_OP_DESC(add)); }
+static slapo_node *sub_example(slapo_ctx *ctx) { return example_binary(ctx, SLAPO_OP_DESC(sub)); }
+static slapo_node *mul_example(slapo_ctx *ctx) { return example_binary(ctx, SLAPO_OP_DESC(mul)); }
+static slapo_node *div_example(slapo_ctx *ctx) { return example_binary(ctx, SLAPO_OP_DESC(div)); }
 
 /* ---- descriptors ---- */
 
@@ -122,14 +122,14 @@ SLAPO_OP_DESCRIPTOR(div) = {
 /* ---- typed builders ---- */
 
 slapo_node *slapo_add(slapo_ctx *ctx, slapo_node *a, slapo_node *b) {
-  return slapo__call2(ctx, "add", a, b, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(add), a, b, 0, NULL);
 }
 slapo_node *slapo_sub(slapo_ctx *ctx, slapo_node *a, slapo_node *b) {
-  return slapo__call2(ctx, "sub", a, b, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(sub), a, b, 0, NULL);
 }
 slapo_node *slapo_mul(slapo_ctx *ctx, slapo_node *a, slapo_node *b) {
-  return slapo__call2(ctx, "mul", a, b, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(mul), a, b, 0, NULL);
 }
 slapo_node *slapo_div(slapo_ctx *ctx, slapo_node *a, slapo_node *b) {
-  return slapo__call2(ctx, "div", a, b, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(div), a, b, 0, NULL);
 }

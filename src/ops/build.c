@@ -121,27 +121,27 @@ slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values) {
   return o;
 }
 
-slapo_node *slapo__call1(slapo_ctx *ctx, const char *op, slapo_node *x, int n_attrs,
+slapo_node *slapo__call1(slapo_ctx *ctx, const slapo_op *op, slapo_node *x, int n_attrs,
                          const slapo_attr *attrs) {
-  return slapo_op_call(ctx, op, 1, &x, n_attrs, attrs);
+  return slapo_op_apply(ctx, op, 1, &x, n_attrs, attrs);
 }
 
-slapo_node *slapo__call2(slapo_ctx *ctx, const char *op, slapo_node *a, slapo_node *b,
+slapo_node *slapo__call2(slapo_ctx *ctx, const slapo_op *op, slapo_node *a, slapo_node *b,
                          int n_attrs, const slapo_attr *attrs) {
   slapo_node *in[2] = {a, b};
-  return slapo_op_call(ctx, op, 2, in, n_attrs, attrs);
+  return slapo_op_apply(ctx, op, 2, in, n_attrs, attrs);
 }
 
 slapo_node *slapo__call_like(slapo_ctx *ctx, const slapo_node *like, int n_inputs,
                              slapo_node *const *inputs) {
-  return slapo_op_call(ctx, like->target, n_inputs, inputs, like->n_attrs, like->attrs);
+  return slapo_op_apply(ctx, like->op, n_inputs, inputs, like->n_attrs, like->attrs);
 }
 
 slapo_node *slapo__grad_to(slapo_ctx *ctx, slapo_node *g, const slapo_node *input) {
   if (!g) return NULL;
   if (slapo_shape_equal(g->ndim, g->shape, input->ndim, input->shape)) return g;
   slapo_attr a = slapo_attr_ints("shape", input->ndim, input->shape);
-  return slapo__call1(ctx, "sum_to", g, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(sum_to), g, 1, &a);
 }
 
 /* ---- shape helpers ---- */

@@ -215,7 +215,7 @@ static slapo_status cross_entropy_backward_rule(slapo_ctx *ctx, slapo_node *node
     slapo_attr a = slapo_attr_int("ignore_index",
                                   slapo_node_attr_int(node, "ignore_index", CE_IGNORE_DEFAULT));
     slapo_node *in[3] = {node->inputs[0], node->inputs[1], dy};
-    dx[0] = slapo_op_call(ctx, "cross_entropy_backward", 3, in, 1, &a);
+    dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(cross_entropy_backward), 3, in, 1, &a);
   }
   return slapo_ctx_status(ctx);
 }
@@ -316,7 +316,7 @@ static slapo_node *cross_entropy_backward_example(slapo_ctx *ctx) {
                        slapo_input(ctx, "targets", SLAPO_DTYPE_I32, 1, ts),
                        slapo_input(ctx, "dloss", SLAPO_DTYPE_F32, 0, NULL)};
   slapo_attr a = slapo_attr_int("ignore_index", -100);
-  return slapo_op_call(ctx, "cross_entropy_backward", 3, in, 1, &a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(cross_entropy_backward), 3, in, 1, &a);
 }
 
 SLAPO_OP_DESCRIPTOR(cross_entropy_backward) = {
@@ -338,5 +338,5 @@ SLAPO_OP_DESCRIPTOR(cross_entropy_backward) = {
 slapo_node *slapo_cross_entropy(slapo_ctx *ctx, slapo_node *logits, slapo_node *targets,
                                 int64_t ignore_index) {
   slapo_attr a = slapo_attr_int("ignore_index", ignore_index);
-  return slapo__call2(ctx, "cross_entropy", logits, targets, 1, &a);
+  return slapo__call2(ctx, SLAPO_OP_DESC(cross_entropy), logits, targets, 1, &a);
 }

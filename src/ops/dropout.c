@@ -181,5 +181,5 @@ SLAPO_OP_DESCRIPTOR(dropout) = {
 
 slapo_node *slapo_dropout(slapo_ctx *ctx, slapo_node *x, double p) {
   slapo_attr a = slapo_attr_float("p", p);
-  return slapo__call1(ctx, "dropout", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(dropout), x, 1, &a);
 }

@@ -74,17 +74,17 @@ static slapo_status embedding_backward(slapo_ctx *ctx, slapo_node *node, slapo_n
   if (idx->ndim != 1) {
     int64_t s[1] = {N};
     slapo_attr a = slapo_attr_ints("shape", 1, s);
-    idx = slapo__call1(ctx, "reshape", idx, 1, &a);
+    idx = slapo__call1(ctx, SLAPO_OP_DESC(reshape), idx, 1, &a);
   }
   if (dy->ndim != 2) {
     int64_t s[2] = {N, C};
     slapo_attr a = slapo_attr_ints("shape", 2, s);
-    dy = slapo__call1(ctx, "reshape", dy, 1, &a);
+    dy = slapo__call1(ctx, SLAPO_OP_DESC(reshape), dy, 1, &a);
   }
   slapo_attr fa[2] = {slapo_attr_ints("shape", 2, w->shape), slapo_attr_float("value", 0.0)};
-  slapo_node *zeros = slapo_op_call(ctx, "full", 0, NULL, 2, fa);
+  slapo_node *zeros = slapo_op_apply(ctx, SLAPO_OP_DESC(full), 0, NULL, 2, fa);
   slapo_node *in[3] = {zeros, idx, dy};
-  dx[0] = slapo_op_call(ctx, "index_add", 3, in, 0, NULL);
+  dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(index_add), 3, in, 0, NULL);
   return slapo_ctx_status(ctx);
 }
 
@@ -218,11 +218,11 @@ SLAPO_OP_DESCRIPTOR(index_add) = {
 /* ---- typed builders ---- */
 
 slapo_node *slapo_embedding(slapo_ctx *ctx, slapo_node *weight, slapo_node *idx) {
-  return slapo__call2(ctx, "embedding", weight, idx, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(embedding), weight, idx, 0, NULL);
 }
 
 slapo_node *slapo_index_add(slapo_ctx *ctx, slapo_node *base, slapo_node *idx,
                             slapo_node *src) {
   slapo_node *in[3] = {base, idx, src};
-  return slapo_op_call(ctx, "index_add", 3, in, 0, NULL);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(index_add), 3, in, 0, NULL);
 }

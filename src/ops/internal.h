@@ -10,7 +10,8 @@
 #include "core/assert.h"
 #include "slapo/ops.h"
 
-/* Descriptor of built-in op `name` (defined in its file, listed in ops.def). */
+/* Defines built-in op `name`'s descriptor (listed in slapo/ops.def, declared
+ * in slapo/ops.h, so the definition is checked against the declaration). */
 #define SLAPO_OP_DESCRIPTOR(name) const slapo_op slapo__op_##name
 
 /* Next op index for the ctx's current origin path; -1 on allocation failure. */
@@ -34,13 +35,14 @@ slapo_status slapo__same_as_input(slapo_node *node, int i);
 /* "[2, 3]" for node n's shape (thread-local rotating buffers, 8 slots). */
 const char *slapo__shape_of(const slapo_node *n);
 
-/* Builder shorthands. */
-slapo_node *slapo__call1(slapo_ctx *ctx, const char *op, slapo_node *x, int n_attrs,
+/* Builder shorthands for slapo_op_apply; `op` is SLAPO_OP_DESC(name). */
+slapo_node *slapo__call1(slapo_ctx *ctx, const slapo_op *op, slapo_node *x, int n_attrs,
                          const slapo_attr *attrs);
-slapo_node *slapo__call2(slapo_ctx *ctx, const char *op, slapo_node *a, slapo_node *b,
+slapo_node *slapo__call2(slapo_ctx *ctx, const slapo_op *op, slapo_node *a, slapo_node *b,
                          int n_attrs, const slapo_attr *attrs);
-/* Builds a node with the same op and attributes as `like` on new inputs
- * (backward rules reuse forward attributes, e.g. dropout's RNG stream). */
+/* Builds a node with the same op (like->op) and attributes as `like` on new
+ * inputs (backward rules reuse forward attributes, e.g. dropout's RNG
+ * stream). */
 slapo_node *slapo__call_like(slapo_ctx *ctx, const slapo_node *like, int n_inputs,
                              slapo_node *const *inputs);
 

@@ -124,13 +124,13 @@ static slapo_status layer_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, s
   for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
   if (need[0]) {
     slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
-    dx[0] = slapo_op_call(ctx, "layer_norm_backward", affine ? 3 : 2, in, 1, &eps);
+    dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), affine ? 3 : 2, in, 1, &eps);
   }
   if (affine && need[1]) {
     /* dw = sum over leading axes of dy * xhat; xhat is recomputed rather than
      * derived as (y - b) / w, which divides by weights that may be 0. */
-    slapo_node *xhat = slapo_op_call(ctx, "layer_norm", 1, &x, 1, &eps);
-    dx[1] = slapo__grad_to(ctx, slapo__call2(ctx, "mul", dy, xhat, 0, NULL), node->inputs[1]);
+    slapo_node *xhat = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm), 1, &x, 1, &eps);
+    dx[1] = slapo__grad_to(ctx, slapo_mul(ctx, dy, xhat), node->inputs[1]);
   }
   if (affine && need[2]) dx[2] = slapo__grad_to(ctx, dy, node->inputs[2]);
   return slapo_ctx_status(ctx);
@@ -255,7 +255,7 @@ static slapo_node *layer_norm_backward_example(slapo_ctx *ctx) {
                        slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs),
                        slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, xs)};
   slapo_attr eps = slapo_attr_float("eps", 1e-5);
-  return slapo_op_call(ctx, "layer_norm_backward", 3, in, 1, &eps);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), 3, in, 1, &eps);
 }
 
 SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
@@ -276,7 +276,7 @@ SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
 slapo_node *slapo_layer_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b,
                              double eps) {
   slapo_attr a = slapo_attr_float("eps", eps);
-  if (!w && !b) return slapo__call1(ctx, "layer_norm", x, 1, &a);
+  if (!w && !b) return slapo__call1(ctx, SLAPO_OP_DESC(layer_norm), x, 1, &a);
   if (!w || !b) {
     /* A NULL left by an earlier failure keeps that (sticky) error. */
     const char *o = slapo_ctx_origin(ctx);
@@ -287,5 +287,5 @@ slapo_node *slapo_layer_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo
     return NULL;
   }
   slapo_node *in[3] = {x, w, b};
-  return slapo_op_call(ctx, "layer_norm", 3, in, 1, &a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm), 3, in, 1, &a);
 }

@@ -74,7 +74,7 @@ static slapo_node *reshape2(slapo_ctx *ctx, slapo_node *t, int64_t rows, int64_t
   if (t->ndim == 2) return t;
   int64_t s[2] = {rows, cols};
   slapo_attr a = slapo_attr_ints("shape", 2, s);
-  return slapo__call1(ctx, "reshape", t, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(reshape), t, 1, &a);
 }
 
 static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -93,7 +93,7 @@ static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
       slapo_node *g = slapo_matmul(ctx, reshape2(ctx, dy, 1, out), w, false, false);
       int64_t s[1] = {in};
       slapo_attr a = slapo_attr_ints("shape", 1, s);
-      dx[0] = slapo__call1(ctx, "reshape", g, 1, &a);
+      dx[0] = slapo__call1(ctx, SLAPO_OP_DESC(reshape), g, 1, &a);
     }
   }
   if (need[1]) {
@@ -109,7 +109,7 @@ static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
       int64_t axes[SLAPO_MAX_DIMS];
       for (int i = 0; i < nd - 1; i++) axes[i] = i;
       slapo_attr a[2] = {slapo_attr_ints("axes", nd - 1, axes), slapo_attr_int("keepdim", 0)};
-      dx[2] = slapo__call1(ctx, "sum", dy, 2, a);
+      dx[2] = slapo__call1(ctx, SLAPO_OP_DESC(sum), dy, 2, a);
     }
   }
   return slapo_ctx_status(ctx);
@@ -138,5 +138,5 @@ SLAPO_OP_DESCRIPTOR(linear) = {
 
 slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b) {
   slapo_node *in[3] = {x, w, b};
-  return slapo_op_call(ctx, "linear", b ? 3 : 2, in, 0, NULL);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(linear), b ? 3 : 2, in, 0, NULL);
 }

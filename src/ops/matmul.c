@@ -128,8 +128,8 @@ static slapo_status matmul_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
       int64_t a2[2] = {rows, a->shape[a->ndim - 1]}, c2[2] = {rows, dy->shape[dy->ndim - 1]};
       slapo_attr sa = slapo_attr_ints("shape", 2, a2), sc = slapo_attr_ints("shape", 2, c2);
       /* dy has C's batch dims, which equal a's here (b has none). */
-      slapo_node *ar = slapo__call1(ctx, "reshape", a, 1, &sa);
-      slapo_node *cr = slapo__call1(ctx, "reshape", dy, 1, &sc);
+      slapo_node *ar = slapo__call1(ctx, SLAPO_OP_DESC(reshape), a, 1, &sa);
+      slapo_node *cr = slapo__call1(ctx, SLAPO_OP_DESC(reshape), dy, 1, &sc);
       dx[1] = tb ? slapo_matmul(ctx, cr, ar, true, false) : slapo_matmul(ctx, ar, cr, true, false);
     } else {
       slapo_node *g =
@@ -170,5 +170,5 @@ slapo_node *slapo_matmul(slapo_ctx *ctx, slapo_node *a, slapo_node *b, bool tran
   int n = 0;
   if (trans_a) attrs[n++] = slapo_attr_int("trans_a", 1);
   if (trans_b) attrs[n++] = slapo_attr_int("trans_b", 1);
-  return slapo__call2(ctx, "matmul", a, b, n, attrs);
+  return slapo__call2(ctx, SLAPO_OP_DESC(matmul), a, b, n, attrs);
 }

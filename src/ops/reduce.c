@@ -627,7 +627,7 @@ SLAPO_OP_DESCRIPTOR(broadcast_to) = {
 /* Typed builders                                                            */
 /* ------------------------------------------------------------------------ */
 
-static slapo_node *reduce_call(slapo_ctx *ctx, const char *op, slapo_node *x, int n_axes,
+static slapo_node *reduce_call(slapo_ctx *ctx, const slapo_op *op, slapo_node *x, int n_axes,
                                const int64_t *axes, bool keepdim) {
   slapo_attr a[2] = {slapo_attr_ints("axes", n_axes, axes),
                      slapo_attr_int("keepdim", keepdim ? 1 : 0)};
@@ -636,21 +636,21 @@ static slapo_node *reduce_call(slapo_ctx *ctx, const char *op, slapo_node *x, in
 
 slapo_node *slapo_sum(slapo_ctx *ctx, slapo_node *x, int n_axes, const int64_t *axes,
                       bool keepdim) {
-  return reduce_call(ctx, "sum", x, n_axes, axes, keepdim);
+  return reduce_call(ctx, SLAPO_OP_DESC(sum), x, n_axes, axes, keepdim);
 }
 
 slapo_node *slapo_mean(slapo_ctx *ctx, slapo_node *x, int n_axes, const int64_t *axes,
                        bool keepdim) {
-  return reduce_call(ctx, "mean", x, n_axes, axes, keepdim);
+  return reduce_call(ctx, SLAPO_OP_DESC(mean), x, n_axes, axes, keepdim);
 }
 
 slapo_node *slapo_sum_to(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *shape) {
   slapo_attr a = slapo_attr_ints("shape", ndim, shape);
-  return slapo__call1(ctx, "sum_to", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(sum_to), x, 1, &a);
 }
 
 slapo_node *slapo_broadcast_to(slapo_ctx *ctx, slapo_node *x, int ndim,
                                const int64_t *shape) {
   slapo_attr a = slapo_attr_ints("shape", ndim, shape);
-  return slapo__call1(ctx, "broadcast_to", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(broadcast_to), x, 1, &a);
 }

@@ -1,18 +1,14 @@
-/* ops/registry.c - the op registry: built-in descriptors from ops.def (table
- * built once, on first use) plus ops registered at run time (fused kernels,
+/* ops/registry.c - the op registry: built-in descriptors from slapo/ops.def
+ * (declared in slapo/ops.h) plus ops registered at run time (fused kernels,
  * collectives). Layer: ops. */
 #include <pthread.h>
 #include <string.h>
 
 #include "ops/internal.h"
 
-#define SLAPO_OP(name) extern const slapo_op slapo__op_##name;
-#include "ops/ops.def"
-#undef SLAPO_OP
-
 static const slapo_op *const k_builtin[] = {
-#define SLAPO_OP(name) &slapo__op_##name,
-#include "ops/ops.def"
+#define SLAPO_OP(name) SLAPO_OP_DESC(name),
+#include "slapo/ops.def"
 #undef SLAPO_OP
     NULL};
 

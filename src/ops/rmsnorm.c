@@ -71,12 +71,12 @@ static slapo_status rms_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, sla
   for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
   if (need[0]) {
     slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
-    dx[0] = slapo_op_call(ctx, "rms_norm_backward", affine ? 3 : 2, in, 1, &eps);
+    dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm_backward), affine ? 3 : 2, in, 1, &eps);
   }
   if (affine && need[1]) {
     /* dw = sum over leading axes of dy * xhat (xhat recomputed, not y / w). */
-    slapo_node *xhat = slapo_op_call(ctx, "rms_norm", 1, &x, 1, &eps);
-    dx[1] = slapo__grad_to(ctx, slapo__call2(ctx, "mul", dy, xhat, 0, NULL), node->inputs[1]);
+    slapo_node *xhat = slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm), 1, &x, 1, &eps);
+    dx[1] = slapo__grad_to(ctx, slapo_mul(ctx, dy, xhat), node->inputs[1]);
   }
   return slapo_ctx_status(ctx);
 }
@@ -170,7 +170,7 @@ static slapo_node *rms_norm_backward_example(slapo_ctx *ctx) {
                        slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs),
                        slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, xs)};
   slapo_attr eps = slapo_attr_float("eps", 1e-6);
-  return slapo_op_call(ctx, "rms_norm_backward", 3, in, 1, &eps);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm_backward), 3, in, 1, &eps);
 }
 
 SLAPO_OP_DESCRIPTOR(rms_norm_backward) = {
@@ -189,6 +189,6 @@ SLAPO_OP_DESCRIPTOR(rms_norm_backward) = {
 
 slapo_node *slapo_rms_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, double eps) {
   slapo_attr a = slapo_attr_float("eps", eps);
-  if (!w) return slapo__call1(ctx, "rms_norm", x, 1, &a);
-  return slapo__call2(ctx, "rms_norm", x, w, 1, &a);
+  if (!w) return slapo__call1(ctx, SLAPO_OP_DESC(rms_norm), x, 1, &a);
+  return slapo__call2(ctx, SLAPO_OP_DESC(rms_norm), x, w, 1, &a);
 }

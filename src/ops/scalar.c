@@ -128,13 +128,13 @@ SLAPO_OP_DESCRIPTOR(pow) = {
 
 slapo_node *slapo_add_scalar(slapo_ctx *ctx, slapo_node *x, double v) {
   slapo_attr a = slapo_attr_float("value", v);
-  return slapo__call1(ctx, "add_scalar", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(add_scalar), x, 1, &a);
 }
 slapo_node *slapo_mul_scalar(slapo_ctx *ctx, slapo_node *x, double v) {
   slapo_attr a = slapo_attr_float("value", v);
-  return slapo__call1(ctx, "mul_scalar", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(mul_scalar), x, 1, &a);
 }
 slapo_node *slapo_pow(slapo_ctx *ctx, slapo_node *x, double exponent) {
   slapo_attr a = slapo_attr_float("exponent", exponent);
-  return slapo__call1(ctx, "pow", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(pow), x, 1, &a);
 }

@@ -325,7 +325,7 @@ static slapo_node *slice_backward_call(slapo_ctx *ctx, slapo_node *dy, const sla
                      slapo_attr_int("start", slapo_node_attr_int(slice, "start", 0)),
                      slapo_attr_int("end", slapo_node_attr_int(slice, "end", INT64_MAX)),
                      slapo_attr_int("step", slapo_node_attr_int(slice, "step", 1))};
-  return slapo__call1(ctx, "slice_backward", dy, 5, a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(slice_backward), dy, 5, a);
 }
 
 static slapo_status slice_grad(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -391,8 +391,8 @@ static slapo_status slice_backward_grad(slapo_ctx *ctx, slapo_node *node, slapo_
                      slapo_attr_int("start", slapo_node_attr_int(node, "start", 0)),
                      slapo_attr_int("end", slapo_node_attr_int(node, "end", INT64_MAX)),
                      slapo_attr_int("step", slapo_node_attr_int(node, "step", 1))};
-  dx[0] = need[0] && node->dtype == SLAPO_DTYPE_F32 ? slapo__call1(ctx, "slice", dy, 4, a)
-                                                    : NULL;
+  bool want = need[0] && node->dtype == SLAPO_DTYPE_F32;
+  dx[0] = want ? slapo__call1(ctx, SLAPO_OP_DESC(slice), dy, 4, a) : NULL;
   return slapo_ctx_status(ctx);
 }
 
@@ -542,7 +542,7 @@ static slapo_node *slice_example(slapo_ctx *ctx) {
   slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, s);
   slapo_attr a[4] = {slapo_attr_int("dim", -1), slapo_attr_int("start", 1),
                      slapo_attr_int("end", 100), slapo_attr_int("step", 2)};
-  return slapo__call1(ctx, "slice", x, 4, a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(slice), x, 4, a);
 }
 
 static slapo_node *slice_backward_example(slapo_ctx *ctx) {
@@ -551,7 +551,7 @@ static slapo_node *slice_backward_example(slapo_ctx *ctx) {
   slapo_attr a[5] = {slapo_attr_ints("shape", 2, full), slapo_attr_int("dim", 1),
                      slapo_attr_int("start", -4), slapo_attr_int("end", 100),
                      slapo_attr_int("step", 2)};
-  return slapo__call1(ctx, "slice_backward", dy, 5, a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(slice_backward), dy, 5, a);
 }
 
 static slapo_node *concat_example(slapo_ctx *ctx) {
@@ -661,12 +661,12 @@ SLAPO_OP_DESCRIPTOR(full) = {
 
 slapo_node *slapo_reshape(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *shape) {
   slapo_attr a = slapo_attr_ints("shape", ndim, shape);
-  return slapo__call1(ctx, "reshape", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(reshape), x, 1, &a);
 }
 
 slapo_node *slapo_permute(slapo_ctx *ctx, slapo_node *x, int ndim, const int64_t *perm) {
   slapo_attr a = slapo_attr_ints("perm", ndim, perm);
-  return slapo__call1(ctx, "permute", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(permute), x, 1, &a);
 }
 
 slapo_node *slapo_transpose(slapo_ctx *ctx, slapo_node *x, int dim0, int dim1) {
@@ -692,7 +692,7 @@ slapo_node *slapo_transpose(slapo_ctx *ctx, slapo_node *x, int dim0, int dim1) {
 slapo_node *slapo_slice(slapo_ctx *ctx, slapo_node *x, int dim, int64_t start, int64_t end) {
   slapo_attr a[4] = {slapo_attr_int("dim", dim), slapo_attr_int("start", start),
                      slapo_attr_int("end", end), slapo_attr_int("step", 1)};
-  return slapo__call1(ctx, "slice", x, 4, a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(slice), x, 4, a);
 }
 
 slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const int64_t *sizes,
@@ -748,14 +748,14 @@ slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const in
 
 slapo_node *slapo_concat(slapo_ctx *ctx, int n, slapo_node *const *xs, int dim) {
   slapo_attr a = slapo_attr_int("dim", dim);
-  return slapo_op_call(ctx, "concat", n, xs, 1, &a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(concat), n, xs, 1, &a);
 }
 
 slapo_node *slapo_contiguous(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "contiguous", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(contiguous), x, 0, NULL);
 }
 
 slapo_node *slapo_full(slapo_ctx *ctx, int ndim, const int64_t *shape, double value) {
   slapo_attr a[2] = {slapo_attr_ints("shape", ndim, shape), slapo_attr_float("value", value)};
-  return slapo_op_call(ctx, "full", 0, NULL, 2, a);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(full), 0, NULL, 2, a);
 }

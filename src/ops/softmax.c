@@ -136,7 +136,7 @@ static void softmax_fast(const slapo_node *node, const slapo_tensor *const *in,
 static slapo_status softmax_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                      const bool *need, slapo_node **dx) {
   /* Masked entries have y = 0, so the fused rule needs no mask of its own. */
-  dx[0] = need[0] ? slapo__call2(ctx, "softmax_backward", node, dy, 0, NULL) : NULL;
+  dx[0] = need[0] ? slapo__call2(ctx, SLAPO_OP_DESC(softmax_backward), node, dy, 0, NULL) : NULL;
   return slapo_ctx_status(ctx);
 }
 
@@ -220,7 +220,7 @@ static slapo_node *softmax_backward_example(slapo_ctx *ctx) {
   int64_t shape[2] = {3, 5};
   slapo_node *y = slapo_input(ctx, "y", SLAPO_DTYPE_F32, 2, shape);
   slapo_node *dy = slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, shape);
-  return slapo__call2(ctx, "softmax_backward", y, dy, 0, NULL);
+  return slapo__call2(ctx, SLAPO_OP_DESC(softmax_backward), y, dy, 0, NULL);
 }
 
 SLAPO_OP_DESCRIPTOR(softmax_backward) = {
@@ -241,5 +241,5 @@ SLAPO_OP_DESCRIPTOR(softmax_backward) = {
 
 slapo_node *slapo_softmax(slapo_ctx *ctx, slapo_node *x, bool causal) {
   slapo_attr a = slapo_attr_int("causal", causal ? 1 : 0);
-  return slapo__call1(ctx, "softmax", x, 1, &a);
+  return slapo__call1(ctx, SLAPO_OP_DESC(softmax), x, 1, &a);
 }

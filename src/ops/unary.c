@@ -99,20 +99,20 @@ UNARY_DESCRIPTOR(rsqrt, "1 / sqrt(x) (inf at 0, nan for x < 0)", .lo = 0.5f, .hi
 /* ---- typed builders ---- */
 
 slapo_node *slapo_neg(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "neg", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(neg), x, 0, NULL);
 }
 slapo_node *slapo_exp(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "exp", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(exp), x, 0, NULL);
 }
 slapo_node *slapo_log(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "log", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(log), x, 0, NULL);
 }
 slapo_node *slapo_tanh(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "tanh", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(tanh), x, 0, NULL);
 }
 slapo_node *slapo_sqrt(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "sqrt", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(sqrt), x, 0, NULL);
 }
 slapo_node *slapo_rsqrt(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, "rsqrt", x, 0, NULL);
+  return slapo__call1(ctx, SLAPO_OP_DESC(rsqrt), x, 0, NULL);
 }
