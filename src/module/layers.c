@@ -40,15 +40,15 @@ static void linear_describe(const slapo_module *self, char *buf, size_t cap) {
 
 /* Op forms (pattern matching: linear ~ Linear, ...): the op each layer
  * emits, with its inputs in the op's order. */
-static bool form(slapo_op_form *f, const char *op, int n, const char *const *inputs) {
-  *f = (slapo_op_form){.op = slapo_op_find(op), .n_inputs = n};
+static bool form(slapo_op_form *f, const slapo_op *op, int n, const char *const *inputs) {
+  *f = (slapo_op_form){.op = op, .n_inputs = n};
   for (int i = 0; i < n; i++) f->inputs[i] = inputs[i];
-  return f->op != NULL;
+  return true;
 }
 
 static bool linear_form(const slapo_module *self, slapo_op_form *f) {
   const linear_cfg *c = self->config;
-  return form(f, "linear", c->bias ? 3 : 2, (const char *const[]){"$0", "weight", "bias"});
+  return form(f, SLAPO_OP_DESC(linear), c->bias ? 3 : 2, (const char *const[]){"$0", "weight", "bias"});
 }
 
 static const slapo_module_type k_linear = {"Linear", linear_forward, linear_describe, NULL,
@@ -97,7 +97,7 @@ static void ln_describe(const slapo_module *self, char *buf, size_t cap) {
 
 static bool ln_form(const slapo_module *self, slapo_op_form *f) {
   const ln_cfg *c = self->config;
-  bool ok = form(f, "layer_norm", 3, (const char *const[]){"$0", "weight", "bias"});
+  bool ok = form(f, SLAPO_OP_DESC(layer_norm), 3, (const char *const[]){"$0", "weight", "bias"});
   f->attrs[f->n_attrs++] = slapo_attr_float("eps", c->eps);
   return ok;
 }
@@ -140,7 +140,7 @@ static void emb_describe(const slapo_module *self, char *buf, size_t cap) {
 
 static bool emb_form(const slapo_module *self, slapo_op_form *f) {
   (void)self;
-  return form(f, "embedding", 2, (const char *const[]){"weight", "$0"});
+  return form(f, SLAPO_OP_DESC(embedding), 2, (const char *const[]){"weight", "$0"});
 }
 
 static const slapo_module_type k_embedding = {"Embedding", emb_forward, emb_describe, NULL,
@@ -198,13 +198,13 @@ static slapo_node *relu_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
 }
 
 static bool dropout_form(const slapo_module *self, slapo_op_form *f) {
-  bool ok = form(f, "dropout", 1, (const char *const[]){"$0"});
+  bool ok = form(f, SLAPO_OP_DESC(dropout), 1, (const char *const[]){"$0"});
   f->attrs[f->n_attrs++] = slapo_attr_float("p", ((const scalar_cfg *)self->config)->v);
   return ok;
 }
 
 static bool gelu_form(const slapo_module *self, slapo_op_form *f) {
-  bool ok = form(f, "gelu", 1, (const char *const[]){"$0"});
+  bool ok = form(f, SLAPO_OP_DESC(gelu), 1, (const char *const[]){"$0"});
   bool tanh = ((const scalar_cfg *)self->config)->v != 0;
   f->attrs[f->n_attrs++] = slapo_attr_str("approximate", tanh ? "tanh" : "none");
   return ok;
@@ -212,7 +212,7 @@ static bool gelu_form(const slapo_module *self, slapo_op_form *f) {
 
 static bool relu_form(const slapo_module *self, slapo_op_form *f) {
   (void)self;
-  return form(f, "relu", 1, (const char *const[]){"$0"});
+  return form(f, SLAPO_OP_DESC(relu), 1, (const char *const[]){"$0"});
 }
 
 static const slapo_module_type k_dropout = {"Dropout", dropout_forward, dropout_describe, NULL,

@@ -59,7 +59,6 @@ typedef struct matcher {
   int cap_goals;
   regex_t *res;        /* [n_p] compiled module patterns */
   bool *has_re;
-  const slapo_op *op_add, *op_mul, *op_sub, *op_add_s, *op_mul_s, *op_full;
   char why[512];       /* the latest rejection (SLAPO_DEBUG >= 3)  */
   slapo_status status;
 } matcher;
@@ -194,14 +193,14 @@ static bool try_same_op(matcher *mt, int top, const slapo_node *t, slapo_node *v
 /* add(y, 1) / add(1, y) / mul / sub(y, 1) against add_scalar / mul_scalar
  * holding that number. */
 static bool try_scalar_form(matcher *mt, int top, const slapo_node *t, slapo_node *v) {
-  bool add = t->op == mt->op_add || t->op == mt->op_sub;
-  if (t->n_inputs != 2 || !(add ? v->op == mt->op_add_s : t->op == mt->op_mul && v->op == mt->op_mul_s))
+  bool add = t->op == SLAPO_OP_DESC(add) || t->op == SLAPO_OP_DESC(sub);
+  if (t->n_inputs != 2 || !(add ? v->op == SLAPO_OP_DESC(add_scalar) : t->op == SLAPO_OP_DESC(mul) && v->op == SLAPO_OP_DESC(mul_scalar)))
     return false;
   double have = slapo_node_attr_float(v, "value", 0), lit;
   for (int k = 0; k < 2; k++) {
-    if (t->op == mt->op_sub && k == 0) continue; /* only sub(y, literal) */
+    if (t->op == SLAPO_OP_DESC(sub) && k == 0) continue; /* only sub(y, literal) */
     if (!slapo__pattern_is_literal(t->inputs[k], &lit)) continue;
-    if ((t->op == mt->op_sub ? -lit : lit) != have) continue;
+    if ((t->op == SLAPO_OP_DESC(sub) ? -lit : lit) != have) continue;
     int order[1] = {1 - k};
     gval in = node_val(v->inputs[0]);
     if (try_inputs(mt, top, t, v, 1, order, &in)) return true;
@@ -302,7 +301,7 @@ static bool solve_placeholder(matcher *mt, int top, const slapo_node *t, const g
 static bool solve_literal(matcher *mt, int top, const slapo_node *t, const gval *v) {
   double lit;
   slapo__pattern_is_literal(t, &lit);
-  if (!v->node || v->node->op != mt->op_full || slapo_node_attr_float(v->node, "value", lit + 1) != lit)
+  if (!v->node || v->node->op != SLAPO_OP_DESC(full) || slapo_node_attr_float(v->node, "value", lit + 1) != lit)
     return reject(mt, t, v, "not a constant of that value");
   if (mt->gmark[v->node->id] >= 0 && mt->gmark[v->node->id] != t->id)
     return reject(mt, t, v, "already matched");
@@ -486,9 +485,6 @@ static slapo_status matcher_init(matcher *mt, slapo_module *m, const slapo_patte
     }
     mt->has_re[t->id] = true;
   }
-  mt->op_add = slapo_op_find("add"), mt->op_mul = slapo_op_find("mul");
-  mt->op_sub = slapo_op_find("sub"), mt->op_add_s = slapo_op_find("add_scalar");
-  mt->op_mul_s = slapo_op_find("mul_scalar"), mt->op_full = slapo_op_find("full");
   return SLAPO_OK;
 }
 
