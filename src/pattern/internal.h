@@ -4,6 +4,8 @@
 #ifndef SLAPO_PATTERN_INTERNAL_H
 #define SLAPO_PATTERN_INTERNAL_H
 
+#include <regex.h>
+
 #include "core/assert.h"
 #include "slapo/pattern.h"
 
@@ -37,5 +39,12 @@ slapo_status slapo__pattern_mark_any(slapo_pattern *p, slapo_node *n);
 slapo_status slapo__pattern_literal(slapo_pattern *p, double v, slapo_node **out);
 /* True for a literal node; *v receives its value. */
 bool slapo__pattern_is_literal(const slapo_node *n, double *v);
+
+/* regex.c: why glibc's regcomp would take too long or too much memory on
+ * re (a static string), or NULL. */
+const char *slapo__regex_hazard(const char *re);
+/* Compiles re (REG_EXTENDED) into *out after the hazard scan; on error
+ * SLAPO_PARSE "WHAT 'RE': reason" and *out is not to be freed. */
+slapo_status slapo__regex_compile(const char *re, regex_t *out, const char *what);
 
 #endif

@@ -477,12 +477,7 @@ static slapo_status matcher_init(matcher *mt, slapo_module *m, const slapo_patte
   }
   for (slapo_node *t = slapo_graph_first(p->g); t; t = t->next) {
     if (t->kind != SLAPO_NODE_CALL_MODULE) continue;
-    int rc = regcomp(&mt->res[t->id], t->target, REG_EXTENDED);
-    if (rc) {
-      char why[256];
-      regerror(rc, &mt->res[t->id], why, sizeof why);
-      return slapo_error(SLAPO_PARSE, "find: module pattern '%s': %s", t->target, why);
-    }
+    SLAPO_TRY(slapo__regex_compile(t->target, &mt->res[t->id], "find: module pattern"));
     mt->has_re[t->id] = true;
   }
   return SLAPO_OK;
@@ -569,12 +564,7 @@ slapo_status slapo_find_regex(slapo_module *m, const char *regex, slapo_matches 
   slapo_graph *g;
   SLAPO_TRY(traced_graph(m, &g));
   regex_t re;
-  int rc = regcomp(&re, regex, REG_EXTENDED);
-  if (rc) {
-    char why[256];
-    regerror(rc, &re, why, sizeof why);
-    return slapo_error(SLAPO_PARSE, "find: regex '%s': %s", regex, why);
-  }
+  SLAPO_TRY(slapo__regex_compile(regex, &re, "find: regex"));
   match_store st;
   slapo_status s = store_init(&st);
   for (slapo_node *n = slapo_graph_first(g); s == SLAPO_OK && n; n = n->next) {

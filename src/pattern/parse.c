@@ -48,17 +48,6 @@
 
 #define MAX_TEXT (64 * 1024)
 #define MAX_DEPTH 200
-/* glibc's regcomp copies a repetition's operand (a+ is aa*, a{m,n} n
- * copies), so nested ones multiply: ((a{99}){99}){99} is a million nodes,
- * 28 nested + a quarter billion; and its epsilon closures grow
- * exponentially with repeated operands that match the empty string
- * ((()?()?...()?)* with 22 takes seconds). Module regexes are bounded in
- * the nodes they expand to and in group nesting, and may not repeat an
- * operand that matches the empty string (see check_regex_shape). */
-#define MAX_REGEX_SIZE 1024
-#define MAX_REGEX_GROUPS 64
-#define STRINGIFY_(x) #x
-#define STRINGIFY(x) STRINGIFY_(x)
 
 typedef enum tok_kind { T_END, T_NAME, T_NUMBER, T_STRING, T_PUNCT } tok_kind;
 
@@ -424,123 +413,10 @@ static slapo_status parse_call(parser *ps, int depth, slapo_node **out) {
                                  out);
 }
 
-/* Length of the bracket expression at c ('['), up to and with its ']'
- * (a leading ']' and [:class:] [.x.] [=x=] items are part of it), or to
- * the end when it is not closed (regcomp then rejects it). */
-static size_t bracket_len(const char *c) {
-  size_t i = 1;
-  if (c[i] == '^') i++;
-  if (c[i] == ']') i++;
-  while (c[i] && c[i] != ']') {
-    if (c[i] == '[' && c[i + 1] && strchr(":.=", c[i + 1])) {
-      char k = c[i + 1];
-      i += 2;
-      while (c[i] && !(c[i] == k && c[i + 1] == ']')) i++;
-      if (c[i]) i += 2;
-    } else {
-      i++;
-    }
-  }
-  return c[i] ? i + 1 : i;
-}
-
-/* The repetition count of the bound at c ('{' then a digit): n for {n} and
- * {m,n} (m when larger), m + 1 for {m,}; *len its length. */
-static double bound_count(const char *c, size_t *len) {
-  char *end;
-  double m = (double)strtol(c + 1, &end, 10), n = m;
-  if (*end == ',') n = is_digit(end[1]) ? (double)strtol(end + 1, &end, 10) : m + 1;
-  while (*end && *end != '}') end++;
-  *len = (size_t)(end - c) + (*end == '}');
-  return fmax(fmax(m, n), 1);
-}
-
-/* One group while scanning a regex: node estimate and nullability (can
- * it match the empty string) of the group so far, its current branch, and
- * its last operand. */
-typedef struct rx_group {
-  double total, last;   /* nodes so far; nodes of the last operand */
-  bool alt_nullable;    /* a finished branch (before '|') is nullable */
-  bool seq_nullable;    /* the current branch so far is nullable */
-  bool before_nullable; /* the current branch before the last operand */
-  bool has_last, last_nullable;
-} rx_group;
-
-static void rx_operand(rx_group *g, double nodes, bool nullable) {
-  g->total += nodes;
-  g->last = nodes;
-  g->before_nullable = g->seq_nullable;
-  g->seq_nullable = g->seq_nullable && nullable;
-  g->has_last = true;
-  g->last_nullable = nullable;
-}
-
-/* Why glibc's regcomp could take too long or too much memory on re, or
- * NULL: an upper estimate of its nodes (an atom counts 1, a group the sum
- * of its parts, a repetition copies its operand: + twice, {m,n} max(m, n)
- * times), group nesting, and a repeated operand that matches the empty
- * string (a**, (a?)+, ()?). Exact ERE syntax is regcomp's business: a
- * malformed regex only has to be scanned without harm. */
-static const char *check_regex_shape(const char *re) {
-  rx_group st[MAX_REGEX_GROUPS + 1] = {{.seq_nullable = true}};
-  int d = 0;
-  for (const char *c = re; *c; c++) {
-    rx_group *g = &st[d];
-    double copies = 0;
-    size_t n = 1;
-    bool optional = false;
-    if (*c == '(') {
-      if (++d > MAX_REGEX_GROUPS) return "groups nest deeper than " STRINGIFY(MAX_REGEX_GROUPS);
-      st[d] = (rx_group){.seq_nullable = true};
-      continue;
-    }
-    if (*c == ')' && d > 0) {
-      bool nullable = g->alt_nullable || g->seq_nullable;
-      double nodes = g->total + 1;
-      g = &st[--d];
-      rx_operand(g, nodes, nullable);
-    } else if (*c == '|') {
-      g->alt_nullable = g->alt_nullable || g->seq_nullable;
-      g->seq_nullable = true;
-      g->has_last = false;
-      g->total += 1;
-    } else if (g->has_last && (*c == '*' || *c == '?' || *c == '+')) {
-      copies = *c == '+' ? 2 : 1;
-      optional = *c != '+';
-    } else if (g->has_last && *c == '{' && is_digit(c[1])) {
-      copies = bound_count(c, &n);
-      optional = c[1] == '0' && !is_digit(c[2]);
-    } else if (*c == '^' || *c == '$' || (*c == '\\' && c[1] && strchr("bB<>`'", c[1]))) {
-      rx_operand(g, 1, true); /* anchors match the empty string */
-      n = *c == '\\' ? 2 : 1;
-    } else {
-      if (*c == '[') n = bracket_len(c);
-      else if (*c == '\\' && c[1]) n = 2;
-      rx_operand(g, 1, false);
-    }
-    if (copies > 0) {
-      if (g->last_nullable)
-        return "it repeats an operand that matches the empty string (like a**, (a?)+ or ()?)";
-      g->total += g->last * (copies - 1) + 1;
-      g->last *= copies;
-      g->last_nullable = optional;
-      g->seq_nullable = g->before_nullable && optional;
-    }
-    if (g->total > MAX_REGEX_SIZE)
-      return "too complex (more than " STRINGIFY(MAX_REGEX_SIZE) " nodes once repetitions are "
-             "expanded)";
-    c += n - 1;
-  }
-  double total = 0;
-  for (; d >= 0; d--) total += st[d].total; /* groups left open */
-  return total > MAX_REGEX_SIZE ? "too complex (more than " STRINGIFY(MAX_REGEX_SIZE) " nodes)"
-                                : NULL;
-}
-
 /* Checks that the module regex compiles as regcomp will see it in the
  * matcher; `at` is its string's column. */
 static slapo_status check_regex(parser *ps, size_t at, const char *re) {
-  const char *shape = check_regex_shape(re);
+  const char *shape = slapo__regex_hazard(re);
   if (shape)
     return err_at(ps, at, "bad module regex '%s': %s", show(ps, re, strlen(re), 80), shape);
   regex_t rx;

@@ -103,11 +103,12 @@ slapo_node *slapo_pattern_module(slapo_ctx *ctx, const char *regex, int n_in,
     return NULL;
   }
   regex_t re;
-  int rc = regex ? regcomp(&re, regex, REG_EXTENDED | REG_NOSUB) : REG_BADPAT;
-  if (rc != 0) {
-    char why[256] = "NULL regex";
-    if (regex) regerror(rc, &re, why, sizeof why);
-    slapo_ctx_fail(ctx, SLAPO_PARSE, "module pattern '%s': %s", regex ? regex : "(null)", why);
+  if (!regex) {
+    slapo_ctx_fail(ctx, SLAPO_PARSE, "module pattern: NULL regex");
+    return NULL;
+  }
+  if (slapo__regex_compile(regex, &re, "module pattern") != SLAPO_OK) {
+    slapo_ctx_fail(ctx, SLAPO_PARSE, "%s", slapo_last_error());
     return NULL;
   }
   regfree(&re);
