@@ -448,6 +448,31 @@ static void gpt2_flattened_block(void **state) {
   slapo_module_free(gpt);
 }
 
+/* dropout ~ Dropout, layer_norm ~ LayerNorm, embedding ~ Embedding. */
+static void more_module_forms(void **state) {
+  (void)state;
+  slapo_module *gpt, *tr;
+  slapo_gpt2_config c = {2, 4, 32, 32, 256, 0.1, 1e-5};
+  OK(slapo_gpt2_new(&c, &gpt));
+  OK(slapo_module_at(gpt, "transformer", &tr));
+  OK(slapo_module_trace(tr, &(slapo_trace_opts){.flatten = true}));
+  const char *cases[][2] = {
+      {"dropout(x)", "drop | h.0.attn.attn_dropout | h.0.attn.resid_dropout | h.0.mlp.dropout | "
+                     "h.1.attn.attn_dropout | h.1.attn.resid_dropout | h.1.mlp.dropout"},
+      {"dropout(x, p=0.5)", ""},
+      {"layer_norm(x, w, b, eps=1e-05)", "h.0.ln_1 | h.0.ln_2 | h.1.ln_1 | h.1.ln_2 | ln_f"},
+      {"embedding(w, idx)", "wte"},
+      {"add(embedding(w, idx), slice(p))", "wte slice add"},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    slapo_pattern *p;
+    OK(slapo_pattern_parse(cases[i][0], &p));
+    expect_found(tr, p, cases[i][1]);
+    slapo_pattern_free(p);
+  }
+  slapo_module_free(gpt);
+}
+
 static char g_logged[8192];
 static void sink(int level, const char *msg, void *ud) {
   (void)ud;
@@ -489,6 +514,7 @@ int main(void) {
       cmocka_unit_test(text_patterns),
       cmocka_unit_test(untraced_is_precond),
       cmocka_unit_test(gpt2_flattened_block),
+      cmocka_unit_test(more_module_forms),
       cmocka_unit_test(debug_says_why),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

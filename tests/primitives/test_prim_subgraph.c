@@ -316,6 +316,41 @@ static void horizontal_fused_linear(void **state) {
   slapo_module_free(plain);
 }
 
+/* Pattern inputs declared (v, q, k): first appearance in the match would
+ * be q, k, v. The op function reads them in the declared order. */
+static slapo_node *p_vqk(slapo_ctx *ctx, slapo_node *const *in, void *ud) {
+  (void)ud;
+  return slapo_add(ctx, slapo_mul(ctx, in[1], in[2]), in[0]);
+}
+
+static void inputs_follow_placeholder_order(void **state) {
+  (void)state;
+  slapo_module *plain = qkv_model(), *m = qkv_model();
+  slapo_sched *root;
+  OK(slapo_sched_create(m, &root));
+  OK(slapo_trace(root, NULL));
+  slapo_pattern *p;
+  OK(slapo_pattern_from_fn("vqk", 3, (const char *const[]){"v", "q", "k"}, p_vqk, NULL, &p));
+  slapo_matches ms;
+  OK(slapo_sched_find(root, p, &ms));
+  assert_int_equal(ms.n, 1);
+  assert_string_equal(ms.items[0].inputs[0].node->target, "v");
+  assert_string_equal(ms.items[0].inputs[1].node->target, "q");
+  slapo_matches_deinit(&ms);
+  OK(slapo_replace_subgraph_fn(root, p, "vqk_fn", 3, p_vqk, NULL));
+  float la, lb;
+  slapo_tensor *ga, *gb;
+  run_qkv(plain, 4, &la, &ga);
+  run_qkv(m, 4, &lb, &gb);
+  assert_memory_equal(&la, &lb, sizeof la);
+  assert_true(pt_same_bytes(ga, gb));
+  slapo_tensor_free(ga), slapo_tensor_free(gb);
+  slapo_pattern_free(p);
+  slapo_sched_free(root);
+  slapo_module_free(m);
+  slapo_module_free(plain);
+}
+
 static void checkpoint_subgraph(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
@@ -359,6 +394,7 @@ int main(void) {
       cmocka_unit_test(schedule_file_lines),
       cmocka_unit_test(registered_pattern_in_a_file),
       cmocka_unit_test(horizontal_fused_linear),
+      cmocka_unit_test(inputs_follow_placeholder_order),
       cmocka_unit_test(checkpoint_subgraph),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
