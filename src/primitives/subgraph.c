@@ -217,6 +217,29 @@ typedef struct group_plan {
   int64_t shape[SLAPO_MAX_DIMS];
 } group_plan;
 
+/* Runs the op function on placeholders shaped like the group's inputs in a
+ * scratch graph, so a wrong result shape is found before anything changes. */
+static slapo_status dry_run_fn(const sub_edit *e, group_plan *gp) {
+  slapo_graph *g = NULL;
+  slapo_ctx *ctx = NULL;
+  slapo_status s = slapo_graph_new(&g);
+  if (s == SLAPO_OK) s = slapo_ctx_new(g, &ctx);
+  slapo_node *ph[16], *y = NULL;
+  for (int i = 0; s == SLAPO_OK && i < gp->n_ins; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    ph[i] = slapo_input(ctx, name, gp->ins[i]->dtype, gp->ins[i]->ndim, gp->ins[i]->shape);
+  }
+  if (s == SLAPO_OK && slapo_ctx_status(ctx) == SLAPO_OK) y = e->fn(ctx, ph, e->fn_ud);
+  if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
+  if (s == SLAPO_OK && !y)
+    s = slapo_error(SLAPO_STATE, "replace: %s: the op function returned no value", e->path);
+  if (s == SLAPO_OK) s = check_meta(e, gp->ms, gp->n, y->dtype, y->ndim, y->shape);
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+  return s;
+}
+
 static slapo_status plan_group(slapo_module *m, const sub_edit *e, group_plan *gp,
                                const char *child) {
   gp->n_ins = node_inputs(&gp->ms[0], gp->ins);
@@ -226,7 +249,7 @@ static slapo_status plan_group(slapo_module *m, const sub_edit *e, group_plan *g
       return slapo_error(SLAPO_INVALID_ARG, "replace: %s: the op function takes %d input%s, the "
                          "match binds %d input node%s", e->path, e->fn_inputs,
                          e->fn_inputs == 1 ? "" : "s", gp->n_ins, gp->n_ins == 1 ? "" : "s");
-    return SLAPO_OK;
+    return dry_run_fn(e, gp);
   }
   slapo_module *c = slapo_module_child(m, child);
   if (!c) return slapo_error(SLAPO_NOT_FOUND, "replace: %s has no child '%s'", e->path, child);

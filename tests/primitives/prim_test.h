@@ -138,6 +138,11 @@ static inline void pt_run_both(slapo_sched *root, const slapo_gpt2_config *cfg, 
   pt_inputs_free(in);
 }
 
+/* A plain pt_model(cfg) and root's model on one batch [B, T]: bitwise
+ * equal, or within 1e-5 + 1e-4 |b| when !bitwise. Defined below. */
+static inline void pt_expect_same_as_plain(slapo_sched *root, const slapo_gpt2_config *cfg,
+                                           int64_t B, int64_t T, bool bitwise);
+
 static inline bool pt_same_bytes(const slapo_tensor *a, const slapo_tensor *b) {
   return slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape) &&
          slapo_tensor_nbytes(a) == slapo_tensor_nbytes(b) &&
@@ -342,6 +347,22 @@ static inline void pt_expect_error(slapo_status got, slapo_status want,
     PT_EXPECT_ERROR((call), (want), __VA_ARGS__); \
     pt_snap_expect_same((root), &before_);        \
   } while (0)
+
+static inline void pt_expect_same_as_plain(slapo_sched *root, const slapo_gpt2_config *cfg,
+                                           int64_t B, int64_t T, bool bitwise) {
+  slapo_tensor *in[2];
+  pt_inputs(B, T, cfg->vocab_size, in);
+  slapo_module *ref = pt_model(cfg);
+  pt_result a, b;
+  pt_run(ref, in, &a);
+  pt_run(slapo_sched_module(root), in, &b);
+  if (bitwise) pt_expect_bitwise(&a, &b);
+  else pt_expect_close(&a, &b, 1e-5, 1e-4);
+  pt_result_free(&a);
+  pt_result_free(&b);
+  slapo_module_free(ref);
+  pt_inputs_free(in);
+}
 
 /* ---- replay: the log of `root` read back and applied to a fresh model
  * gives the same schedule tree, checkpoint flags and tags ---- */

@@ -75,20 +75,6 @@ static slapo_pattern *parse(const char *text) {
   return p;
 }
 
-static void expect_same_as_plain(slapo_sched *root, int64_t B, int64_t T, bool bitwise) {
-  slapo_tensor *in[2];
-  pt_inputs(B, T, k_tiny.vocab_size, in);
-  slapo_module *ref = pt_model(&k_tiny);
-  pt_result a, b;
-  pt_run(ref, in, &a);
-  pt_run(slapo_sched_module(root), in, &b);
-  if (bitwise) pt_expect_bitwise(&a, &b);
-  else pt_expect_close(&a, &b, 1e-5, 1e-4);
-  pt_result_free(&a);
-  pt_result_free(&b);
-  slapo_module_free(ref);
-  pt_inputs_free(in);
-}
 
 static char *graph_of(slapo_sched *n) {
   return pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(n)));
@@ -114,8 +100,8 @@ static void vertical_module(void **state) {
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.1.mlp replace LinearGELU pattern=\"gelu(linear(x, w, b))\"");
   free(line);
-  expect_same_as_plain(root, 2, 8, true);
-  expect_same_as_plain(root, 3, 5, true); /* re-traced, edit replayed */
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true); /* re-traced, edit replayed */
   pt_expect_replays(root, &k_tiny);
   /* Again on the same module: no gelu(linear) left. */
   PT_EXPECT_REFUSED(root, slapo_replace_subgraph(pt_at(root, "transformer.h.0.mlp"), p,
@@ -153,8 +139,8 @@ static void vertical_op_function_and_arity(void **state) {
   char *line = pt_last_printed_line(root);
   assert_non_null(strstr(line, "# not replayable"));
   free(line);
-  expect_same_as_plain(root, 2, 8, true);
-  expect_same_as_plain(root, 3, 5, true);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true);
   slapo_pattern_free(p);
   pt_sched_free(root);
 }
@@ -204,7 +190,7 @@ static void registered_pattern_in_a_file(void **state) {
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.1.mlp checkpoint pattern=gelu_linear");
   free(line);
-  expect_same_as_plain(root, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
   pt_expect_replays(root, &k_tiny);
   slapo_sched_log_free(log);
   pt_sched_free(root);

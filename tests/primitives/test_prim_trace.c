@@ -10,19 +10,6 @@
 #include "prim_test.h"
 #include "slapo/primitives.h"
 
-static void expect_same_as_plain(slapo_sched *root, int64_t B, int64_t T) {
-  slapo_tensor *in[2];
-  pt_inputs(B, T, k_tiny.vocab_size, in);
-  slapo_module *ref = pt_model(&k_tiny);
-  pt_result a, b;
-  pt_run(ref, in, &a);
-  pt_run(slapo_sched_module(root), in, &b);
-  pt_expect_bitwise(&a, &b);
-  pt_result_free(&a);
-  pt_result_free(&b);
-  slapo_module_free(ref);
-  pt_inputs_free(in);
-}
 
 static char *graph_text(slapo_sched *n) {
   return pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(n)));
@@ -40,9 +27,9 @@ static void trace_mlp_keeps_children(void **state) {
   assert_null(strstr(g, "call_op"));
   free(g);
   /* The example is [2, 8]; [2, 16] and [3, 5] re-trace. */
-  expect_same_as_plain(root, 2, 8);
-  expect_same_as_plain(root, PT_B, PT_T);
-  expect_same_as_plain(root, 3, 5);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, PT_B, PT_T, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true);
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.0.mlp trace");
   free(line);
@@ -63,8 +50,8 @@ static void trace_flatten_block(void **state) {
   assert_non_null(strstr(g, "# attn"));
   assert_null(strstr(g, "call_module attn("));
   free(g);
-  expect_same_as_plain(root, 2, 8);
-  expect_same_as_plain(root, 3, 5);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true);
   char *line = pt_last_line(root);
   assert_string_equal(line, "transformer.h.1 trace flatten=true");
   free(line);
@@ -80,7 +67,7 @@ static void trace_flatten_block(void **state) {
                     SLAPO_STATE, "replace: transformer.h.1.attn is inlined");
   /* A leaf inside the flattened graph keeps its own schedule state. */
   OK(slapo_checkpoint(pt_at(root, "transformer.h.1.mlp.c_fc"), 0));
-  expect_same_as_plain(root, 2, 8);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
   pt_expect_replays(root, &k_tiny);
   pt_sched_free(root);
 }
@@ -96,8 +83,8 @@ static void trace_root_flatten_with_leaves(void **state) {
   assert_non_null(strstr(g, "call_module transformer.h.1.attn.c_attn("));
   assert_non_null(strstr(g, "call_op cross_entropy("));
   free(g);
-  expect_same_as_plain(root, 2, 8);
-  expect_same_as_plain(root, 3, 5);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true);
   char *line = pt_last_line(root);
   assert_string_equal(line, ". trace flatten=true leaves=\"GPT2MLP, transformer.h.0.attn\"");
   free(line);
@@ -110,8 +97,8 @@ static void traced_child_inside_traced_parent(void **state) {
   OK(slapo_trace(pt_at(root, "transformer.h.0.attn"), NULL));
   OK(slapo_trace(pt_at(root, "transformer.h.0"), NULL));
   OK(slapo_checkpoint(pt_at(root, "transformer.h.0.mlp"), 0));
-  expect_same_as_plain(root, 2, 8);
-  expect_same_as_plain(root, 3, 5);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, true);
   pt_sched_free(root);
 }
 
@@ -133,7 +120,7 @@ static void schedule_file_form(void **state) {
   size_t n = 0;
   OK(slapo_apply_schedule(root, log, NULL, 0, 0, &n));
   assert_int_equal(n, 2);
-  expect_same_as_plain(root, 2, 8);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
   slapo_sched_log_free(log);
   OK(slapo_sched_parse("transformer.h.0 trace flat=true\n", "t.sched", &log));
   PT_EXPECT_ERROR(slapo_apply_schedule(root, log, NULL, 0, 0, &n), SLAPO_INVALID_ARG,
