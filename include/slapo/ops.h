@@ -147,6 +147,20 @@ typedef struct slapo_op {
   bool random;              /* draws from Philox (dropout)                   */
   bool commutative;         /* two inputs that may be swapped (add, mul): the */
                             /*   pattern matcher tries both orders            */
+  bool elementwise;         /* output element i from element i of each      */
+                            /*   (broadcast) input: fusable by `cc`           */
+  /* Codegen for the `cc` fusion backend (compiler/cc.c); required for every
+   * elementwise op. Writes into buf [cap] a C expression (float) for this
+   * node's output (which = -1) or for the gradient w.r.t. input `which`
+   * (0, 1), over: `a`, `b` its inputs' values, `y` its output's value, `g`
+   * the gradient w.r.t. its output, and for random ops `u`, this element's
+   * uniform from the op's Philox stream (as slapo_rng_uniform gives it).
+   * Attribute values are written as literals (%.17g doubles, cast as the
+   * reference kernel computes). Returns false when this node cannot be
+   * expressed (an attribute value it does not support; a gradient the op
+   * does not have). The expression must compute what the reference kernel
+   * computes, to rounding. */
+  bool (*cc_expr)(const slapo_node *node, int which, char *buf, size_t cap);
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;
