@@ -7,6 +7,7 @@
  * al. 2017) x * sigmoid(x). Derivatives in the comments above each helper. */
 #include <string.h>
 
+#include "ops/cc_expr.h"
 #include "ops/elementwise.h"
 
 #define GELU_K 0.7978845608028654 /* sqrt(2 / pi) */
@@ -165,6 +166,55 @@ static slapo_status gelu_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_n
   return slapo_ctx_status(ctx);
 }
 
+/* ---- cc codegen: the double forms above (the reference kernels), rounded
+ * once; the gradients of relu, silu and gelu are their fused backward ops,
+ * whose expressions are those ops' forward with (x, dy) = (a, g) ---- */
+
+#define SIGMOID_CC(X) "(1.0 / (1.0 + exp(-" X ")))"
+
+CC_EXPR_FIXED(relu, "(a <= 0 ? 0.0f : a)", "(a > 0 ? g : 0.0f)", NULL)
+CC_EXPR_FIXED(relu_backward, "(a > 0 ? b : 0.0f)", NULL, NULL)
+CC_EXPR_FIXED(sigmoid, "((float)" SIGMOID_CC("(double)a") ")", "((g * y) - (g * y) * y)", NULL)
+/* dy * silu'(x) = dy * s * (1 + x * (1 - s)), as silu_backward. */
+#define SILU_GRAD_CC(DY)                                                       \
+  "((float)((double)" DY " * (" SIGMOID_CC("(double)a") " * (1.0 + (double)a * (1.0 - " \
+  SIGMOID_CC("(double)a") ")))))"
+CC_EXPR_FIXED(silu, "((float)((double)a * " SIGMOID_CC("(double)a") "))", SILU_GRAD_CC("g"), NULL)
+CC_EXPR_FIXED(silu_backward, SILU_GRAD_CC("b"), NULL, NULL)
+
+/* gelu (dy NULL) or dy * gelu'(a) (gelu_backward's forward, gelu's
+ * gradient) for the node's "approximate"; false for an unknown value. */
+static bool gelu_cc_write(const slapo_node *node, const char *dy, char *buf, size_t cap) {
+  const slapo_attr *at = slapo_node_attr(node, "approximate");
+  if (at && (at->kind != SLAPO_ATTR_STR || (strcmp(at->s, "tanh") && strcmp(at->s, "none"))))
+    return false;
+  char K[CC_LIT_CAP], C[CC_LIT_CAP], R2[CC_LIT_CAP], R2PI[CC_LIT_CAP];
+  cc_lit(K, GELU_K), cc_lit(C, GELU_C), cc_lit(R2, INV_SQRT2), cc_lit(R2PI, INV_SQRT2PI);
+  const char *x = "(double)a";
+  if (at && !strcmp(at->s, "tanh")) {
+    char t[160];
+    if (!cc_put(t, sizeof t, "tanh(%s * (%s + %s * %s * %s * %s))", K, x, C, x, x, x))
+      return false;
+    if (!dy) return cc_put(buf, cap, "((float)(0.5 * %s * (1.0 + %s)))", x, t);
+    return cc_put(buf, cap,
+                  "((float)((double)%s * (0.5 * (1.0 + %s) + 0.5 * %s * (1.0 - %s * %s) * %s * "
+                  "(1.0 + 3.0 * %s * %s * %s))))",
+                  dy, t, x, t, t, K, C, x, x);
+  }
+  if (!dy) return cc_put(buf, cap, "((float)(0.5 * %s * (1.0 + erf(%s * %s))))", x, x, R2);
+  return cc_put(buf, cap,
+                "((float)((double)%s * (0.5 * (1.0 + erf(%s * %s)) + %s * exp(-0.5 * %s * %s) * "
+                "%s)))",
+                dy, x, R2, x, x, x, R2PI);
+}
+
+static bool gelu_cc(const slapo_node *node, int which, char *buf, size_t cap) {
+  return (which == -1 || which == 0) && gelu_cc_write(node, which == 0 ? "g" : NULL, buf, cap);
+}
+static bool gelu_backward_cc(const slapo_node *node, int which, char *buf, size_t cap) {
+  return which == -1 && gelu_cc_write(node, "b", buf, cap);
+}
+
 /* ---- test examples ---- */
 
 static slapo_node *example_x(slapo_ctx *ctx) {
@@ -204,6 +254,8 @@ SLAPO_OP_DESCRIPTOR(relu) = {
     .ref = relu_ref_k,
     .fast = relu_fast_k,
     .backward = relu_backward_rule,
+    .elementwise = true,
+    .cc_expr = relu_cc,
     .contiguous_inputs = false,
     .doc = "max(x, 0); gradient 0 at x = 0 (as PyTorch); backward via relu_backward",
     /* Piecewise linear: central differences are exact except within fd_eps
@@ -219,6 +271,8 @@ SLAPO_OP_DESCRIPTOR(sigmoid) = {
     .ref = sigmoid_ref_k,
     .fast = sigmoid_fast_k,
     .backward = sigmoid_backward_rule,
+    .elementwise = true,
+    .cc_expr = sigmoid_cc,
     .contiguous_inputs = false,
     .doc = "1 / (1 + e^-x); gradient dy * y * (1 - y)",
     .test = {.example = sigmoid_example, .lo = -3.0f, .hi = 3.0f},
@@ -231,6 +285,8 @@ SLAPO_OP_DESCRIPTOR(silu) = {
     .ref = silu_ref_k,
     .fast = silu_fast_k,
     .backward = silu_backward_rule,
+    .elementwise = true,
+    .cc_expr = silu_cc,
     .contiguous_inputs = false,
     .doc = "x * sigmoid(x) (Elfwing et al. 2017); backward via silu_backward",
     .test = {.example = silu_example, .lo = -3.0f, .hi = 3.0f},
@@ -243,6 +299,8 @@ SLAPO_OP_DESCRIPTOR(gelu) = {
     .ref = gelu_ref_k,
     .fast = gelu_fast_k,
     .backward = gelu_backward_rule,
+    .elementwise = true,
+    .cc_expr = gelu_cc,
     .contiguous_inputs = false,
     .doc = "GELU (Hendrycks & Gimpel 2016); attribute approximate=\"none\" (default): "
            "0.5x(1+erf(x/sqrt2)) as PyTorch F.gelu; \"tanh\": GPT-2's "
@@ -256,6 +314,8 @@ SLAPO_OP_DESCRIPTOR(relu_backward) = {
     .infer = ew_infer_same,
     .ref = relu_backward_ref_k,
     .fast = relu_backward_fast_k,
+    .elementwise = true,
+    .cc_expr = relu_backward_cc,
     .contiguous_inputs = false,
     .doc = "(x, dy) -> dy where x > 0, else 0. Fused because a composite step "
            "function (e.g. dy * relu(x) / x) needs several nodes and memory passes "
@@ -269,6 +329,8 @@ SLAPO_OP_DESCRIPTOR(silu_backward) = {
     .infer = ew_infer_same,
     .ref = silu_backward_ref_k,
     .fast = silu_backward_fast_k,
+    .elementwise = true,
+    .cc_expr = silu_backward_cc,
     .contiguous_inputs = false,
     .doc = "(x, dy) -> dy * s * (1 + x * (1 - s)), s = sigmoid(x). Fused because the "
            "composite (sigmoid, sub, mul, add_scalar, mul, mul) needs six nodes, six "
@@ -282,6 +344,8 @@ SLAPO_OP_DESCRIPTOR(gelu_backward) = {
     .infer = infer_gelu_backward,
     .ref = gelu_backward_ref_k,
     .fast = gelu_backward_fast_k,
+    .elementwise = true,
+    .cc_expr = gelu_backward_cc,
     .contiguous_inputs = false,
     .doc = "(x, dy) -> dy * gelu'(x) for approximate=\"none\" (Phi(x) + x phi(x)) or "
            "\"tanh\" (0.5(1+t) + 0.5x(1-t^2)sqrt(2/pi)(1+3*0.044715x^2)). Fused because "

@@ -4,6 +4,7 @@
  * bias-add shape a [.., C] op b [C]), backward rules and typed builders.
  * Layer: ops. Gradients of broadcast operands are summed back to their
  * shape (slapo__grad_to); div: d/da = 1/b, d/db = -a/b^2 = -y/b. */
+#include "ops/cc_expr.h"
 #include "ops/elementwise.h"
 
 /* The reference computes in double and rounds once; for one +, -, * or / of
@@ -53,6 +54,15 @@ static slapo_status div_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   return slapo_ctx_status(ctx);
 }
 
+/* ---- cc codegen: the float operation is the reference's (exact in double,
+ * rounded once); gradients as the rules above compute them per element,
+ * before the backend's reduction to a broadcast input's shape ---- */
+
+CC_EXPR_FIXED(add, "(a + b)", "(g)", "(g)")
+CC_EXPR_FIXED(sub, "(a - b)", "(g)", "(-g)")
+CC_EXPR_FIXED(mul, "(a * b)", "(g * b)", "(g * a)")
+CC_EXPR_FIXED(div, "(a / b)", "(g / b)", "(-((g * y) / b))")
+
 /* ---- test examples: both operands broadcast ([2, 3, 4] with [3, 1]) ---- */
 
 static slapo_node *example_binary(slapo_ctx *ctx, const slapo_op *op) {
@@ -76,6 +86,8 @@ SLAPO_OP_DESCRIPTOR(add) = {
     .ref = add_ref_k,
     .fast = add_fast_k,
     .backward = add_backward,
+    .elementwise = true,
+    .cc_expr = add_cc,
     .contiguous_inputs = false,
     .doc = "a + b, NumPy broadcasting",
     .test = {.example = add_example},
@@ -88,6 +100,8 @@ SLAPO_OP_DESCRIPTOR(sub) = {
     .ref = sub_ref_k,
     .fast = sub_fast_k,
     .backward = sub_backward,
+    .elementwise = true,
+    .cc_expr = sub_cc,
     .contiguous_inputs = false,
     .doc = "a - b, NumPy broadcasting",
     .test = {.example = sub_example},
@@ -101,6 +115,8 @@ SLAPO_OP_DESCRIPTOR(mul) = {
     .ref = mul_ref_k,
     .fast = mul_fast_k,
     .backward = mul_backward,
+    .elementwise = true,
+    .cc_expr = mul_cc,
     .contiguous_inputs = false,
     .doc = "a * b, NumPy broadcasting",
     .test = {.example = mul_example},
@@ -113,6 +129,8 @@ SLAPO_OP_DESCRIPTOR(div) = {
     .ref = div_ref_k,
     .fast = div_fast_k,
     .backward = div_backward,
+    .elementwise = true,
+    .cc_expr = div_cc,
     .contiguous_inputs = false,
     .doc = "a / b, NumPy broadcasting; IEEE division (b = 0 gives inf or nan)",
     /* b away from 0 so that 1/b^2 stays moderate for the finite differences. */

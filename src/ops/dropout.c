@@ -9,6 +9,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "ops/cc_expr.h"
 #include "ops/internal.h"
 #include "ops/vmath.h"
 
@@ -157,6 +158,23 @@ static slapo_status dropout_backward(slapo_ctx *ctx, slapo_node *node, slapo_nod
   return slapo_ctx_status(ctx);
 }
 
+/* cc codegen: dropout_ref's keep test and scale on this element's uniform u,
+ * over a (forward) or g (the backward re-applies the mask); the identity when
+ * p == 0. Whether the run trains is the backend's to decide. Sharded
+ * offsets (offset != 0) are not supported yet. */
+static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap) {
+  if (which != -1 && which != 0) return false;
+  const char *v = which == -1 ? "a" : "g";
+  double p = slapo_node_attr_float(node, "p", 0.0);
+  char P[CC_LIT_CAP], S[CC_LIT_CAP + 32];
+  if (slapo_node_attr_int(node, "offset", 0) != 0 || !cc_lit(P, p)) return false;
+  if (p == 0) return cc_put(buf, cap, "(%s)", v);
+  /* The scale exactly as drop_args_of computes it. */
+  if (p < 1) snprintf(S, sizeof S, "(float)(1.0 / (1.0 - %s))", P);
+  else snprintf(S, sizeof S, "0.0f");
+  return cc_put(buf, cap, "((double)u >= %s ? %s * %s : 0.0f)", P, v, S);
+}
+
 static slapo_node *dropout_example(slapo_ctx *ctx) {
   /* p = 0.3: the mask is a deterministic function of the keys, so finite
    * differences see a fixed linear map. */
@@ -173,6 +191,8 @@ SLAPO_OP_DESCRIPTOR(dropout) = {
     .backward = dropout_backward,
     .contiguous_inputs = true,
     .random = true,
+    .elementwise = true,
+    .cc_expr = dropout_cc,
     .doc = "inverted dropout: element i kept iff uniform(seed, stream, step, offset + i) >= p, "
            "scaled by 1/(1-p); identity when not training or p == 0; attrs p, stream (set by "
            "slapo_op_call), offset (element index of x[0] in the unsharded tensor, default 0)",

@@ -3,6 +3,7 @@
  * loops), backward rules and typed builders. Layer: ops.
  * Derivatives, written with the forward value y where that saves passes:
  * exp' = y, log' = 1/x, tanh' = 1 - y^2, sqrt' = 0.5/y, rsqrt' = -0.5 y^3. */
+#include "ops/cc_expr.h"
 #include "ops/elementwise.h"
 
 EW_UNARY(neg, -x, -x)
@@ -59,6 +60,18 @@ static slapo_status rsqrt_backward(slapo_ctx *ctx, slapo_node *node, slapo_node 
   return slapo_ctx_status(ctx);
 }
 
+/* ---- cc codegen: the reference's double libm call rounded once; the
+ * gradients as the rules above build them, each node rounding to float
+ * (mul_scalar and pow compute in double, like their references) ---- */
+
+CC_EXPR_FIXED(neg, "(-a)", "(-g)", NULL)
+CC_EXPR_FIXED(exp, "((float)exp((double)a))", "(g * y)", NULL)
+CC_EXPR_FIXED(log, "((float)log((double)a))", "(g / a)", NULL)
+CC_EXPR_FIXED(tanh, "((float)tanh((double)a))", "(g - g * (y * y))", NULL)
+CC_EXPR_FIXED(sqrt, "((float)sqrt((double)a))", "((float)((double)(g / y) * 0.5))", NULL)
+CC_EXPR_FIXED(rsqrt, "((float)(1.0 / sqrt((double)a)))",
+              "((float)((double)(g * (float)pow((double)y, 3.0)) * (-0.5)))", NULL)
+
 /* ---- test examples ---- */
 
 static slapo_node *example_x(slapo_ctx *ctx) {
@@ -82,6 +95,8 @@ static slapo_node *rsqrt_example(slapo_ctx *ctx) { return slapo_rsqrt(ctx, examp
       .ref = NAME##_ref_k,                                                     \
       .fast = NAME##_fast_k,                                                   \
       .backward = NAME##_backward,                                             \
+      .elementwise = true,                                                     \
+      .cc_expr = NAME##_cc,                                                    \
       .contiguous_inputs = false,                                              \
       .doc = DOC,                                                              \
       .test = {.example = NAME##_example, __VA_ARGS__},                        \
