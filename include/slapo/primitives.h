@@ -89,6 +89,7 @@ slapo_status slapo_subgraph_register(const char *name, const char *summary,
 slapo_subgraph_factory slapo_subgraph_factory_find(const char *name);
 int slapo_subgraph_registered_count(void);
 const char *slapo_subgraph_registered_name(int i);
+const char *slapo_subgraph_registered_summary(int i);
 
 /* ------------------------------------------------------------------------ */
 /* Primitives (one file each under src/primitives/)                          */

@@ -7,10 +7,24 @@ int cmd_primitives(void) {
     const slapo_primitive *p = slapo_primitive_at(i);
     printf("%-12s %s%s\n", p->name, p->summary, p->bitwise ? " (bitwise)" : "");
   }
-  if (slapo_models_init() == SLAPO_OK && slapo_module_registered_count() > 0) {
-    printf("\nreplacement modules:\n");
+  if (slapo_models_init() != SLAPO_OK) return 0;
+  if (slapo_module_registered_count() > 0) {
+    printf("\nreplacement modules (replace NAME):\n");
     for (int i = 0; i < slapo_module_registered_count(); i++)
       printf("%-16s %s\n", slapo_module_registered_name(i), slapo_module_registered_summary(i));
+  }
+  if (slapo_subgraph_registered_count() > 0) {
+    printf("\nsubgraph modules (replace NAME pattern=P on a traced module):\n");
+    for (int i = 0; i < slapo_subgraph_registered_count(); i++)
+      printf("%-16s %s\n", slapo_subgraph_registered_name(i), slapo_subgraph_registered_summary(i));
+  }
+  printf("\npatterns (pattern=NAME; or a quoted text pattern, pattern=\"gelu(x)\"):\n");
+  if (slapo_pattern_registered_count() == 0) printf("(none registered)\n");
+  for (int i = 0; i < slapo_pattern_registered_count(); i++) {
+    const slapo_pattern *p = slapo_pattern_registered_at(i);
+    printf("%-16s ", slapo_pattern_name(p));
+    slapo_pattern_print(p, stdout);
+    printf("\n");
   }
   return 0;
 }

@@ -14,8 +14,9 @@
  * The type is dtype and shape ("f32[]" for a scalar), or "(n)" for a node
  * with n_results = n > 0. Attributes come in the order given: INT as %lld,
  * FLOAT as %.9g, STR double-quoted with C escapes (\" \\ \n \t \xNN), INTS
- * as [a, b]; the braces are left out when there are none. "  # <origin>"
- * follows when the node's origin path is not empty.
+ * as [a, b]; the braces are left out when there are none. "  [recompute
+ * N]" follows for a node of checkpoint region N, then "  # <origin>" when
+ * the node's origin path is not empty.
  *
  * DOT: `digraph G {`, one box per node `"name" [shape=box, label="..."];`
  * labelled name, target (getitem: "getitem[i]") and type, one line apart
@@ -115,6 +116,7 @@ void slapo_graph_print(const slapo_graph *g, FILE *f) {
       break;
     default: fprintf(f, "unknown[%s]", n->target ? n->target : "?"); break;
     }
+    if (n->recompute > 0) fprintf(f, "  [recompute %d]", n->recompute);
     if (n->origin && *n->origin) fprintf(f, "  # %s", n->origin);
     fputc('\n', f);
   }
@@ -133,6 +135,7 @@ void slapo_graph_print_dot(const slapo_graph *g, FILE *f) {
       fputs("\\n", f);
       put_type(f, n);
     }
+    if (n->recompute > 0) fprintf(f, "\\nrecompute %d", n->recompute);
     fputs("\"];\n", f);
   }
   for (const slapo_node *n = g->first; n; n = n->next)

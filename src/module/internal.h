@@ -24,6 +24,7 @@ typedef struct slapo__tracing {
   char **inlined;                /* relative paths inlined (owned)          */
   int n_inlined;
   bool decode_sensitive;         /* the forward asked slapo_decode_past     */
+  uint64_t leaves_used;          /* bit k: entry k of opts->leaves matched  */
 } slapo__tracing;
 
 /* While the root is built on example inputs to capture one module's trace. */

@@ -101,23 +101,47 @@ static const char *rel_path(const char *p, const char *prefix) {
   return p[k] == '.' ? p + k + 1 : NULL;
 }
 
-static bool in_list(const char *list, const char *word) {
+/* Index of `word` in the comma-separated list, or -1. */
+static int list_index(const char *list, const char *word) {
   size_t n = strlen(word);
-  for (const char *s = list; s && *s;) {
+  int k = 0;
+  for (const char *s = list; s && *s; k++) {
     const char *e = strchr(s, ',');
     size_t len = e ? (size_t)(e - s) : strlen(s);
     while (len && *s == ' ') s++, len--;
     while (len && s[len - 1] == ' ') len--;
-    if (len == n && !strncmp(s, word, n)) return true;
+    if (len == n && !strncmp(s, word, n)) return k;
     s = e ? e + 1 : s + strlen(s);
   }
-  return false;
+  return -1;
 }
 
-static bool is_leaf(const slapo__tracing *t, const slapo_module *child, const char *rel) {
+static bool is_leaf(slapo__tracing *t, const slapo_module *child, const char *rel) {
+  int a = list_index(t->opts->leaves, child->type->name), b = list_index(t->opts->leaves, rel);
+  if (a >= 0 && a < 64) t->leaves_used |= 1ull << a;
+  if (b >= 0 && b < 64) t->leaves_used |= 1ull << b;
   slapo_op_form f;
   if (child->type->op_form && child->type->op_form(child, &f)) return true;
-  return in_list(t->opts->leaves, child->type->name) || in_list(t->opts->leaves, rel);
+  return a >= 0 || b >= 0;
+}
+
+/* The first entry of `leaves` that named no module the trace met. */
+static slapo_status check_leaves(const slapo__tracing *t, const char *path) {
+  const char *s = t->opts->leaves;
+  for (int k = 0; s && *s; k++) {
+    const char *e = strchr(s, ',');
+    int len = e ? (int)(e - s) : (int)strlen(s);
+    const char *w = s;
+    int wl = len;
+    while (wl && *w == ' ') w++, wl--;
+    while (wl && w[wl - 1] == ' ') wl--;
+    if (k < 64 && !(t->leaves_used >> k & 1))
+      return slapo_error(SLAPO_INVALID_ARG, "trace: %s: leaves entry '%.*s' names no module "
+                         "type or path (relative to it) that its forward calls",
+                         path[0] ? path : ".", wl, w);
+    s = e ? e + 1 : s + len;
+  }
+  return SLAPO_OK;
 }
 
 static slapo_status note_inlined(slapo__tracing *t, const char *rel) {
@@ -159,6 +183,9 @@ static slapo_node *trace_leaf(slapo_ctx *ctx, slapo__tracing *t, slapo_module *s
     slapo_ctx_fail(ctx, s, "%s", slapo_last_error());
     return NULL;
   }
+  /* Inside a checkpointed region (an inlined child's checkpointed subgraph)
+   * the call belongs to it, as its ops would. */
+  call->recompute = slapo_ctx_region(ctx);
   return call;
 }
 
@@ -576,9 +603,13 @@ slapo_status slapo_module_trace(slapo_module *m, const slapo_trace_opts *opts) {
   } else if (!root->n_example)
     s = slapo_error(SLAPO_PRECOND, "trace: %s: the model has no example inputs to trace with "
                     "(slapo_module_set_example on its root)", shown);
+  else if (opts && opts->leaves && !opts->flatten)
+    s = slapo_error(SLAPO_INVALID_ARG, "trace: %s: leaves= applies with flatten=true (without "
+                    "it every child is a call_module node)", shown);
   if (s == SLAPO_OK) s = new_trace(opts, &t);
   slapo__capture c = {0};
   if (s == SLAPO_OK) s = capture(root, m, path, &t->opts, &c);
+  if (s == SLAPO_OK) s = check_leaves(&c.tracing, path);
   if (s == SLAPO_OK) {
     t->cache[0] = (trace_entry){c.sig_in, c.g};
     t->n_cache = 1;

@@ -112,13 +112,17 @@ static bool reject(matcher *mt, const slapo_node *t, const gval *v, const char *
 
 /* ---- attributes ---- */
 
+/* Numbers compare at f32 precision: kernels compute in f32, and a value
+ * printed with 9 significant digits (the graph printer) must match. */
+static bool same_number(double x, double y) { return x == y || (float)x == (float)y; }
+
 static bool attr_eq(const slapo_attr *a, const slapo_attr *b) {
   bool na = a->kind == SLAPO_ATTR_INT || a->kind == SLAPO_ATTR_FLOAT;
   bool nb = b->kind == SLAPO_ATTR_INT || b->kind == SLAPO_ATTR_FLOAT;
   if (na && nb) {
     double x = a->kind == SLAPO_ATTR_INT ? (double)a->i : a->f;
     double y = b->kind == SLAPO_ATTR_INT ? (double)b->i : b->f;
-    return x == y;
+    return same_number(x, y);
   }
   if (a->kind != b->kind) return false;
   if (a->kind == SLAPO_ATTR_STR) return !strcmp(a->s, b->s);
@@ -128,15 +132,28 @@ static bool attr_eq(const slapo_attr *a, const slapo_attr *b) {
   return true;
 }
 
+static void attr_text(const slapo_attr *a, char *buf, size_t cap) {
+  switch (a->kind) {
+  case SLAPO_ATTR_INT: snprintf(buf, cap, "%lld", (long long)a->i); break;
+  case SLAPO_ATTR_FLOAT: snprintf(buf, cap, "%.9g", a->f); break;
+  case SLAPO_ATTR_STR: snprintf(buf, cap, "%s", a->s); break;
+  default: snprintf(buf, cap, "[%d ints]", a->n); break;
+  }
+}
+
 /* Every attribute the pattern gives is present and equal in `have`. */
 static const char *attrs_ok(const slapo_node *t, int n, const slapo_attr *have) {
-  static _Thread_local char why[128];
+  static _Thread_local char why[256];
   for (int i = 0; i < t->n_attrs; i++) {
     const slapo_attr *want = &t->attrs[i], *got = NULL;
     for (int j = 0; j < n && !got; j++)
       if (!strcmp(have[j].key, want->key)) got = &have[j];
     if (!got || !attr_eq(want, got)) {
-      snprintf(why, sizeof why, "attribute %s differs", want->key);
+      char w[64], g[64];
+      attr_text(want, w, sizeof w);
+      if (got) attr_text(got, g, sizeof g);
+      snprintf(why, sizeof why, "attribute %s: the pattern wants %s, the node has %s", want->key,
+               w, got ? g : "none");
       return why;
     }
   }
@@ -200,7 +217,7 @@ static bool try_scalar_form(matcher *mt, int top, const slapo_node *t, slapo_nod
   for (int k = 0; k < 2; k++) {
     if (t->op == SLAPO_OP_DESC(sub) && k == 0) continue; /* only sub(y, literal) */
     if (!slapo__pattern_is_literal(t->inputs[k], &lit)) continue;
-    if ((t->op == SLAPO_OP_DESC(sub) ? -lit : lit) != have) continue;
+    if (!same_number(t->op == SLAPO_OP_DESC(sub) ? -lit : lit, have)) continue;
     int order[1] = {1 - k};
     gval in = node_val(v->inputs[0]);
     if (try_inputs(mt, top, t, v, 1, order, &in)) return true;
@@ -301,7 +318,8 @@ static bool solve_placeholder(matcher *mt, int top, const slapo_node *t, const g
 static bool solve_literal(matcher *mt, int top, const slapo_node *t, const gval *v) {
   double lit;
   slapo__pattern_is_literal(t, &lit);
-  if (!v->node || v->node->op != SLAPO_OP_DESC(full) || slapo_node_attr_float(v->node, "value", lit + 1) != lit)
+  if (!v->node || v->node->op != SLAPO_OP_DESC(full) ||
+      !same_number(slapo_node_attr_float(v->node, "value", lit + 1), lit))
     return reject(mt, t, v, "not a constant of that value");
   if (mt->gmark[v->node->id] >= 0 && mt->gmark[v->node->id] != t->id)
     return reject(mt, t, v, "already matched");

@@ -54,6 +54,9 @@ int slapo_subgraph_registered_count(void) { return g_n_facs; }
 const char *slapo_subgraph_registered_name(int i) {
   return i >= 0 && i < g_n_facs ? g_facs[i].name : NULL;
 }
+const char *slapo_subgraph_registered_summary(int i) {
+  return i >= 0 && i < g_n_facs ? g_facs[i].summary : NULL;
+}
 
 /* ---- edit records ---- */
 
@@ -364,6 +367,7 @@ static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p, sub_edit
 
 static slapo_status traced_of(slapo_sched *node, const char *what) {
   slapo_module *m = slapo_sched_module(node);
+  SLAPO_TRY(slapo__prim_not_inlined(node, what));
   if (slapo_module_graph(m)) return SLAPO_OK;
   return slapo_error(SLAPO_PRECOND, "%s: %s is not traced; trace it first (%s trace)", what,
                      slapo__prim_path(node), slapo__prim_path(node));

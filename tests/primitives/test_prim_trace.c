@@ -158,6 +158,45 @@ static void named_tiny_bitwise(void **state) {
   }
 }
 
+/* A child's graph edits survive when its parent is traced flat afterwards:
+ * the parent inlines the child's stored graph, checkpoint regions
+ * included. leaves= without flatten, or naming nothing, is refused. */
+static void parent_flatten_keeps_child_edits(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny), *mlp = pt_at(root, "transformer.h.0.mlp");
+  OK(slapo_trace(mlp, NULL));
+  slapo_pattern *p;
+  OK(slapo_pattern_parse("gelu(linear(x, w, b))", &p));
+  OK(slapo_checkpoint_subgraph(mlp, p));
+  OK(slapo_trace(pt_at(root, "transformer.h.0"), &(slapo_trace_opts){.flatten = true}));
+  char *g = pt_capture((pt_print_fn)slapo_graph_print,
+                       slapo_module_graph(slapo_sched_module(pt_at(root, "transformer.h.0"))));
+  assert_non_null(strstr(g, "call_module mlp.c_fc(%ln_2)  [recompute 1]  # mlp"));
+  assert_non_null(strstr(g, "call_module mlp.act(%mlp_c_fc)  [recompute 1]"));
+  free(g);
+  PT_EXPECT_REFUSED(root, slapo_checkpoint_subgraph(mlp, p), SLAPO_STATE,
+                    "checkpoint: transformer.h.0.mlp is inlined");
+  slapo_tensor *in[2];
+  pt_inputs(PT_B, PT_T, k_tiny.vocab_size, in);
+  slapo_module *ref = pt_model(&k_tiny);
+  pt_result a, b;
+  pt_run(ref, in, &a);
+  pt_run(slapo_sched_module(root), in, &b);
+  pt_expect_bitwise(&a, &b);
+  assert_true(b.peak_train < a.peak_train);
+  pt_result_free(&a), pt_result_free(&b);
+  slapo_module_free(ref);
+  pt_inputs_free(in);
+  PT_EXPECT_REFUSED(root, slapo_trace(pt_at(root, "transformer.h.1"),
+                                      &(slapo_trace_opts){.leaves = "GPT2MLP"}),
+                    SLAPO_INVALID_ARG, "leaves= applies with flatten=true");
+  PT_EXPECT_REFUSED(root, slapo_trace(pt_at(root, "transformer.h.1"),
+                                      &(slapo_trace_opts){.flatten = true, .leaves = "mlp, GPT2Atention"}),
+                    SLAPO_INVALID_ARG, "leaves entry 'GPT2Atention' names no module");
+  slapo_pattern_free(p);
+  pt_sched_free(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(trace_mlp_keeps_children),
@@ -167,6 +206,7 @@ int main(void) {
       cmocka_unit_test(refuses_checkpointed_inline),
       cmocka_unit_test(schedule_file_form),
       cmocka_unit_test(named_tiny_bitwise),
+      cmocka_unit_test(parent_flatten_keeps_child_edits),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
