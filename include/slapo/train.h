@@ -190,6 +190,68 @@ size_t slapo_memory_peak_resident(void);
  * naming file and line), SLAPO_INVALID_ARG (no step with a loss), NOMEM. */
 slapo_status slapo_plot_metrics(const char *metrics_path, const char *svg_path);
 
+/* ------------------------------------------------------------------------ */
+/* Profiling (`slapo profile`)                                               */
+/* ------------------------------------------------------------------------ */
+
+typedef struct slapo_profile_opts {
+  int64_t batch, seq; /* token batches [batch, seq] (idx and targets)       */
+  int64_t vocab;      /* ids drawn uniformly in [0, vocab)                  */
+  int steps;          /* measured steps (>= 1), after one warm-up step      */
+  int depth;          /* path levels kept below the root's children (>= 0;
+                         a list index joins its list's level): 2 gives
+                         transformer.wte, transformer.h.0.attn, lm_head     */
+  uint64_t seed;      /* batches and dropout                                */
+} slapo_profile_opts;
+
+/* One module row: the step graph's nodes whose origin lies in `path`. */
+typedef struct slapo_profile_row {
+  char *path;            /* origin truncated to opts.depth; "." the root; owned */
+  double fwd_ms, bwd_ms; /* mean per measured step of the nodes' wall time  */
+  int n_fwd, n_bwd;      /* nodes in the forward / backward part            */
+  /* Activation bytes at the live peak: the planned buffers (the planner's
+   * sizes, 64-byte rounded) alive at the node where the step's live bytes
+   * peak, that a node of this module wrote. Forward activations saved for
+   * the backward, and backward temporaries, both count. */
+  size_t act_nbytes;
+} slapo_profile_row;
+
+typedef struct slapo_profile {
+  int n_rows;
+  slapo_profile_row *rows; /* in graph order of each row's first node      */
+  int steps;               /* measured steps                               */
+  int n_nodes;             /* nodes of the step graph                      */
+  double step_ms;          /* mean wall time of a step: slapo_step (forward
+                              + backward + gradient accumulation) plus the
+                              optimizer                                    */
+  double nodes_ms;         /* sum of the rows' fwd_ms + bwd_ms             */
+  double optimizer_ms;     /* mean of gradient norm + AdamW (which zeroes
+                              the gradients), as slapo_train's step        */
+  double other_ms;         /* step_ms - nodes_ms - optimizer_ms: what no
+                              node timer covers (binding, executor loop)   */
+  double loss;             /* the last step's loss                         */
+  size_t planned_peak_nbytes;  /* the plan's arena (slapo_plan_peak_nbytes) */
+  size_t live_peak_nbytes;     /* sum of the rows' act_nbytes               */
+  size_t measured_peak_nbytes; /* slapo_plan_measured_peak_nbytes: equals
+                                  live_peak_nbytes when the profile's
+                                  liveness matches the planner's           */
+} slapo_profile;
+
+/* Runs 1 + opts.steps TRAIN steps of `model` (materialized, its schedule
+ * applied) on random token batches with per-node timing, each followed by
+ * an AdamW update (the model's weights change), and aggregates the nodes
+ * of the step graph by module. Forward and backward are told apart by
+ * graph order: the backward is everything after the "dloss" seed input
+ * (recomputation of checkpointed regions included). *out owned
+ * (slapo_profile_deinit). Errors: SLAPO_INVALID_ARG (opts), those of the
+ * steps and the optimizer. */
+slapo_status slapo_profile_run(slapo_module *model, const slapo_profile_opts *opts,
+                               slapo_profile *out);
+void slapo_profile_deinit(slapo_profile *p); /* NULL is fine */
+/* The row path of a node origin at `depth` into buf [cap]: "" gives ".",
+ * "transformer.h.0.attn.c_attn" at depth 2 gives "transformer.h.0.attn". */
+void slapo_profile_row_path(const char *origin, int depth, char *buf, size_t cap);
+
 typedef struct slapo_train_config {
   const char *model;        /* model family (slapo_model_find): "gpt2"    */
   const char *model_config; /* "tiny", "small", "124M", …                 */

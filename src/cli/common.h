@@ -19,7 +19,7 @@ enum {
   OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
   OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
-  OPT_REGEX
+  OPT_REGEX, OPT_DEPTH, OPT_COMPARE
 };
 
 /* "slapo: <status>: <message>" on stderr; returns exit code 1. */
@@ -71,6 +71,7 @@ int cmd_find(int argc, char **argv);
 int cmd_models(int argc, char **argv);
 int cmd_primitives(void);
 int cmd_plot(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
 int cmd_help(int argc, char **argv);
 void cli_top_usage(FILE *f);
 

@@ -19,6 +19,7 @@ void cli_top_usage(FILE *f) {
           "  show       print a model's module tree, a schedule's expanded steps, or\n"
           "             (--graph PATH) a traced module's graph\n"
           "  verify     prove a schedule keeps a model's outputs and gradients\n"
+          "  profile    time a training step per module (forward, backward, memory)\n"
           "  find       list the matches of a pattern in a traced module's graph\n"
           "  models     list the model families and their configs\n"
           "  plot       draw a metrics file as an SVG loss plot\n"
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
   if (!strcmp(cmd, "show")) return cmd_show(argc - 1, argv + 1);
   if (!strcmp(cmd, "find")) return cmd_find(argc - 1, argv + 1);
+  if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
   fprintf(stderr, "slapo: usage: unknown command '%s'\n", cmd);
   cli_top_usage(stderr);
   return 2;

@@ -219,5 +219,19 @@ else
   echo "FAIL resume metrics: $(cat "$M")"
 fi
 
+# slapo profile: the per-module table with its header, the optimizer row and
+# a total row; bad values are usage errors.
+run "profile" 0 "$SLAPO" profile --config tiny --steps 2
+check "profile header" out "act MiB: planned activation buffers alive at the step's live"
+check "profile row" out "transformer.h.0.attn"
+check "profile optimizer" out "optimizer (AdamW)"
+check "profile total" out "total (measured step)"
+run "profile compare" 2 "$SLAPO" profile --config tiny --compare only_one.sched
+check "profile compare" err "--compare wants two schedule files A,B"
+run "profile steps" 2 "$SLAPO" profile --config tiny --steps 0
+check "profile steps" err "--steps: bad value '0'"
+run "profile seq" 1 "$SLAPO" profile --config tiny --seq 65
+check "profile seq" err "exceeds the tiny context of 64"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

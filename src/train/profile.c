@@ -1,0 +1,392 @@
+/* train/profile.c - where a training step goes (`slapo profile`): runs
+ * TRAIN steps with the executor's per-node timing (opts.timing,
+ * slapo_plan_node_ms) and an AdamW update after each, and aggregates the
+ * step graph's nodes by the module path that emitted them (node->origin,
+ * truncated to a depth): forward and backward milliseconds, and the
+ * activation bytes each module holds at the step's live peak. Nothing is
+ * printed here; the CLI prints the struct. Layer: train. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/assert.h"
+#include "slapo/train.h"
+
+/* The planner sizes every buffer to a multiple of this (SLAPO__EXEC_ALIGN in
+ * exec/internal.h, which other layers do not include). A mismatch shows as
+ * live_peak_nbytes != measured_peak_nbytes (tests/unit/test_profile.c). */
+#define PLAN_ALIGN ((size_t)64)
+
+static double now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+void slapo_profile_row_path(const char *origin, int depth, char *buf, size_t cap) {
+  if (!cap) return;
+  if (!origin || !*origin) {
+    snprintf(buf, cap, ".");
+    return;
+  }
+  /* Level 0 is the root's child; each later segment is one level deeper,
+   * except a list index ("0"), which stays on its list's level, so
+   * transformer.h.0 is one level below transformer. */
+  int level = 0;
+  const char *p = origin, *end = origin;
+  for (bool first = true; *p; first = false) {
+    const char *q = strchr(p, '.');
+    size_t len = q ? (size_t)(q - p) : strlen(p);
+    bool index = len > 0 && strspn(p, "0123456789") == len;
+    if (!first && !index) level++;
+    if (level > depth) break;
+    end = p + len;
+    p = q ? q + 1 : p + len;
+  }
+  size_t n = (size_t)(end - origin);
+  if (n >= cap) n = cap - 1;
+  memcpy(buf, origin, n);
+  buf[n] = '\0';
+}
+
+void slapo_profile_deinit(slapo_profile *p) {
+  if (!p) return;
+  for (int i = 0; i < p->n_rows; i++) slapo_free(p->rows[i].path);
+  slapo_free(p->rows);
+  memset(p, 0, sizeof *p);
+}
+
+typedef struct prof {
+  slapo_profile *out;
+  int cap;
+  slapo_map *by_path; /* row path -> row index + 1 */
+  int depth;
+} prof;
+
+/* The row of node origin `origin`, created on first use; -1 on NOMEM. */
+static int row_of(prof *pr, const char *origin) {
+  char path[512];
+  slapo_profile_row_path(origin, pr->depth, path, sizeof path);
+  intptr_t k = (intptr_t)slapo_map_get(pr->by_path, path);
+  if (k) return (int)k - 1;
+  slapo_profile *o = pr->out;
+  if (o->n_rows == pr->cap) {
+    int cap = pr->cap ? 2 * pr->cap : 32;
+    slapo_profile_row *r = slapo_realloc(o->rows, (size_t)cap * sizeof *r);
+    if (!r) return -1;
+    o->rows = r, pr->cap = cap;
+  }
+  slapo_profile_row *r = &o->rows[o->n_rows];
+  memset(r, 0, sizeof *r);
+  if (!(r->path = slapo_strdup(path))) return -1;
+  if (slapo_map_set(pr->by_path, path, (void *)(intptr_t)(o->n_rows + 1)) != SLAPO_OK) {
+    slapo_free(r->path);
+    return -1;
+  }
+  return o->n_rows++;
+}
+
+static slapo_status nomem(void) { return slapo_error(SLAPO_NOMEM, "profile: out of memory"); }
+
+/* Forward or backward: slapo_step builds the forward (the root's forward
+ * from the inputs to the loss), then adds the placeholder "dloss" (the
+ * seed dL/dloss) and has slapo_backward append the backward after it; the
+ * step passes that follow (fold_grads, fold_index_add) insert their nodes
+ * before backward nodes, and drop_identity only removes. So in graph order
+ * every node after "dloss" is backward: gradients (which carry the origin
+ * of the forward node they differentiate) and the recomputation of
+ * checkpointed regions, which runs during the backward. Origin alone cannot
+ * tell them apart, since autograd gives gradients their forward origin. */
+static bool is_seed(const slapo_node *n) {
+  return n->kind == SLAPO_NODE_PLACEHOLDER && n->name && !strcmp(n->name, "dloss");
+}
+
+/* Adds the last run's per-node times to the rows. */
+static slapo_status add_times(prof *pr, const slapo_plan *plan, const slapo_graph *g) {
+  bool bwd = false;
+  for (const slapo_node *n = slapo_graph_first(g); n; n = n->next) {
+    if (is_seed(n)) bwd = true;
+    int r = row_of(pr, n->origin);
+    if (r < 0) return nomem();
+    slapo_profile_row *row = &pr->out->rows[r];
+    double ms = slapo_plan_node_ms(plan, n);
+    if (bwd) row->bwd_ms += ms;
+    else row->fwd_ms += ms;
+  }
+  return SLAPO_OK;
+}
+
+static void count_nodes(prof *pr, const slapo_graph *g) {
+  bool bwd = false;
+  for (const slapo_node *n = slapo_graph_first(g); n; n = n->next) {
+    if (is_seed(n)) bwd = true;
+    int r = row_of(pr, n->origin); /* exists: add_times made it */
+    if (r < 0) continue;
+    if (bwd) pr->out->rows[r].n_bwd++;
+    else pr->out->rows[r].n_fwd++;
+  }
+}
+
+static int cmp_ptr(const void *a, const void *b) {
+  uintptr_t x = (uintptr_t) * (const slapo_node *const *)a;
+  uintptr_t y = (uintptr_t) * (const slapo_node *const *)b;
+  return x < y ? -1 : x > y;
+}
+
+typedef struct live_node {
+  const slapo_node *node;
+  int kind;     /* 0 bound, 1 kernel (own buffer), 2 view, 3 output */
+  int buf;      /* index of the node whose buffer this value lives in, -1 */
+  int last;     /* kernel nodes: last reader of its buffer (n: kept) */
+  size_t nbytes;
+} live_node;
+
+enum { K_BOUND, K_KERNEL, K_VIEW, K_OUTPUT };
+
+typedef struct ptr_idx {
+  const slapo_node *p;
+  int i;
+} ptr_idx;
+
+static int cmp_ptr_idx(const void *a, const void *b) {
+  return cmp_ptr(&((const ptr_idx *)a)->p, &((const ptr_idx *)b)->p);
+}
+
+static int index_of(const ptr_idx *ix, int n, const slapo_node *p) {
+  ptr_idx key = {p, 0};
+  const ptr_idx *hit = bsearch(&key, ix, (size_t)n, sizeof *ix, cmp_ptr_idx);
+  return hit ? hit->i : -1;
+}
+
+/* The activation bytes per row at the step's live peak. The plan does not
+ * expose its buffers, so this repeats the planner's liveness on the graph
+ * (exec/plan.c: classify, liveness; exec/run.c: the live-bytes count): a
+ * call_op node writes its own buffer unless its op is a view (a view of a
+ * placeholder or parameter with a reference kernel gets a buffer of its
+ * own); a buffer lives from its writer to its last reader or a reader of a
+ * view of it; the output node keeps the loss until the next run, while
+ * the gradients (outputs >= accumulate_from, 1 in TRAIN mode) are added
+ * into their parameter by the node that computes them and die there. The
+ * peak is the first node at which the running total of live bytes (taken
+ * after the node's buffer is allocated, before its dead inputs are
+ * released) is largest: the figure slapo_plan_measured_peak_nbytes reports,
+ * which the caller stores beside this one. */
+static slapo_status live_at_peak(prof *pr, const slapo_graph *g, int accumulate_from) {
+  int n = slapo_graph_count(g);
+  live_node *ln = slapo_calloc((size_t)n + 1, sizeof *ln);
+  ptr_idx *ix = slapo_calloc((size_t)n + 1, sizeof *ix);
+  size_t *release = slapo_calloc((size_t)n + 1, sizeof *release);
+  if (!ln || !ix || !release) {
+    slapo_free(ln), slapo_free(ix), slapo_free(release);
+    return nomem();
+  }
+  int i = 0;
+  for (const slapo_node *nd = slapo_graph_first(g); nd && i < n; nd = nd->next, i++) {
+    ln[i].node = nd;
+    ix[i] = (ptr_idx){nd, i};
+  }
+  qsort(ix, (size_t)n, sizeof *ix, cmp_ptr_idx);
+  for (i = 0; i < n; i++) {
+    const slapo_node *nd = ln[i].node;
+    live_node *e = &ln[i];
+    e->buf = -1;
+    if (nd->kind == SLAPO_NODE_OUTPUT) e->kind = K_OUTPUT;
+    else if (nd->kind != SLAPO_NODE_CALL_OP || !nd->op) e->kind = K_BOUND;
+    else if (nd->op->view && nd->n_inputs > 0) {
+      int k = index_of(ix, n, nd->inputs[0]);
+      e->kind = k >= 0 && ln[k].kind == K_BOUND && nd->op->ref ? K_KERNEL : K_VIEW;
+      if (e->kind == K_VIEW) e->buf = k >= 0 ? ln[k].buf : -1;
+    } else e->kind = K_KERNEL;
+    if (e->kind == K_KERNEL) {
+      size_t b = slapo_dtype_size(nd->dtype);
+      for (int d = 0; d < nd->ndim; d++) b *= (size_t)nd->shape[d];
+      e->nbytes = (b + PLAN_ALIGN - 1) & ~(PLAN_ALIGN - 1);
+      e->buf = i;
+      e->last = i;
+    }
+    for (int j = 0; j < nd->n_inputs; j++) {
+      int k = index_of(ix, n, nd->inputs[j]);
+      int r = k >= 0 ? ln[k].buf : -1;
+      if (r < 0) continue;
+      bool acc = e->kind == K_OUTPUT && accumulate_from > 0 && j >= accumulate_from;
+      int until = e->kind == K_OUTPUT && !acc ? n : acc ? k : i;
+      if (until > ln[r].last) ln[r].last = until;
+    }
+  }
+  for (i = 0; i < n; i++)
+    if (ln[i].kind == K_KERNEL && ln[i].last < n) release[ln[i].last] += ln[i].nbytes;
+  size_t live = 0, peak = 0;
+  int at = -1;
+  for (i = 0; i < n; i++) {
+    if (ln[i].kind == K_KERNEL) {
+      live += ln[i].nbytes;
+      if (live > peak) peak = live, at = i;
+    }
+    live -= release[i];
+  }
+  slapo_status s = SLAPO_OK;
+  for (i = 0; at >= 0 && i <= at; i++) {
+    if (ln[i].kind != K_KERNEL || ln[i].last < at) continue;
+    int r = row_of(pr, ln[i].node->origin);
+    if (r < 0) {
+      s = nomem();
+      break;
+    }
+    pr->out->rows[r].act_nbytes += ln[i].nbytes;
+    pr->out->live_peak_nbytes += ln[i].nbytes;
+  }
+  slapo_free(ln), slapo_free(ix), slapo_free(release);
+  return s;
+}
+
+/* Random ids in [0, vocab) for step `step`: idx from stream 31, targets 32. */
+static void fill_batch(const slapo_profile_opts *o, int step, slapo_tensor *idx,
+                       slapo_tensor *tgt) {
+  int32_t *a = slapo_tensor_data(idx), *b = slapo_tensor_data(tgt);
+  int64_t n = o->batch * o->seq;
+  for (int64_t i = 0; i < n; i++) {
+    int32_t x = (int32_t)(slapo_rng_uniform(o->seed, 31, (uint64_t)step, (uint64_t)i) *
+                          (float)o->vocab);
+    int32_t y = (int32_t)(slapo_rng_uniform(o->seed, 32, (uint64_t)step, (uint64_t)i) *
+                          (float)o->vocab);
+    a[i] = x < o->vocab ? x : (int32_t)o->vocab - 1;
+    b[i] = y < o->vocab ? y : (int32_t)o->vocab - 1;
+  }
+}
+
+/* Module paths in tree pre-order -> their position + 1, so rows can be
+ * listed as the model nests (a module whose forward was dropped, such as
+ * an identity dropout, would otherwise come last, after its backward). */
+static slapo_status number_modules(const slapo_module *m, char *path, size_t len, size_t cap,
+                                   slapo_map *order, intptr_t *next) {
+  SLAPO_TRY(slapo_map_set(order, len ? path : ".", (void *)++*next));
+  for (int i = 0; i < m->n_children; i++) {
+    const slapo_module *c = m->children[i];
+    int n = snprintf(path + len, cap - len, "%s%s", len ? "." : "", c->name);
+    if (n < 0 || (size_t)n >= cap - len) continue; /* too long to be a row path */
+    SLAPO_TRY(number_modules(c, path, len + (size_t)n, cap, order, next));
+  }
+  path[len] = '\0';
+  return SLAPO_OK;
+}
+
+typedef struct keyed_row {
+  intptr_t key; /* pre-order position + 1, or past every module */
+  int orig;     /* graph order, to keep the sort stable */
+  slapo_profile_row row;
+} keyed_row;
+
+static int cmp_row(const void *a, const void *b) {
+  const keyed_row *x = a, *y = b;
+  if (x->key != y->key) return x->key < y->key ? -1 : 1;
+  return (x->orig > y->orig) - (x->orig < y->orig);
+}
+
+/* Sorts the rows into tree pre-order; rows whose path names no module
+ * (which should not happen) go last, in graph order. Call after every
+ * row_of: the path map holds row indices. */
+static slapo_status sort_rows(slapo_module *model, slapo_profile *out) {
+  slapo_map *order;
+  SLAPO_TRY(slapo_map_new(&order));
+  char path[512] = "";
+  intptr_t next = 0;
+  slapo_status s = number_modules(model, path, 0, sizeof path, order, &next);
+  keyed_row *k = slapo_calloc((size_t)out->n_rows + 1, sizeof *k);
+  if (s == SLAPO_OK && !k) s = nomem();
+  if (s == SLAPO_OK) {
+    for (int i = 0; i < out->n_rows; i++) {
+      intptr_t at = (intptr_t)slapo_map_get(order, out->rows[i].path);
+      k[i] = (keyed_row){at ? at : next + 1, i, out->rows[i]};
+    }
+    qsort(k, (size_t)out->n_rows, sizeof *k, cmp_row);
+    for (int i = 0; i < out->n_rows; i++) out->rows[i] = k[i].row;
+  }
+  slapo_free(k);
+  slapo_map_free(order);
+  return s;
+}
+
+static slapo_status profile(slapo_module *model, const slapo_profile_opts *o, prof *pr,
+                            slapo_runner *r, slapo_adamw *opt, slapo_tensor *idx,
+                            slapo_tensor *tgt) {
+  slapo_profile *out = pr->out;
+  const slapo_tensor *in[2] = {idx, tgt};
+  double step_ms = 0, opt_ms = 0;
+  const slapo_graph *g = NULL;
+  for (int step = 0; step <= o->steps; step++) {
+    fill_batch(o, step, idx, tgt);
+    slapo_kernel_env env = {o->seed, (uint64_t)step, true};
+    const slapo_tensor *loss = NULL;
+    double t0 = now_ms();
+    SLAPO_TRY(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &loss));
+    double t1 = now_ms();
+    /* As slapo_train's step: measure the global norm, then AdamW with the
+     * clip factor, zeroing the gradients in the same pass. */
+    double norm = slapo_clip_grad_norm(model, 0);
+    slapo_adamw_step_scaled(opt, 6e-4f, slapo_clip_scale(norm, 1.0), true);
+    double t2 = now_ms();
+    out->loss = *(const float *)slapo_tensor_data(loss);
+    if (step == 0) continue; /* warm-up: builds and plans the step, first touch */
+    step_ms += t2 - t0;
+    opt_ms += t2 - t1;
+    g = slapo_runner_graph(r);
+    SLAPO_TRY(add_times(pr, slapo_runner_plan(r), g));
+  }
+  double k = (double)o->steps;
+  out->steps = o->steps;
+  out->step_ms = step_ms / k;
+  out->optimizer_ms = opt_ms / k;
+  for (int i = 0; i < out->n_rows; i++) {
+    out->rows[i].fwd_ms /= k;
+    out->rows[i].bwd_ms /= k;
+    out->nodes_ms += out->rows[i].fwd_ms + out->rows[i].bwd_ms;
+  }
+  out->other_ms = out->step_ms - out->nodes_ms - out->optimizer_ms;
+  count_nodes(pr, g);
+  out->n_nodes = slapo_graph_count(g);
+  const slapo_plan *plan = slapo_runner_plan(r);
+  out->planned_peak_nbytes = slapo_plan_peak_nbytes(plan);
+  out->measured_peak_nbytes = slapo_plan_measured_peak_nbytes(plan);
+  /* slapo_step plans TRAIN graphs with accumulate_from 1 (module/step.c). */
+  SLAPO_TRY(live_at_peak(pr, g, 1));
+  return sort_rows(model, out);
+}
+
+slapo_status slapo_profile_run(slapo_module *model, const slapo_profile_opts *opts,
+                               slapo_profile *out) {
+  memset(out, 0, sizeof *out);
+  const slapo_profile_opts *o = opts;
+  if (!model || !o)
+    return slapo_error(SLAPO_INVALID_ARG, "profile: model or options are NULL");
+  if (o->batch < 1 || o->seq < 1 || o->vocab < 1 || o->vocab > INT32_MAX || o->steps < 1 ||
+      o->depth < 0)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "profile: batch %lld, seq %lld, vocab %lld, steps %d, depth %d (batch, "
+                       "seq, vocab and steps must be >= 1, depth >= 0)",
+                       (long long)o->batch, (long long)o->seq, (long long)o->vocab, o->steps,
+                       o->depth);
+  prof pr = {.out = out, .depth = o->depth};
+  slapo_runner *r = NULL;
+  slapo_adamw *opt = NULL;
+  slapo_tensor *idx = NULL, *tgt = NULL;
+  int64_t shape[2] = {o->batch, o->seq};
+  slapo_plan_opts po = {.timing = true};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_status s = slapo_map_new(&pr.by_path);
+  if (s == SLAPO_OK) s = slapo_runner_new(model, &po, &r);
+  if (s == SLAPO_OK) s = slapo_adamw_new(model, &ac, &opt);
+  if (s == SLAPO_OK) s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &idx);
+  if (s == SLAPO_OK) s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &tgt);
+  if (s == SLAPO_OK) {
+    slapo_module_zero_grad(model);
+    s = profile(model, o, &pr, r, opt, idx, tgt);
+  }
+  slapo_tensor_free(idx);
+  slapo_tensor_free(tgt);
+  slapo_adamw_free(opt);
+  slapo_runner_free(r);
+  slapo_map_free(pr.by_path);
+  if (s != SLAPO_OK) slapo_profile_deinit(out);
+  return s;
+}
