@@ -10,6 +10,7 @@
 
 #include <stdbool.h>
 
+#include "slapo/compiler.h"
 #include "slapo/pattern.h"
 #include "slapo/schedule.h"
 
@@ -159,6 +160,25 @@ slapo_status slapo_replace_subgraph_fn(slapo_sched *node, const slapo_pattern *p
  * its backward). .sched: `PATH checkpoint pattern=P`. Errors: SLAPO_PRECOND,
  * SLAPO_NO_MATCH, SLAPO_STATE (a matched node already checkpointed). */
 slapo_status slapo_checkpoint_subgraph(slapo_sched *node, const slapo_pattern *p);
+
+/* fuse (primitives/fuse.c): the match of p in node's traced graph becomes
+ * a child "<name>_<k>" whose forward is one op compiled by `compiler`
+ * ("cc", "none"; opts pass through). Without `all` anything but exactly one
+ * replaceable match is an error; with it every replaceable match is fused
+ * (equal regions share one compiled op) and the others are logged.
+ * .sched: `PATH fuse pattern=P compiler=cc name=Name [all=true]`.
+ * Errors: SLAPO_PRECOND, SLAPO_NO_MATCH, SLAPO_INVALID_ARG (several matches,
+ * unknown compiler), SLAPO_STATE (escaping value), SLAPO_UNSUPPORTED,
+ * SLAPO_COMPILE. */
+slapo_status slapo_fuse(slapo_sched *node, const slapo_pattern *p, const char *compiler,
+                        const char *name, const slapo_compile_opts *opts, bool all);
+
+/* decompose (primitives/decompose.c): a Linear with a bias becomes a
+ * module computing matmul then a separate bias add (same parameters), so a
+ * flattened trace exposes the add to fuse with what follows.
+ * Errors: SLAPO_INVALID_ARG (not a Linear; the root), SLAPO_PRECOND (no
+ * bias), SLAPO_STATE (inlined into a flattened trace). */
+slapo_status slapo_decompose(slapo_sched *node);
 
 /* trace: captures node's module as a static graph (slapo_module_trace; see
  * primitives/trace.c). opts NULL: no flatten, default leaves. Errors: those

@@ -39,6 +39,33 @@ slapo_status slapo__checkpoint_subgraph(slapo_sched *node, const slapo_pattern *
 slapo_status slapo__prim_pattern(const slapo_sched_entry *e, const char *primitive,
                                  const slapo_pattern **p, bool *owned);
 
+/* The general subgraph replacement (subgraph.c), for replace and fuse: the
+ * factory builds each new child from its match(es), with a context. */
+typedef struct slapo__sub_factory {
+  slapo_status (*fn)(void *ud, slapo_module *owner, int n_matches, const slapo_match *matches,
+                     slapo_module **out);
+  void *ud;
+} slapo__sub_factory;
+
+typedef struct slapo__subgraph_spec {
+  const char *primitive;      /* for messages and the log line          */
+  const char *child;          /* new children are "<child>_<k>"         */
+  slapo__sub_factory factory;
+  bool horizontal;            /* one child for all matches              */
+  bool skip_escaping;         /* leave matches with outside users       */
+  bool exactly_one;           /* anything but one match is an error     */
+  const slapo_sched_arg *args; /* the log line's arguments               */
+  int n_args;
+  bool replayable;
+  const slapo_sched_entry *from;
+} slapo__subgraph_spec;
+
+slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
+                                   const slapo__subgraph_spec *spec);
+/* The pattern as a .sched argument pattern=...: a registered name (word),
+ * text (string), else a word and *replayable false. */
+slapo_sched_arg slapo__pattern_arg(const slapo_pattern *p, bool *replayable);
+
 /* Swaps node's module for `mod` (consumed) in the parent's child table and
  * rebuilds node's schedule subtree; on error nothing changes. replace.c. */
 slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);

@@ -14,6 +14,7 @@
  *                     placeholders bound to a leaf's parameters are not
  *                     inputs (the factory ties those parameters).
  * checkpoint          each match becomes its own recompute region. */
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -63,6 +64,8 @@ const char *slapo_subgraph_registered_summary(int i) {
 typedef struct sub_edit {
   slapo_pattern *p; /* owned clone */
   bool horizontal, checkpoint;
+  bool skip_escaping; /* all=true: matches with outside users are left   */
+  bool exactly_one;   /* fuse without all: one replaceable match or error */
   int n_children;
   char **children;  /* module form: child per match (vertical) or one */
   slapo_pattern_fn fn;
@@ -92,9 +95,16 @@ static int node_inputs(const slapo_match *x, slapo_node **out) {
 static slapo_status check_matches(const sub_edit *e, const char *what, const slapo_matches *ms) {
   if (ms->n == 0)
     return slapo_error(SLAPO_NO_MATCH, "%s: %s: pattern '%s' matches nothing in the traced "
-                       "graph", what, e->path, slapo_pattern_name(e->p));
+                       "graph (list candidates with slapo find; SLAPO_DEBUG=3 says why they "
+                       "fail)", what, e->path, slapo_pattern_name(e->p));
+  if (e->exactly_one && ms->n > 1)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: %s: pattern '%s' matches %d times; %s one "
+                       "needs exactly one match (narrow the pattern, or all=true for each)",
+                       what, e->path, slapo_pattern_name(e->p), ms->n, what);
+  int usable = 0;
+  for (int i = 0; i < ms->n; i++) usable += ms->items[i].replaceable;
   for (int i = 0; i < ms->n && !e->checkpoint; i++)
-    if (!ms->items[i].replaceable)
+    if (!ms->items[i].replaceable && (!e->skip_escaping || usable == 0))
       return slapo_error(SLAPO_STATE, "%s: %s: match %d of '%s' is not replaceable: %s", what,
                          e->path, i + 1, slapo_pattern_name(e->p), ms->items[i].why);
   if (!e->horizontal) return SLAPO_OK;
@@ -110,6 +120,19 @@ static slapo_status check_matches(const sub_edit *e, const char *what, const sla
                            k < nb ? b[k]->name : "(none)", k < na ? a[k]->name : "(none)");
   }
   return SLAPO_OK;
+}
+
+/* The matches an edit acts on: all, or with skip_escaping the replaceable
+ * ones (the others are logged), compacted in place. */
+static void keep_usable(const sub_edit *e, slapo_matches *ms) {
+  if (!e->skip_escaping || e->checkpoint) return;
+  int k = 0;
+  for (int i = 0; i < ms->n; i++) {
+    if (ms->items[i].replaceable) ms->items[k++] = ms->items[i];
+    else slapo_logf(1, "%s: match %d of '%s' left as it is: %s", e->path, i + 1,
+                    slapo_pattern_name(e->p), ms->items[i].why);
+  }
+  ms->n = k;
 }
 
 /* Where a node replacing matches [first, first + n) goes: after its latest
@@ -297,6 +320,7 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   slapo_matches ms;
   SLAPO_TRY(slapo_find_in(m, g, e->p, &ms));
   slapo_status s = check_matches(e, "replace", &ms);
+  keep_usable(e, &ms);
   int n_groups = e->horizontal ? 1 : ms.n;
   if (s == SLAPO_OK && !e->fn && e->n_children != n_groups)
     s = slapo_error(SLAPO_STATE, "replace: %s: pattern '%s' now matches %d time%s; the schedule "
@@ -344,7 +368,7 @@ static slapo_status checkpoint_edit(slapo_module *m, slapo_graph *g, void *ud) {
 /* ---- the primitives ---- */
 
 /* The pattern as a .sched argument: a registered name, or the text. */
-static slapo_sched_arg pattern_arg(const slapo_pattern *p, bool *replayable) {
+slapo_sched_arg slapo__pattern_arg(const slapo_pattern *p, bool *replayable) {
   const char *name = slapo_pattern_name(p);
   *replayable = true;
   if (slapo_pattern_lookup(name) == p) return slapo_sched_arg_word("pattern", name);
@@ -380,7 +404,7 @@ slapo_status slapo_sched_find(slapo_sched *node, const slapo_pattern *p, slapo_m
 /* Makes the children the matches are replaced by (one, or one per match),
  * named "<name>_<k>". On error none is left behind. */
 static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *name,
-                                  slapo_subgraph_factory f, const slapo_matches *ms) {
+                                  const slapo__sub_factory *f, const slapo_matches *ms) {
   slapo_module *m = slapo_sched_module(node);
   int n = e->horizontal ? 1 : ms->n;
   e->children = slapo_calloc((size_t)n, sizeof *e->children);
@@ -388,7 +412,7 @@ static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *na
   slapo_status s = SLAPO_OK;
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     slapo_module *c = NULL;
-    s = f(m, e->horizontal ? ms->n : 1, &ms->items[i], &c);
+    s = f->fn(f->ud, m, e->horizontal ? ms->n : 1, &ms->items[i], &c);
     if (s != SLAPO_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", slapo_last_error());
@@ -435,6 +459,39 @@ static slapo_status finish_edit(slapo_sched *node, const char *what, sub_edit *e
   return s;
 }
 
+slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
+                                   const slapo__subgraph_spec *sp) {
+  SLAPO_TRY(traced_of(node, sp->primitive));
+  SLAPO_TRY(slapo__prim_log_check(node, sp->primitive, sp->n_args, sp->args));
+  sub_edit *e;
+  SLAPO_TRY(new_edit(node, p, &e));
+  e->horizontal = sp->horizontal;
+  e->skip_escaping = sp->skip_escaping;
+  e->exactly_one = sp->exactly_one;
+  slapo_matches ms;
+  slapo_status s = slapo_sched_find(node, e->p, &ms);
+  if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
+  if (s == SLAPO_OK) keep_usable(e, &ms);
+  if (s == SLAPO_OK) s = make_children(node, e, sp->child, &sp->factory, &ms);
+  slapo_matches_deinit(&ms);
+  if (s != SLAPO_OK) {
+    remove_children(slapo_sched_module(node), e);
+    edit_free(e);
+    return s;
+  }
+  char what[256];
+  snprintf(what, sizeof what, "%s %s pattern=%s", sp->primitive, sp->child,
+           slapo_pattern_name(p));
+  return finish_edit(node, what, e, replace_edit, sp->primitive, sp->n_args, sp->args, sp->from,
+                     sp->replayable);
+}
+
+/* A registered factory called through the general form. */
+static slapo_status call_registered(void *ud, slapo_module *owner, int n, const slapo_match *ms,
+                                    slapo_module **out) {
+  return ((slapo_subgraph_factory)(uintptr_t)ud)(owner, n, ms, out);
+}
+
 slapo_status slapo__replace_subgraph(slapo_sched *node, const slapo_pattern *p, const char *name,
                                      bool horizontal, const slapo_sched_entry *from) {
   SLAPO_TRY(traced_of(node, "replace"));
@@ -449,26 +506,13 @@ slapo_status slapo__replace_subgraph(slapo_sched *node, const slapo_pattern *p, 
                        "(registered: %s)", slapo__prim_path(node), name, used ? known : "none");
   }
   bool replayable;
-  slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, name), pattern_arg(p, &replayable),
+  slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, name), slapo__pattern_arg(p, &replayable),
                              slapo_sched_arg_bool("horizontal", true)};
-  int n_args = horizontal ? 3 : 2;
-  SLAPO_TRY(slapo__prim_log_check(node, "replace", n_args, args));
-  sub_edit *e;
-  SLAPO_TRY(new_edit(node, p, &e));
-  e->horizontal = horizontal;
-  slapo_matches ms;
-  slapo_status s = slapo_sched_find(node, e->p, &ms);
-  if (s == SLAPO_OK) s = check_matches(e, "replace", &ms);
-  if (s == SLAPO_OK) s = make_children(node, e, name, f, &ms);
-  slapo_matches_deinit(&ms);
-  if (s != SLAPO_OK) {
-    remove_children(slapo_sched_module(node), e);
-    edit_free(e);
-    return s;
-  }
-  char what[256];
-  snprintf(what, sizeof what, "replace %s pattern=%s", name, slapo_pattern_name(p));
-  return finish_edit(node, what, e, replace_edit, "replace", n_args, args, from, replayable);
+  slapo__subgraph_spec sp = {
+      .primitive = "replace", .child = name, .factory = {call_registered, (void *)(uintptr_t)f},
+      .horizontal = horizontal, .args = args, .n_args = horizontal ? 3 : 2,
+      .replayable = replayable, .from = from};
+  return slapo__subgraph_apply(node, p, &sp);
 }
 
 slapo_status slapo_replace_subgraph(slapo_sched *node, const slapo_pattern *p, const char *name,
@@ -484,7 +528,7 @@ slapo_status slapo_replace_subgraph_fn(slapo_sched *node, const slapo_pattern *p
     return slapo_error(SLAPO_INVALID_ARG, "replace: %s: need an op function taking 0..16 inputs",
                        slapo__prim_path(node));
   bool replayable;
-  slapo_sched_arg args[2] = {slapo_sched_arg_word(NULL, name), pattern_arg(p, &replayable)};
+  slapo_sched_arg args[2] = {slapo_sched_arg_word(NULL, name), slapo__pattern_arg(p, &replayable)};
   SLAPO_TRY(slapo__prim_log_check(node, "replace", 2, args));
   sub_edit *e;
   SLAPO_TRY(new_edit(node, p, &e));
@@ -499,7 +543,7 @@ slapo_status slapo__checkpoint_subgraph(slapo_sched *node, const slapo_pattern *
                                         const slapo_sched_entry *from) {
   SLAPO_TRY(traced_of(node, "checkpoint"));
   bool replayable;
-  slapo_sched_arg arg = pattern_arg(p, &replayable);
+  slapo_sched_arg arg = slapo__pattern_arg(p, &replayable);
   SLAPO_TRY(slapo__prim_log_check(node, "checkpoint", 1, &arg));
   sub_edit *e;
   SLAPO_TRY(new_edit(node, p, &e));

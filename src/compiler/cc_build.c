@@ -1,0 +1,205 @@
+/* compiler/cc_build.c - compiling generated kernels with the system C
+ * compiler into a cache, and loading them.
+ *
+ * The cache key hashes the source, the compiler's identity (its --version
+ * line), and the flags, which name the target ISA explicitly: the level the
+ * run-time dispatcher chose, capped by SLAPO_MAX_ISA like every kernel
+ * (never -march=native), so an object built on an AVX-512 machine is never
+ * loaded on an AVX2 one, and a different cap misses the cache. Kernels take
+ * element counts as arguments, so a new batch size reuses the object. The
+ * object is written to a temporary file in the cache directory and renamed
+ * into place, so concurrent processes filling the cache never see a partial
+ * file; a hit compiles nothing. SLAPO_CC names the compiler (default cc);
+ * SLAPO_DEBUG=4 logs the generated source. Layer: compiler. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "compiler/internal.h"
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static slapo_cc_stats g_stats;
+
+slapo_cc_stats slapo_cc_stats_get(void) {
+  pthread_mutex_lock(&g_lock);
+  slapo_cc_stats s = g_stats;
+  pthread_mutex_unlock(&g_lock);
+  return s;
+}
+
+static const char *compiler_cmd(void) {
+  const char *cc = getenv("SLAPO_CC");
+  return cc && cc[0] ? cc : "cc";
+}
+
+/* Flags for the active ISA level: explicit -m options. */
+static const char *isa_flags(void) {
+  switch (slapo_isa_active()) {
+  case SLAPO_ISA_AVX512: return "-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq";
+  case SLAPO_ISA_AVX2: return "-mavx2 -mfma";
+  default: return "-march=x86-64";
+  }
+}
+
+#define BASE_FLAGS "-std=c99 -O3 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno"
+
+/* Runs `cmd` (through sh), stderr to `err_path`. Returns the exit status,
+ * 127 when the shell could not run the compiler. */
+static int run(const char *cmd) {
+  int rc = system(cmd);
+  if (rc == -1) return 127;
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 126;
+}
+
+/* A single-quoted shell word for s. */
+static void quote(const char *s, char *buf, size_t cap) {
+  size_t n = 0;
+  if (cap < 3) return;
+  buf[n++] = '\'';
+  for (; *s && n + 5 < cap; s++) {
+    if (*s == '\'') n += (size_t)snprintf(buf + n, cap - n, "'\\''");
+    else buf[n++] = *s;
+  }
+  buf[n++] = '\'';
+  buf[n] = '\0';
+}
+
+static char *read_small(const char *path, size_t max) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  char *s = slapo_malloc(max + 1);
+  size_t n = s ? fread(s, 1, max, f) : 0;
+  fclose(f);
+  if (s) s[n] = '\0';
+  return s;
+}
+
+/* The compiler's first --version line (its identity in the key), once. */
+static slapo_status compiler_identity(const char *dir, char *buf, size_t cap) {
+  static char cached[256];
+  static char cached_for[256];
+  const char *cc = compiler_cmd();
+  if (cached[0] && !strcmp(cached_for, cc)) {
+    snprintf(buf, cap, "%s", cached);
+    return SLAPO_OK;
+  }
+  char out[1200], cmd[2600], q[1300];
+  snprintf(out, sizeof out, "%s/version.%d.txt", dir, (int)getpid());
+  quote(out, q, sizeof q);
+  snprintf(cmd, sizeof cmd, "%s --version > %s 2>&1", cc, q);
+  int rc = run(cmd);
+  char *text = read_small(out, 255);
+  unlink(out);
+  if (rc != 0) {
+    slapo_status s = slapo_error(SLAPO_COMPILE, "cc: the compiler '%s' (SLAPO_CC) %s: %s", cc,
+                                 rc == 127 ? "was not found" : "does not run",
+                                 text ? text : "(no output)");
+    slapo_free(text);
+    return s;
+  }
+  char *nl = text ? strchr(text, '\n') : NULL;
+  if (nl) *nl = '\0';
+  snprintf(cached, sizeof cached, "%s", text ? text : cc);
+  snprintf(cached_for, sizeof cached_for, "%s", cc);
+  slapo_free(text);
+  snprintf(buf, cap, "%s", cached);
+  return SLAPO_OK;
+}
+
+static slapo_status make_dir(const char *dir) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s", dir);
+  for (char *p = path + 1; *p; p++) {
+    if (*p != '/') continue;
+    *p = '\0';
+    mkdir(path, 0755);
+    *p = '/';
+  }
+  if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    return slapo_error(SLAPO_IO, "cc: cannot create the kernel cache %s: %s (SLAPO_CACHE_DIR)",
+                       dir, strerror(errno));
+  return SLAPO_OK;
+}
+
+static slapo_status write_file(const char *path, const char *text) {
+  FILE *f = fopen(path, "wb");
+  if (!f) return slapo_error(SLAPO_IO, "cc: cannot write %s: %s", path, strerror(errno));
+  size_t n = strlen(text);
+  bool ok = fwrite(text, 1, n, f) == n;
+  ok = fclose(f) == 0 && ok;
+  return ok ? SLAPO_OK : slapo_error(SLAPO_IO, "cc: writing %s failed", path);
+}
+
+/* Compiles src into `so` through a temporary object renamed into place. */
+static slapo_status compile_to(const char *dir, const char *key, const char *src, const char *so) {
+  char c_path[1200], tmp[1200], err[1200], cmd[6000], qc[1300], qt[1300], qe[1300];
+  snprintf(c_path, sizeof c_path, "%s/%s.%d.c", dir, key, (int)getpid());
+  snprintf(tmp, sizeof tmp, "%s/%s.%d.so.tmp", dir, key, (int)getpid());
+  snprintf(err, sizeof err, "%s/%s.%d.err", dir, key, (int)getpid());
+  SLAPO_TRY(write_file(c_path, src));
+  quote(c_path, qc, sizeof qc), quote(tmp, qt, sizeof qt), quote(err, qe, sizeof qe);
+  snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s -lm 2> %s", compiler_cmd(), BASE_FLAGS,
+           isa_flags(), qt, qc, qe);
+  int rc = run(cmd);
+  char *msg = read_small(err, 4000);
+  unlink(err);
+  slapo_status s = SLAPO_OK;
+  if (rc != 0) {
+    s = slapo_error(SLAPO_COMPILE, "cc: %s failed (exit %d) on %s: %s", compiler_cmd(), rc,
+                    c_path, msg && msg[0] ? msg : "(no output)");
+    unlink(tmp);
+  } else if (rename(tmp, so) != 0) {
+    s = slapo_error(SLAPO_IO, "cc: cannot move %s to %s: %s", tmp, so, strerror(errno));
+    unlink(tmp);
+  } else {
+    /* The source stays beside its object, for readers of the cache. */
+    char kept[1200];
+    snprintf(kept, sizeof kept, "%s/%s.c", dir, key);
+    rename(c_path, kept);
+  }
+  unlink(c_path);
+  slapo_free(msg);
+  return s;
+}
+
+slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_bwd_fn *bwd,
+                             char key[17]) {
+  char dir[1024], id[256], so[1200];
+  slapo_compiler_cache_dir(dir, sizeof dir);
+  slapo_logf(4, "cc: generated source:\n%s", src);
+  pthread_mutex_lock(&g_lock);
+  slapo_status s = make_dir(dir);
+  if (s == SLAPO_OK) s = compiler_identity(dir, id, sizeof id);
+  if (s == SLAPO_OK) {
+    uint64_t h = slapo_hash_str(src);
+    h = slapo_hash64(id, strlen(id), h);
+    h = slapo_hash64(BASE_FLAGS, strlen(BASE_FLAGS), h);
+    h = slapo_hash64(isa_flags(), strlen(isa_flags()), h);
+    snprintf(key, 17, "%016llx", (unsigned long long)h);
+    snprintf(so, sizeof so, "%s/%s-%s.so", dir, key, slapo_isa_name(slapo_isa_active()));
+    if (access(so, R_OK) == 0) {
+      g_stats.cache_hits++;
+    } else {
+      s = compile_to(dir, key, src, so);
+      if (s == SLAPO_OK) g_stats.compiled++;
+    }
+  }
+  void *h = NULL;
+  if (s == SLAPO_OK && !(h = dlopen(so, RTLD_NOW | RTLD_LOCAL)))
+    s = slapo_error(SLAPO_COMPILE, "cc: cannot load %s: %s", so, dlerror());
+  pthread_mutex_unlock(&g_lock);
+  if (s != SLAPO_OK) return s;
+  /* The object stays loaded for the process: its op is registered. */
+  *(void **)fwd = dlsym(h, "slapo_cc_fwd");
+  *(void **)bwd = dlsym(h, "slapo_cc_bwd");
+  if (!*fwd || !*bwd)
+    return slapo_error(SLAPO_COMPILE, "cc: %s lacks slapo_cc_fwd / slapo_cc_bwd", so);
+  slapo_logf(2, "cc: kernels %s loaded from %s", key, so);
+  return SLAPO_OK;
+}

@@ -1,0 +1,374 @@
+/* compiler/cc_gen.c - C source for a fused elementwise region: one forward
+ * and one backward kernel, each a loop over the output viewed as [R, C].
+ *
+ * The forward computes every node of the region per element from the
+ * inputs and writes only the result. The backward saves nothing from the
+ * forward: it recomputes the forward values per element from the inputs,
+ * then runs reverse-mode through the region (each op's gradient expression
+ * from its descriptor, cc_expr) and writes every input's gradient into one
+ * packed buffer at host-given offsets. A ROW input's gradient (a bias) is
+ * the sum over rows, a SCALAR's the sum over all elements: the backward is
+ * parallel over fixed blocks of 64 columns, each summing its columns over
+ * the rows in order (double accumulators), scalar partials added in block
+ * order after the loop, so reruns are byte-identical whatever the thread
+ * count. Dropout draws Philox4x32-10 exactly as slapo_rng_uniform (the key
+ * of each random node is computed by the host from the run's seed and the
+ * node's stream); the generated source carries its own Philox.
+ * Layer: compiler. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/internal.h"
+
+/* ---- a growing string ---- */
+
+typedef struct sbuf {
+  char *s;
+  size_t n, cap;
+  bool oom;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if (b->s && b->n + (size_t)k < b->cap) {
+      b->n += (size_t)k;
+      return;
+    }
+    size_t cap = b->cap ? 2 * b->cap : 4096;
+    while (cap < b->n + (size_t)k + 1) cap *= 2;
+    char *s = slapo_realloc(b->s, cap);
+    if (!s) {
+      b->oom = true;
+      return;
+    }
+    b->s = s, b->cap = cap;
+  }
+}
+
+/* ---- input kinds ---- */
+
+static int64_t numel_of(int ndim, const int64_t *shape) {
+  int64_t n = 1;
+  for (int i = 0; i < ndim; i++) n *= shape[i];
+  return n;
+}
+
+slapo_status slapo__cc_kinds(int n_in, const slapo_node *const *in, int ndim,
+                             const int64_t *shape, slapo__cc_kind *kind, int64_t *C) {
+  int64_t N = numel_of(ndim, shape);
+  *C = 0;
+  for (int i = 0; i < n_in; i++) {
+    const slapo_node *x = in[i];
+    int64_t n = numel_of(x->ndim, x->shape);
+    /* x's dims without leading 1s must be the output's trailing dims. */
+    int k = 0;
+    while (k < x->ndim && x->shape[k] == 1) k++;
+    bool trailing = x->ndim - k <= ndim;
+    for (int d = k; trailing && d < x->ndim; d++)
+      trailing = x->shape[d] == shape[ndim - (x->ndim - d)];
+    if (n == N && trailing) kind[i] = SLAPO__CC_FULL;
+    else if (n == 1) kind[i] = SLAPO__CC_SCALAR;
+    else if (trailing && (*C == 0 || *C == n)) kind[i] = SLAPO__CC_ROW, *C = n;
+    else {
+      char a[96], b[96];
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: input %d %s broadcasts to %s in a way cc does "
+                         "not generate (same shape, trailing dims, or one value; rows of one "
+                         "size)", i, slapo_shape_str(x->ndim, x->shape, a, sizeof a),
+                         slapo_shape_str(ndim, shape, b, sizeof b));
+    }
+  }
+  return SLAPO_OK;
+}
+
+/* ---- expressions ---- */
+
+/* Copies expr replacing the operand names a, b, y, g, u (whole identifiers;
+ * numbers such as 1e-05f are skipped as a unit) by the given texts. */
+static void substitute(sbuf *out, const char *expr, const char *const names[5]) {
+  static const char ops[] = "abygu";
+  for (const char *p = expr; *p;) {
+    if ((*p >= '0' && *p <= '9') || (*p == '.' && p[1] >= '0' && p[1] <= '9')) {
+      const char *q = p;
+      while ((*q >= '0' && *q <= '9') || *q == '.' || (*q >= 'a' && *q <= 'z') ||
+             (*q >= 'A' && *q <= 'Z') || ((*q == '+' || *q == '-') && (q[-1] == 'e' || q[-1] == 'E')))
+        q++;
+      put(out, "%.*s", (int)(q - p), p);
+      p = q;
+    } else if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_') {
+      const char *q = p;
+      while ((*q >= 'a' && *q <= 'z') || (*q >= 'A' && *q <= 'Z') || *q == '_' ||
+             (*q >= '0' && *q <= '9'))
+        q++;
+      const char *hit = q - p == 1 ? strchr(ops, *p) : NULL;
+      if (hit && names[hit - ops]) put(out, "%s", names[hit - ops]);
+      else put(out, "%.*s", (int)(q - p), p);
+      p = q;
+    } else {
+      put(out, "%c", *p++);
+    }
+  }
+}
+
+typedef struct gen {
+  const slapo_graph *g;
+  slapo__cc_plan *plan;
+  int n;                /* nodes */
+  int *rand_of;         /* node id -> random slot, or -1 */
+  int *ph_of;           /* node id -> input index, or -1 */
+  const slapo_node *out;
+  sbuf b;
+} gen;
+
+static slapo_status expr_of(gen *G, const slapo_node *n, int which, char *buf, size_t cap) {
+  if (!n->op || !n->op->elementwise || !n->op->cc_expr)
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc backend "
+                       "generates elementwise regions only", n->target, n->name);
+  if (!n->op->cc_expr(n, which, buf, cap))
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) has no cc %s for these attributes",
+                       n->target, n->name, which < 0 ? "expression" : "gradient");
+  (void)G;
+  return SLAPO_OK;
+}
+
+/* "v<id>" names of n's inputs and itself, for substitution. */
+static void names_of(const slapo_node *n, char nm[5][24], const char *g) {
+  snprintf(nm[0], 24, "v%d", n->n_inputs > 0 ? n->inputs[0]->id : 0);
+  snprintf(nm[1], 24, "v%d", n->n_inputs > 1 ? n->inputs[1]->id : 0);
+  snprintf(nm[2], 24, "v%d", n->id);
+  snprintf(nm[3], 24, "%s", g);
+  snprintf(nm[4], 24, "u%d", n->id);
+}
+
+static const char *load_of(const gen *G, int k, char *buf, size_t cap) {
+  const char *idx[3] = {"i", "c", "0"};
+  snprintf(buf, cap, "in[%d][%s]", k, idx[G->plan->kind[k]]);
+  return buf;
+}
+
+/* The forward values of every node, one statement each, into G->b. */
+static slapo_status emit_values(gen *G, const char *indent) {
+  char ebuf[1024], lb[64];
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (n->kind == SLAPO_NODE_PLACEHOLDER) {
+      put(&G->b, "%sconst float v%d = %s; /* %s */\n", indent, n->id,
+          load_of(G, G->ph_of[n->id], lb, sizeof lb), n->target);
+      continue;
+    }
+    if (n->kind != SLAPO_NODE_CALL_OP) continue;
+    if (n->op == SLAPO_OP_DESC(full)) {
+      put(&G->b, "%sconst float v%d = (float)%.17g; /* full */\n", indent, n->id,
+          slapo_node_attr_float(n, "value", 0));
+      continue;
+    }
+    SLAPO_TRY(expr_of(G, n, -1, ebuf, sizeof ebuf));
+    char nm[5][24];
+    names_of(n, nm, "0");
+    const char *names[5] = {nm[0], nm[1], NULL, NULL, nm[4]};
+    if (G->rand_of[n->id] >= 0)
+      put(&G->b, "%sconst float u%d = slapo_cc_uniform(keys[%d], step, (uint64_t)i);\n", indent,
+          n->id, G->rand_of[n->id]);
+    put(&G->b, "%sconst float v%d = ", indent, n->id);
+    if (G->rand_of[n->id] >= 0) put(&G->b, "!training ? v%d : ", n->inputs[0]->id);
+    substitute(&G->b, ebuf, names);
+    put(&G->b, "; /* %s */\n", n->target);
+  }
+  return SLAPO_OK;
+}
+
+/* Reverse mode: adjoints ga<id>, seeded by dy at the output. */
+static slapo_status emit_adjoints(gen *G, const char *indent) {
+  char ebuf[1024];
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
+    if (n->kind == SLAPO_NODE_PLACEHOLDER || n->kind == SLAPO_NODE_CALL_OP)
+      put(&G->b, "%sfloat ga%d = %s;\n", indent, n->id, n == G->out ? "dy[i]" : "0.0f");
+  for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev) {
+    if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full)) continue;
+    for (int j = 0; j < n->n_inputs; j++) {
+      const slapo_node *x = n->inputs[j];
+      if (x->kind == SLAPO_NODE_CALL_OP && x->op == SLAPO_OP_DESC(full)) continue;
+      SLAPO_TRY(expr_of(G, n, j, ebuf, sizeof ebuf));
+      char nm[5][24], g[24];
+      snprintf(g, sizeof g, "ga%d", n->id);
+      names_of(n, nm, g);
+      const char *names[5] = {nm[0], nm[1], nm[2], nm[3], nm[4]};
+      put(&G->b, "%sga%d += ", indent, x->id);
+      if (G->rand_of[n->id] >= 0) put(&G->b, "!training ? %s : ", g);
+      substitute(&G->b, ebuf, names);
+      put(&G->b, "; /* d %s / d input %d */\n", n->target, j);
+    }
+  }
+  return SLAPO_OK;
+}
+
+static const char k_prelude[] =
+    "#include <math.h>\n"
+    "#include <stdint.h>\n"
+    "\n"
+    "/* Philox4x32-10 (Salmon et al., SC'11), as slapo's core/philox.c: element\n"
+    " * i of a stream is word (i mod 4) of the block with counter (i / 4, step) under\n"
+    " * the stream's key, its top 24 bits scaled to [0, 1). */\n"
+    "static inline float slapo_cc_uniform(uint64_t key, uint64_t step, uint64_t i) {\n"
+    "  uint64_t blk = i >> 2;\n"
+    "  uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = (uint32_t)step,\n"
+    "           c3 = (uint32_t)(step >> 32), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);\n"
+    "  for (int r = 0; r < 10; r++) {\n"
+    "    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
+    "    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
+    "    c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;\n"
+    "    k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;\n"
+    "  }\n"
+    "  uint32_t w[4] = {c0, c1, c2, c3};\n"
+    "  return (float)(w[i & 3] >> 8) * (1.0f / 16777216.0f);\n"
+    "}\n\n"
+    "#define CB 64 /* columns per block */\n\n";
+
+static void emit_header(gen *G, const char *name) {
+  static const char *kinds[] = {"every element", "a row of C", "one value"};
+  put(&G->b, "/* slapo cc kernels for %s: an elementwise region of %d node(s).\n", name,
+      slapo_graph_count(G->g));
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
+    if (n->kind == SLAPO_NODE_PLACEHOLDER)
+      put(&G->b, " *   input %d (%s): %s\n", G->ph_of[n->id], n->target,
+          kinds[G->plan->kind[G->ph_of[n->id]]]);
+    else if (n->kind == SLAPO_NODE_CALL_OP)
+      put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
+  put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
+             " * the backward recomputes every value from the inputs, then writes each\n"
+             " * input's gradient into `pk` at off[i] (rows summed for a row input, all\n"
+             " * elements for a one-value input, in a fixed order). */\n");
+}
+
+static void emit_fwd(gen *G, slapo_status *s) {
+  put(&G->b, "void slapo_cc_fwd(int64_t N, int64_t C, const float *const *in, float *y,\n"
+             "                 const uint64_t *keys, uint64_t step, int training) {\n"
+             "  (void)keys, (void)step, (void)training;\n"
+             "  const int64_t R = N / C, nb = (C + CB - 1) / CB;\n"
+             "#pragma omp parallel for schedule(static)\n"
+             "  for (int64_t blk = 0; blk < R * nb; blk++) {\n"
+             "    const int64_t r = blk / nb, c0 = blk %% nb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n"
+             "    for (int64_t c = c0; c < c1; c++) {\n"
+             "      const int64_t i = r * C + c;\n"
+             "      (void)i;\n");
+  if (*s == SLAPO_OK) *s = emit_values(G, "      ");
+  put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
+}
+
+static void emit_bwd(gen *G, slapo_status *s) {
+  put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
+             "                 float *pk, const int64_t *off, const uint64_t *keys, uint64_t step,\n"
+             "                 int training) {\n"
+             "  (void)keys, (void)step, (void)training;\n"
+             "  const int64_t R = N / C, nb = (C + CB - 1) / CB;\n");
+  int n_scalar = 0;
+  for (int k = 0; k < G->plan->n_in; k++) n_scalar += G->plan->kind[k] == SLAPO__CC_SCALAR;
+  for (int k = 0; k < G->plan->n_in; k++)
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR)
+      put(&G->b, "  double part%d[nb];\n", k);
+  put(&G->b, "#pragma omp parallel for schedule(static)\n"
+             "  for (int64_t jb = 0; jb < nb; jb++) {\n"
+             "    const int64_t c0 = jb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n");
+  for (int k = 0; k < G->plan->n_in; k++) {
+    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "    double acc%d[CB] = {0};\n", k);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
+  }
+  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n"
+             "      for (int64_t c = c0; c < c1; c++) {\n"
+             "        const int64_t i = r * C + c;\n");
+  if (*s == SLAPO_OK) *s = emit_values(G, "        ");
+  if (*s == SLAPO_OK) *s = emit_adjoints(G, "        ");
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
+    int k = G->ph_of[n->id];
+    if (G->plan->kind[k] == SLAPO__CC_FULL) put(&G->b, "        pk[off[%d] + i] = ga%d;\n", k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "        acc%d[c - c0] += ga%d;\n", k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "        s%d += ga%d;\n", k, n->id);
+  }
+  put(&G->b, "      }\n    }\n");
+  for (int k = 0; k < G->plan->n_in; k++) {
+    if (G->plan->kind[k] == SLAPO__CC_ROW)
+      put(&G->b, "    for (int64_t c = c0; c < c1; c++) pk[off[%d] + c] = (float)acc%d[c - c0];\n",
+          k, k);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    part%d[jb] = s%d;\n", k, k);
+  }
+  put(&G->b, "  }\n");
+  for (int k = 0; k < G->plan->n_in; k++)
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR)
+      put(&G->b, "  { double t = 0; for (int64_t jb = 0; jb < nb; jb++) t += part%d[jb];\n"
+                 "    pk[off[%d]] = (float)t; }\n", k, k);
+  put(&G->b, "}\n");
+  (void)n_scalar;
+}
+
+/* Inputs' kinds (from their example shapes), random slots, checks. */
+static slapo_status analyse(gen *G) {
+  const slapo_node *ins[SLAPO__CC_MAX_IN];
+  int n_in = 0;
+  G->out = NULL;
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    G->ph_of[n->id] = G->rand_of[n->id] = -1;
+    if (n->kind == SLAPO_NODE_PLACEHOLDER) {
+      if (n_in == SLAPO__CC_MAX_IN)
+        return slapo_error(SLAPO_UNSUPPORTED, "cc: at most %d inputs", SLAPO__CC_MAX_IN);
+      if (n->dtype != SLAPO_DTYPE_F32)
+        return slapo_error(SLAPO_UNSUPPORTED, "cc: input %s is %s; cc fuses f32 values",
+                           n->target, slapo_dtype_name(n->dtype));
+      G->ph_of[n->id] = n_in;
+      ins[n_in++] = n;
+    } else if (n->kind == SLAPO_NODE_OUTPUT) {
+      G->out = n->inputs[0];
+    } else if (n->kind == SLAPO_NODE_CALL_OP && n->op && n->op->random) {
+      if (G->plan->n_rand == SLAPO__CC_MAX_RAND)
+        return slapo_error(SLAPO_UNSUPPORTED, "cc: at most %d random ops", SLAPO__CC_MAX_RAND);
+      G->rand_of[n->id] = G->plan->n_rand;
+      G->plan->stream[G->plan->n_rand++] = (uint64_t)slapo_node_attr_int(n, "stream", 0);
+    } else if (n->kind != SLAPO_NODE_CALL_OP) {
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: a %s node (%%%s) in the region",
+                         slapo_node_kind_name(n->kind), n->name);
+    }
+  }
+  if (!G->out || G->out->kind != SLAPO_NODE_CALL_OP)
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: the region's result is not an op");
+  G->plan->n_in = n_in;
+  int64_t C;
+  SLAPO_TRY(slapo__cc_kinds(n_in, ins, G->out->ndim, G->out->shape, G->plan->kind, &C));
+  int64_t N = numel_of(G->out->ndim, G->out->shape);
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
+    if (G->rand_of[n->id] >= 0 && numel_of(n->ndim, n->shape) != N)
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: random op %%%s is not of the region's output "
+                         "shape (its mask is indexed by its own elements)", n->name);
+  return SLAPO_OK;
+}
+
+slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
+                                slapo__cc_plan *plan, char **src) {
+  *src = NULL;
+  memset(plan, 0, sizeof *plan);
+  slapo_graph_renumber((slapo_graph *)region);
+  gen G = {.g = region, .plan = plan, .n = slapo_graph_count(region)};
+  G.rand_of = slapo_calloc((size_t)G.n + 1, sizeof *G.rand_of);
+  G.ph_of = slapo_calloc((size_t)G.n + 1, sizeof *G.ph_of);
+  slapo_status s = G.rand_of && G.ph_of ? analyse(&G) : slapo_error(SLAPO_NOMEM, "cc: oom");
+  if (s == SLAPO_OK) {
+    emit_header(&G, name);
+    put(&G.b, "%s", k_prelude);
+    emit_fwd(&G, &s);
+    emit_bwd(&G, &s);
+    if (s == SLAPO_OK && G.b.oom) s = slapo_error(SLAPO_NOMEM, "cc: out of memory");
+  }
+  slapo_free(G.rand_of);
+  slapo_free(G.ph_of);
+  if (s != SLAPO_OK) {
+    slapo_free(G.b.s);
+    return s;
+  }
+  *src = G.b.s;
+  return SLAPO_OK;
+}

@@ -1,0 +1,207 @@
+/* compiler/cc_op.c - the `cc` backend: a region's generated kernels
+ * registered as a fused op and its backward op. The fused op's backward
+ * rule runs the backward kernel once, into one packed buffer holding every
+ * input's gradient (a node has one value), and reads each gradient out of
+ * it with zero-copy `unpack` views; forward intermediates are recomputed
+ * by the backward kernel, not saved. Equal regions (same source, compiler,
+ * ISA) share one op. Layer: compiler. */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/internal.h"
+
+typedef struct cc_op {
+  slapo_op fwd; /* first: node->op of a fused node points here */
+  slapo_op bwd;
+  char fwd_name[96], bwd_name[112];
+  slapo__cc_plan plan;
+  slapo__cc_fwd_fn f;
+  slapo__cc_bwd_fn b;
+} cc_op;
+
+static const cc_op *of_fwd(const slapo_op *op) { return (const cc_op *)op; }
+static const cc_op *of_bwd(const slapo_op *op) {
+  return (const cc_op *)((const char *)op - offsetof(cc_op, bwd));
+}
+
+static int64_t numel_of(const slapo_node *n) {
+  int64_t k = 1;
+  for (int d = 0; d < n->ndim; d++) k *= n->shape[d];
+  return k;
+}
+
+/* NumPy broadcasting of the inputs' shapes into shape [*ndim]. */
+static slapo_status broadcast(const slapo_node *node, int n, int *ndim, int64_t *shape) {
+  *ndim = 0;
+  for (int i = 0; i < n; i++) {
+    const slapo_node *x = node->inputs[i];
+    if (x->dtype != SLAPO_DTYPE_F32)
+      return slapo_error(SLAPO_DTYPE, "%s: input %d is %s, expected f32", node->target, i,
+                         slapo_dtype_name(x->dtype));
+    int nd = x->ndim > *ndim ? x->ndim : *ndim;
+    int64_t out[SLAPO_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+      int a = d - (nd - *ndim), b = d - (nd - x->ndim);
+      int64_t da = a < 0 ? 1 : shape[a], db = b < 0 ? 1 : x->shape[b];
+      if (da != db && da != 1 && db != 1)
+        return slapo_error(SLAPO_SHAPE, "%s: input %d does not broadcast (dim %d: %lld vs %lld)",
+                           node->target, i, d, (long long)da, (long long)db);
+      out[d] = da == 1 ? db : da;
+    }
+    memcpy(shape, out, sizeof(int64_t) * (size_t)nd);
+    *ndim = nd;
+  }
+  return SLAPO_OK;
+}
+
+/* The kinds at these shapes must be the ones the kernels were made for. */
+static slapo_status same_kinds(const slapo_node *node, const cc_op *c, int ndim,
+                               const int64_t *shape, int64_t *C) {
+  slapo__cc_kind k[SLAPO__CC_MAX_IN];
+  SLAPO_TRY(slapo__cc_kinds(c->plan.n_in, (const slapo_node *const *)node->inputs, ndim, shape,
+                            k, C));
+  for (int i = 0; i < c->plan.n_in; i++)
+    if (k[i] != c->plan.kind[i])
+      return slapo_error(SLAPO_SHAPE, "%s: input %d broadcasts differently from the shapes it "
+                         "was compiled for (fuse again at these shapes)", node->target, i);
+  return SLAPO_OK;
+}
+
+static slapo_status fwd_infer(slapo_node *node) {
+  const cc_op *c = of_fwd(node->op);
+  int ndim;
+  int64_t shape[SLAPO_MAX_DIMS], C;
+  SLAPO_TRY(broadcast(node, c->plan.n_in, &ndim, shape));
+  SLAPO_TRY(same_kinds(node, c, ndim, shape, &C));
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, ndim, shape);
+}
+
+static void keys_of(const cc_op *c, const slapo_kernel_env *env, uint64_t *keys) {
+  for (int r = 0; r < c->plan.n_rand; r++)
+    keys[r] = slapo_rng_key(env ? env->seed : 0, c->plan.stream[r]);
+}
+
+/* C: the ROW inputs' numel, or N (the output as one row). */
+static int64_t row_of(const slapo_node *node, const cc_op *c, int64_t N) {
+  int64_t C = 0;
+  for (int i = 0; i < c->plan.n_in; i++)
+    if (c->plan.kind[i] == SLAPO__CC_ROW) C = numel_of(node->inputs[i]);
+  return C ? C : N;
+}
+
+static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                       const slapo_kernel_env *env) {
+  const cc_op *c = of_fwd(node->op);
+  const float *ins[SLAPO__CC_MAX_IN];
+  uint64_t keys[SLAPO__CC_MAX_RAND];
+  for (int i = 0; i < c->plan.n_in; i++) ins[i] = slapo_tensor_data(in[i]);
+  keys_of(c, env, keys);
+  int64_t N = slapo_tensor_numel(out);
+  if (N == 0) return;
+  c->f(N, row_of(node, c, N), ins, slapo_tensor_data(out), keys, env ? env->step : 0,
+       env && env->training);
+}
+
+static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  const cc_op *c = of_fwd(node->op);
+  slapo_node *args[SLAPO__CC_MAX_IN + 1];
+  int n = c->plan.n_in;
+  for (int i = 0; i < n; i++) args[i] = node->inputs[i];
+  args[n] = dy;
+  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, n + 1, args, 0, NULL);
+  int64_t off = 0;
+  for (int i = 0; i < n; i++) {
+    const slapo_node *x = node->inputs[i];
+    slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
+    if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
+    off += numel_of(x);
+  }
+  return slapo_ctx_status(ctx);
+}
+
+static slapo_status bwd_infer(slapo_node *node) {
+  const cc_op *c = of_bwd(node->op);
+  int64_t total = 0;
+  for (int i = 0; i < c->plan.n_in; i++) total += numel_of(node->inputs[i]);
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &total);
+}
+
+static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                       const slapo_kernel_env *env) {
+  const cc_op *c = of_bwd(node->op);
+  const float *ins[SLAPO__CC_MAX_IN];
+  int64_t off[SLAPO__CC_MAX_IN], at = 0;
+  uint64_t keys[SLAPO__CC_MAX_RAND];
+  for (int i = 0; i < c->plan.n_in; i++) {
+    ins[i] = slapo_tensor_data(in[i]);
+    off[i] = at;
+    at += slapo_tensor_numel(in[i]);
+  }
+  keys_of(c, env, keys);
+  const slapo_tensor *dy = in[c->plan.n_in];
+  int64_t N = slapo_tensor_numel(dy);
+  if (N == 0) return;
+  c->b(N, row_of(node, c, N), ins, slapo_tensor_data(dy), slapo_tensor_data(out), off, keys,
+       env ? env->step : 0, env && env->training);
+}
+
+static slapo_status describe(cc_op *c, const char *name, const char *key) {
+  snprintf(c->fwd_name, sizeof c->fwd_name, "%s_%.8s", name, key);
+  snprintf(c->bwd_name, sizeof c->bwd_name, "%s_backward", c->fwd_name);
+  c->fwd = (slapo_op){
+      .name = c->fwd_name,
+      .n_inputs = c->plan.n_in,
+      .infer = fwd_infer,
+      .ref = fwd_kernel,
+      .backward = fwd_backward,
+      .contiguous_inputs = true,
+      .doc = "a fused elementwise region (cc backend)",
+      .test = {.exempt = "compiled at run time; tested against the none backend"},
+  };
+  c->bwd = (slapo_op){
+      .name = c->bwd_name,
+      .n_inputs = c->plan.n_in + 1,
+      .infer = bwd_infer,
+      .ref = bwd_kernel,
+      .contiguous_inputs = true,
+      .doc = "every input gradient of a fused region, packed (cc backend)",
+      .test = {.exempt = "compiled at run time", .checked_by = c->fwd_name},
+  };
+  SLAPO_TRY(slapo_op_register(&c->fwd));
+  return slapo_op_register(&c->bwd);
+}
+
+static slapo_status cc_compile(const slapo_graph *region, const char *name,
+                               const slapo_compile_opts *opts, const slapo_op **out) {
+  *out = NULL;
+  if (opts && opts->n > 0)
+    return slapo_error(SLAPO_INVALID_ARG, "cc: unknown option '%s' (the cc backend takes none)",
+                       opts->keys[0]);
+  slapo__cc_plan plan;
+  char *src = NULL, key[17];
+  slapo__cc_fwd_fn f;
+  slapo__cc_bwd_fn b;
+  SLAPO_TRY(slapo__cc_generate(region, name, &plan, &src));
+  slapo_status s = slapo__cc_build(src, &f, &b, key);
+  slapo_free(src);
+  if (s != SLAPO_OK) return s;
+  char op_name[96];
+  snprintf(op_name, sizeof op_name, "%s_%.8s", name, key);
+  if ((*out = slapo_op_find(op_name))) return SLAPO_OK; /* the same region fused before */
+  cc_op *c = slapo_calloc(1, sizeof *c); /* lives until exit, like every registered op */
+  if (!c) return slapo_error(SLAPO_NOMEM, "cc: out of memory");
+  c->plan = plan, c->f = f, c->b = b;
+  s = describe(c, name, key);
+  if (s != SLAPO_OK) return s;
+  *out = &c->fwd;
+  return SLAPO_OK;
+}
+
+const slapo_compiler slapo__compiler_cc = {
+    .name = "cc",
+    .summary = "generated C for elementwise regions (forward and backward kernels), compiled "
+               "with the system compiler into a cache",
+    .compile = cc_compile,
+};

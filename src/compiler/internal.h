@@ -1,0 +1,58 @@
+/* compiler/internal.h - what the compiler layer's files share: the cc
+ * backend's analysis of a region (how each input broadcasts), the source
+ * generator, the object cache, and the backends' descriptors.
+ * Layer: compiler (internal). */
+#ifndef SLAPO_COMPILER_INTERNAL_H
+#define SLAPO_COMPILER_INTERNAL_H
+
+#include "core/assert.h"
+#include "slapo/compiler.h"
+
+#define SLAPO__CC_MAX_IN 16
+#define SLAPO__CC_MAX_RAND 8
+
+/* How an input of a fused elementwise region maps onto the output viewed
+ * as [R, C]: every element (FULL, same numel), one row repeated (ROW: the
+ * output's trailing dims, numel C: a bias), or one value (SCALAR). */
+typedef enum slapo__cc_kind { SLAPO__CC_FULL, SLAPO__CC_ROW, SLAPO__CC_SCALAR } slapo__cc_kind;
+
+typedef struct slapo__cc_plan {
+  int n_in;
+  slapo__cc_kind kind[SLAPO__CC_MAX_IN];
+  int n_rand;                        /* random nodes (dropout), graph order */
+  uint64_t stream[SLAPO__CC_MAX_RAND];
+} slapo__cc_plan;
+
+/* Kinds of inputs with these shapes against output shape [ndim]: fills
+ * kind[] and *C (the ROW inputs' common numel; 0 when none).
+ * Errors: SLAPO_UNSUPPORTED naming the input and shapes. */
+slapo_status slapo__cc_kinds(int n_in, const slapo_node *const *in, int ndim,
+                             const int64_t *shape, slapo__cc_kind *kind, int64_t *C);
+
+/* Generates the forward and backward kernels' C source for `region`
+ * (cc_gen.c): *src owned (slapo_free), plan filled.
+ * Errors: SLAPO_UNSUPPORTED (an op without codegen, naming it and "cc"; a
+ * random op not of the output's shape; broadcasts cc cannot express),
+ * SLAPO_NOMEM. */
+slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
+                                slapo__cc_plan *plan, char **src);
+
+/* The kernels of a compiled source. */
+typedef void (*slapo__cc_fwd_fn)(int64_t N, int64_t C, const float *const *in, float *y,
+                                 const uint64_t *keys, uint64_t step, int training);
+typedef void (*slapo__cc_bwd_fn)(int64_t N, int64_t C, const float *const *in, const float *dy,
+                                 float *pk, const int64_t *off, const uint64_t *keys,
+                                 uint64_t step, int training);
+
+/* Compiles `src` for the active ISA into the cache (or finds it there) and
+ * loads it (cc_build.c). *key receives the cache key (16 hex digits).
+ * Errors: SLAPO_COMPILE (compiler missing or failing: its stderr),
+ * SLAPO_IO, SLAPO_NOMEM. */
+slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_bwd_fn *bwd,
+                             char key[17]);
+
+#define SLAPO_COMPILER(name) extern const slapo_compiler slapo__compiler_##name;
+#include "compiler/compilers.def"
+#undef SLAPO_COMPILER
+
+#endif
