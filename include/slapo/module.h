@@ -27,7 +27,12 @@ typedef struct slapo_module slapo_module;
 typedef enum slapo_init_kind {
   SLAPO_INIT_ZEROS,
   SLAPO_INIT_ONES,
-  SLAPO_INIT_NORMAL /* N(0, std^2) */
+  SLAPO_INIT_NORMAL, /* N(0, std^2) */
+  /* U(-std, std): `std` holds the bound, not a standard deviation (which
+   * is bound / sqrt(3)); PyTorch's kaiming_uniform_(a=sqrt(5)) default of
+   * Conv2d / Linear is bound 1 / sqrt(fan_in). Element i is
+   * std * (2 u - 1), u = slapo_rng_uniform(seed, hash(path), 0, i). */
+  SLAPO_INIT_UNIFORM
 } slapo_init_kind;
 
 /* A parameter: its value (meta until materialized), its gradient (allocated
@@ -40,7 +45,7 @@ typedef struct slapo_parameter {
   slapo_tensor *grad;   /* same shape; NULL until materialized           */
   char *path;           /* canonical path: where it was first registered */
   slapo_init_kind init;
-  float std;            /* for SLAPO_INIT_NORMAL                         */
+  float std;            /* NORMAL: std; UNIFORM: the bound               */
   bool no_weight_decay; /* AdamW skips it (biases, norms, 1-D params)    */
   int refcount;
   slapo_map *tags;      /* annotate: key -> owned value string; NULL = none */
@@ -213,6 +218,26 @@ slapo_status slapo_dropout_new(double p, slapo_module **out);
 /* nn.GELU(approximate="tanh" if tanh else "none"). */
 slapo_status slapo_gelu_new(bool tanh, slapo_module **out);
 slapo_status slapo_relu_new(slapo_module **out);
+/* nn.Conv2d options; NULL in slapo_conv2d_new means
+ * SLAPO_CONV2D_OPTS_DEFAULT (stride 1, padding 0, dilation 1, groups 1,
+ * bias). Start from the default and change fields: every field is read. */
+typedef struct slapo_conv2d_opts {
+  int64_t stride[2];   /* [h, w], >= 1                        */
+  int64_t padding[2];  /* [h, w] zeros added on both sides, >= 0 */
+  int64_t dilation[2]; /* [h, w], 1 = dense                   */
+  int64_t groups;      /* divides in and out channels          */
+  bool bias;
+} slapo_conv2d_opts;
+#define SLAPO_CONV2D_OPTS_DEFAULT ((slapo_conv2d_opts){{1, 1}, {0, 0}, {1, 1}, 1, true})
+/* nn.Conv2d(in_channels, out_channels, (kh, kw), ...): weight
+ * [out, in/groups, kh, kw] and bias [out] (when opts->bias), both
+ * U(-1/sqrt(fan_in), 1/sqrt(fan_in)) with fan_in = in/groups * kh * kw
+ * (PyTorch's default init, kaiming_uniform_(a=sqrt(5)) for the weight).
+ * Computes slapo_conv2d on its one input x [N, in, H, W]. opts is copied;
+ * *out owned. Errors: SLAPO_INVALID_ARG (a size < 1, stride or dilation
+ * < 1, padding < 0, groups < 1 or not dividing in and out), NOMEM. */
+slapo_status slapo_conv2d_new(int64_t in_channels, int64_t out_channels, int64_t kh, int64_t kw,
+                              const slapo_conv2d_opts *opts, slapo_module **out);
 /* nn.ModuleList: children named "0", "1", … added with add_child. */
 slapo_status slapo_modulelist_new(slapo_module **out);
 

@@ -263,6 +263,18 @@ slapo_node *slapo_matmul(slapo_ctx *ctx, slapo_node *a, slapo_node *b, bool tran
 /* x [.., in] @ w[out, in]^T + b [out] -> [.., out]; b may be NULL
  * (PyTorch nn.functional.linear). */
 slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b);
+/* 2-D convolution (PyTorch nn.functional.conv2d; cross-correlation):
+ * x [N, C, H, W] f32, w [O, C/groups, KH, KW] f32, b [O] f32 or NULL ->
+ * [N, O, OH, OW] with OH = floor((H + 2 padding[0] - dilation[0] (KH - 1)
+ * - 1) / stride[0]) + 1 (likewise OW). stride, padding, dilation are
+ * [h, w] pairs (copied; NULL: 1, 0, 1); dilation 1 is dense. Errors
+ * (recorded on ctx): SLAPO_SHAPE (C or O not divisible by groups, w's
+ * channels not C/groups, b not [O], dilated kernel larger than the padded
+ * input), SLAPO_INVALID_ARG (stride or dilation < 1, padding < 0,
+ * groups < 1), SLAPO_DTYPE. */
+slapo_node *slapo_conv2d(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b,
+                         const int64_t stride[2], const int64_t padding[2],
+                         const int64_t dilation[2], int64_t groups);
 
 /* Reductions over `n_axes` axes (negative count from the end). */
 slapo_node *slapo_sum(slapo_ctx *ctx, slapo_node *x, int n_axes, const int64_t *axes,

@@ -339,6 +339,9 @@ static void init_param(slapo_parameter *p, const char *path, void *ud) {
     case SLAPO_INIT_ZEROS: w[i] = 0.0f; break;
     case SLAPO_INIT_ONES: w[i] = 1.0f; break;
     case SLAPO_INIT_NORMAL: w[i] = p->std * slapo_rng_normal(st->seed, stream, 0, (uint64_t)i); break;
+    case SLAPO_INIT_UNIFORM:
+      w[i] = p->std * (2.0f * slapo_rng_uniform(st->seed, stream, 0, (uint64_t)i) - 1.0f);
+      break;
     }
   }
 }
