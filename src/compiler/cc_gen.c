@@ -333,6 +333,10 @@ static slapo_status analyse(gen *G) {
       return slapo_error(SLAPO_UNSUPPORTED, "cc: a %s node (%%%s) in the region",
                          slapo_node_kind_name(n->kind), n->name);
     }
+    if (n->kind == SLAPO_NODE_CALL_OP && n->op != SLAPO_OP_DESC(full) &&
+        (!n->op || !n->op->elementwise || !n->op->cc_expr))
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc "
+                         "backend generates elementwise regions only", n->target, n->name);
   }
   if (!G->out || G->out->kind != SLAPO_NODE_CALL_OP)
     return slapo_error(SLAPO_UNSUPPORTED, "cc: the region's result is not an op");

@@ -77,9 +77,18 @@ static slapo_status fwd_infer(slapo_node *node) {
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, ndim, shape);
 }
 
-static void keys_of(const cc_op *c, const slapo_kernel_env *env, uint64_t *keys) {
-  for (int r = 0; r < c->plan.n_rand; r++)
-    keys[r] = slapo_rng_key(env ? env->seed : 0, c->plan.stream[r]);
+/* One op serves every region with the same source, so the random streams
+ * (which differ per region: each dropout has its own) come from the fused
+ * node's "streams" attribute, in the region's graph order; the compiled
+ * region's own streams are the default. */
+static void keys_of(const slapo_node *node, const cc_op *c, const slapo_kernel_env *env,
+                    uint64_t *keys) {
+  const slapo_attr *a = slapo_node_attr(node, "streams");
+  for (int r = 0; r < c->plan.n_rand; r++) {
+    uint64_t stream = a && a->kind == SLAPO_ATTR_INTS && r < a->n ? (uint64_t)a->ints[r]
+                                                                  : c->plan.stream[r];
+    keys[r] = slapo_rng_key(env ? env->seed : 0, stream);
+  }
 }
 
 /* C: the ROW inputs' numel, or N (the output as one row). */
@@ -96,7 +105,7 @@ static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
   const float *ins[SLAPO__CC_MAX_IN];
   uint64_t keys[SLAPO__CC_MAX_RAND];
   for (int i = 0; i < c->plan.n_in; i++) ins[i] = slapo_tensor_data(in[i]);
-  keys_of(c, env, keys);
+  keys_of(node, c, env, keys);
   int64_t N = slapo_tensor_numel(out);
   if (N == 0) return;
   c->f(N, row_of(node, c, N), ins, slapo_tensor_data(out), keys, env ? env->step : 0,
@@ -110,7 +119,7 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   int n = c->plan.n_in;
   for (int i = 0; i < n; i++) args[i] = node->inputs[i];
   args[n] = dy;
-  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, n + 1, args, 0, NULL);
+  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, n + 1, args, node->n_attrs, node->attrs);
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
     const slapo_node *x = node->inputs[i];
@@ -139,7 +148,7 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
     off[i] = at;
     at += slapo_tensor_numel(in[i]);
   }
-  keys_of(c, env, keys);
+  keys_of(node, c, env, keys);
   const slapo_tensor *dy = in[c->plan.n_in];
   int64_t N = slapo_tensor_numel(dy);
   if (N == 0) return;

@@ -39,6 +39,8 @@ typedef struct fused_cfg {
   slapo_graph *region;    /* placeholders: node inputs, then parameters */
   const slapo_op *op;     /* NULL: re-emit the region (none)            */
   int n_in, n_params;
+  int n_streams;          /* the region's random ops' streams, in order: */
+  int64_t streams[8];     /*   one compiled op serves regions of any     */
 } fused_cfg;
 
 static void fused_free(void *p) {
@@ -86,7 +88,10 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     snprintf(pn, sizeof pn, "p%d", k);
     args[n_in + k] = slapo_weight(ctx, self, pn);
   }
-  if (c->op) return slapo_op_apply(ctx, c->op, n_in + c->n_params, args, 0, NULL);
+  if (c->op) {
+    slapo_attr a = slapo_attr_ints("streams", c->n_streams, c->streams);
+    return slapo_op_apply(ctx, c->op, n_in + c->n_params, args, c->n_streams ? 1 : 0, &a);
+  }
   return emit_region(ctx, c, args);
 }
 
@@ -204,6 +209,9 @@ typedef struct fuse_req {
 static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_module **out) {
   c->type = (slapo_module_type){c->name, fused_forward, fused_describe, fused_free, NULL};
   c->n_in = rb->n_in, c->n_params = rb->n_params;
+  for (slapo_node *r = slapo_graph_first(c->region); r; r = r->next)
+    if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && c->n_streams < 8)
+      c->streams[c->n_streams++] = slapo_node_attr_int(r, "stream", 0);
   SLAPO_TRY(slapo_module_new(&c->type, c, out));
   for (int k = 0; k < rb->n_params; k++) {
     char pn[16];

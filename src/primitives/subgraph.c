@@ -315,6 +315,21 @@ static slapo_status emit_group(slapo_graph *g, const sub_edit *e, const group_pl
   return s;
 }
 
+/* A later group whose input was a result just replaced (a chain of
+ * matches: one's result feeds the next) reads the replacement instead:
+ * the node itself (one result), or the users' new input. */
+static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n, slapo_node *y) {
+  for (int k = 0; k < n; k++)
+    for (int o = 0; o < ms[k].n_outputs; o++) {
+      const slapo_node *old = ms[k].outputs[o];
+      for (int j = 0; j < n_rest; j++) {
+        for (int i = 0; i < rest[j].n_ins; i++)
+          if (rest[j].ins[i] == old) rest[j].ins[i] = y;
+        if (rest[j].after == old) rest[j].after = y;
+      }
+    }
+}
+
 static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   sub_edit *e = ud;
   slapo_matches ms;
@@ -339,6 +354,7 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
     s = emit_group(g, e, &gp[i], e->fn ? NULL : e->children[i], &y);
     if (s == SLAPO_OK) s = slapo_node_set_origin(y, "", 0);
     if (s == SLAPO_OK) s = splice(g, gp[i].ms, gp[i].n, y);
+    if (s == SLAPO_OK) retarget(gp + i + 1, n_groups - i - 1, gp[i].ms, gp[i].n, y);
   }
   slapo_free(gp);
   slapo_matches_deinit(&ms);
@@ -403,8 +419,9 @@ slapo_status slapo_sched_find(slapo_sched *node, const slapo_pattern *p, slapo_m
 
 /* Makes the children the matches are replaced by (one, or one per match),
  * named "<name>_<k>". On error none is left behind. */
-static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *name,
-                                  const slapo__sub_factory *f, const slapo_matches *ms) {
+static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *primitive,
+                                  const char *name, const slapo__sub_factory *f,
+                                  const slapo_matches *ms) {
   slapo_module *m = slapo_sched_module(node);
   int n = e->horizontal ? 1 : ms->n;
   e->children = slapo_calloc((size_t)n, sizeof *e->children);
@@ -416,7 +433,7 @@ static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *na
     if (s != SLAPO_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", slapo_last_error());
-      s = slapo_error(s, "replace: %s: %s: %s", e->path, name, msg);
+      s = slapo_error(s, "%s: %s: %s: %s", primitive, e->path, name, msg);
       break;
     }
     char child[256];
@@ -472,7 +489,7 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   slapo_status s = slapo_sched_find(node, e->p, &ms);
   if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
   if (s == SLAPO_OK) keep_usable(e, &ms);
-  if (s == SLAPO_OK) s = make_children(node, e, sp->child, &sp->factory, &ms);
+  if (s == SLAPO_OK) s = make_children(node, e, sp->primitive, sp->child, &sp->factory, &ms);
   slapo_matches_deinit(&ms);
   if (s != SLAPO_OK) {
     remove_children(slapo_sched_module(node), e);

@@ -80,9 +80,298 @@ static void bias_gelu_none_and_cc(void **state) {
   pt_sched_free(cc);
 }
 
+
+/* Bias + dropout + residual after both projections of every block, all
+ * matches at once; dropout masks must be those of the unfused model. */
+static void bias_dropout_residual(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_pattern *p = parse("add(x, dropout(add(y, b)))");
+  for (int l = 0; l < k_tiny.n_layer; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d", l);
+    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
+    slapo_status st = slapo_fuse(pt_at(root, path), p, "cc", "FusedBiasDropRes", NULL, true);
+    if (st != SLAPO_OK) fail_msg("%s", slapo_last_error());
+  }
+  assert_non_null(pt_at(root, "transformer.h.0.FusedBiasDropRes_1"));
+  pt_expect_same_as_plain(root, &k_tiny, PT_B, PT_T, false);
+  /* Reruns are byte-identical. */
+  slapo_tensor *in[2];
+  pt_inputs(PT_B, PT_T, k_tiny.vocab_size, in);
+  pt_result a, b;
+  pt_run(slapo_sched_module(root), in, &a);
+  pt_run(slapo_sched_module(root), in, &b);
+  pt_expect_bitwise(&a, &b);
+  pt_result_free(&a), pt_result_free(&b);
+  pt_inputs_free(in);
+  slapo_pattern_free(p);
+  pt_sched_free(root);
+}
+
+/* ---- every elementwise op: cc against none ---- */
+
+typedef struct one_op {
+  const char *name; /* op */
+  int kind;         /* 0 unary, 1 binary with a row b [8], 2 binary with a scalar b [] */
+  double attr;
+  float lo, hi;     /* value range of w and b */
+} one_op;
+
+static slapo_node *one_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                               slapo_node *const *in) {
+  (void)n_in;
+  const one_op *o = self->config;
+  slapo_node *w = slapo_weight(ctx, self, "w"), *b = o->kind ? slapo_weight(ctx, self, "b") : NULL, *y;
+  const slapo_op *op = slapo_op_find(o->name);
+  if (!strcmp(o->name, "add_scalar")) y = slapo_add_scalar(ctx, w, o->attr);
+  else if (!strcmp(o->name, "mul_scalar")) y = slapo_mul_scalar(ctx, w, o->attr);
+  else if (!strcmp(o->name, "pow")) y = slapo_pow(ctx, w, o->attr);
+  else if (!strcmp(o->name, "gelu")) y = slapo_gelu(ctx, w, o->attr != 0);
+  else if (!strcmp(o->name, "dropout")) y = slapo_dropout(ctx, w, o->attr);
+  else y = slapo_op_apply(ctx, op, o->kind ? 2 : 1, (slapo_node *[]){w, b}, 0, NULL);
+  int64_t axes[2] = {0, 1};
+  return slapo_sum(ctx, slapo_mul(ctx, y, in[0]), 2, axes, false);
+}
+
+static void one_free(void *c) { (void)c; }
+static const slapo_module_type k_one = {"OneOp", one_forward, NULL, one_free, NULL};
+
+static void fill(slapo_parameter *p, float lo, float hi, int salt) {
+  float *d = slapo_tensor_data(p->value);
+  for (int64_t i = 0; i < slapo_tensor_numel(p->value); i++)
+    d[i] = lo + (hi - lo) * slapo_rng_uniform(9, (uint64_t)salt, 0, (uint64_t)i);
+}
+
+static slapo_module *one_model(const one_op *o) {
+  slapo_module *m;
+  OK(slapo_module_new(&k_one, (void *)o, &m));
+  int64_t ws[2] = {4, 8}, bs[1] = {8};
+  OK(slapo_module_add_param(m, "w", 2, ws, SLAPO_INIT_ZEROS, 0));
+  if (o->kind) OK(slapo_module_add_param(m, "b", o->kind == 1 ? 1 : 0, bs, SLAPO_INIT_ZEROS, 0));
+  slapo_tensor *ex;
+  OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, ws, &ex));
+  OK(slapo_module_set_example(m, 1, (const slapo_tensor *const *)&ex));
+  slapo_tensor_free(ex);
+  OK(slapo_module_materialize(m, 1));
+  fill(slapo_module_param(m, "w"), o->lo, o->hi, 1);
+  if (o->kind) fill(slapo_module_param(m, "b"), o->lo, o->hi, 2);
+  return m;
+}
+
+static void run_one(slapo_module *m, float *loss, slapo_tensor **gw, slapo_tensor **gb) {
+  int64_t s[2] = {4, 8};
+  slapo_tensor *r;
+  OK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, s, &r));
+  float *d = slapo_tensor_data(r);
+  for (int i = 0; i < 32; i++) d[i] = (float)((i * 5) % 7) / 7.0f - 0.4f;
+  slapo_runner *run;
+  OK(slapo_runner_new(m, NULL, &run));
+  slapo_module_zero_grad(m);
+  const slapo_tensor *out;
+  slapo_kernel_env env = {.seed = 5, .step = 2, .training = true};
+  OK(slapo_step(run, 1, (const slapo_tensor *const *)&r, SLAPO_STEP_TRAIN, &env, &out));
+  *loss = *(const float *)slapo_tensor_data(out);
+  OK(slapo_tensor_contiguous(slapo_module_param(m, "w")->grad, gw));
+  *gb = NULL;
+  if (slapo_module_param(m, "b")) OK(slapo_tensor_contiguous(slapo_module_param(m, "b")->grad, gb));
+  slapo_runner_free(run);
+  slapo_tensor_free(r);
+}
+
+static void fused_one(slapo_module *m, const char *compiler) {
+  slapo_sched *root;
+  OK(slapo_sched_create(m, &root));
+  OK(slapo_trace(root, NULL));
+  const one_op *o = m->config;
+  char text[64];
+  snprintf(text, sizeof text, "%s(x%s)", o->name, o->kind ? ", y" : "");
+  slapo_pattern *p = parse(text);
+  slapo_status st = slapo_fuse(root, p, compiler, "One", NULL, true);
+  if (st != SLAPO_OK) fail_msg("%s: %s", text, slapo_last_error());
+  slapo_pattern_free(p);
+  slapo_sched_free(root);
+}
+
+static void every_elementwise_op(void **state) {
+  (void)state;
+  static const one_op cases[] = {
+      {"add", 1, 0, -1, 1},      {"sub", 1, 0, -1, 1},        {"mul", 1, 0, -1, 1},
+      {"div", 1, 0, 0.5f, 2},    {"mul", 2, 0, -1, 1},        {"add", 2, 0, -1, 1},
+      {"add_scalar", 0, 0.5, -1, 1}, {"mul_scalar", 0, -1.5, -1, 1}, {"pow", 0, 3, 0.5f, 2},
+      {"pow", 0, 2, -1, 1},      {"neg", 0, 0, -1, 1},        {"exp", 0, 0, -1, 1},
+      {"log", 0, 0, 0.5f, 2},    {"tanh", 0, 0, -2, 2},       {"sqrt", 0, 0, 0.5f, 2},
+      {"rsqrt", 0, 0, 0.5f, 2},  {"relu", 0, 0, -1, 1},       {"sigmoid", 0, 0, -3, 3},
+      {"silu", 0, 0, -3, 3},     {"gelu", 0, 1, -3, 3},       {"gelu", 0, 0, -3, 3},
+      {"dropout", 0, 0.3, -1, 1},
+  };
+  int covered = 0;
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    const one_op *o = &cases[i];
+    slapo_module *a = one_model(o), *b = one_model(o);
+    fused_one(a, "none");
+    fused_one(b, "cc");
+    float la, lb;
+    slapo_tensor *wa, *ba, *wb, *bb;
+    run_one(a, &la, &wa, &ba);
+    run_one(b, &lb, &wb, &bb);
+    print_message("%-10s kind %d: loss %.7g vs %.7g\n", o->name, o->kind, la, lb);
+    assert_true(fabsf(la - lb) <= 1e-5f * (1 + fabsf(la)));
+    if (pt_worst(wb, wa, 1e-5, 1e-4) > 1) fail_msg("%s: gradient of w differs", o->name);
+    if (ba && pt_worst(bb, ba, 1e-5, 1e-4) > 1) fail_msg("%s: gradient of b differs", o->name);
+    slapo_tensor_free(wa), slapo_tensor_free(wb), slapo_tensor_free(ba), slapo_tensor_free(bb);
+    slapo_module_free(a), slapo_module_free(b);
+    covered++;
+  }
+  /* Every differentiable elementwise op appears above. */
+  for (int i = 0; i < slapo_op_count(); i++) {
+    const slapo_op *op = slapo_op_at(i);
+    if (!op->elementwise || !op->backward) continue;
+    bool found = false;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) found |= !strcmp(cases[k].name, op->name);
+    if (!found) fail_msg("elementwise op %s is not tested through cc", op->name);
+  }
+  assert_true(covered > 20);
+}
+
+/* ---- the cache, the compiler, the source ---- */
+
+static void cache_hits_and_misses(void **state) {
+  (void)state;
+  slapo_cc_stats s0 = slapo_cc_stats_get();
+  slapo_sched *a = bias_gelu_model("cc");
+  slapo_cc_stats s1 = slapo_cc_stats_get();
+  /* Compiled by the first test already: found in the cache, nothing built. */
+  assert_int_equal(s1.compiled, s0.compiled);
+  assert_true(s1.cache_hits > s0.cache_hits);
+  pt_sched_free(a);
+  if (slapo_isa_host() > SLAPO_ISA_BASELINE) {
+    slapo_isa_set_max(SLAPO_ISA_BASELINE);
+    a = bias_gelu_model("cc");
+    slapo_isa_set_max(slapo_isa_host());
+    assert_true(slapo_cc_stats_get().compiled > s1.compiled); /* another ISA: a miss */
+    pt_sched_free(a);
+  }
+}
+
+static void write_script(const char *path, const char *body) {
+  FILE *f = fopen(path, "w");
+  assert_non_null(f);
+  fputs(body, f);
+  fclose(f);
+  chmod(path, 0755);
+}
+
+static void compiler_missing_and_failing(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_sched *mlp = pt_at(root, "transformer.h.0.mlp");
+  OK(slapo_decompose(pt_at(root, "transformer.h.0.mlp.c_fc")));
+  OK(slapo_trace(mlp, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p = parse("relu(add(x, b))"); /* a region nobody compiled */
+  slapo_pattern_free(p);
+  p = parse("gelu(add(x, b))");
+  setenv("SLAPO_CC", "/nonexistent/cc", 1);
+  /* A fresh cache so the object is not found. */
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/other", g_cache);
+  setenv("SLAPO_CACHE_DIR", dir, 1);
+  PT_EXPECT_REFUSED(root, slapo_fuse(mlp, p, "cc", "F", NULL, false), SLAPO_COMPILE,
+                    "the compiler '/nonexistent/cc' (SLAPO_CC) was not found");
+  char fake[300];
+  snprintf(fake, sizeof fake, "%s/fakecc", g_cache);
+  write_script(fake, "#!/bin/sh\nif [ \"$1\" = --version ]; then echo fakecc 1.0; exit 0; fi\n"
+                     "echo 'fakecc: error: no kernels today' >&2; exit 3\n");
+  setenv("SLAPO_CC", fake, 1);
+  PT_EXPECT_REFUSED(root, slapo_fuse(mlp, p, "cc", "F", NULL, false), SLAPO_COMPILE,
+                    "failed (exit 3)", "no kernels today");
+  unsetenv("SLAPO_CC");
+  setenv("SLAPO_CACHE_DIR", g_cache, 1);
+  slapo_pattern_free(p);
+  pt_sched_free(root);
+}
+
+static void preconditions(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_sched *blk = pt_at(root, "transformer.h.0");
+  slapo_pattern *p = parse("dropout(x)");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_PRECOND,
+                    "transformer.h.0 is not traced; trace it first");
+  OK(slapo_trace(blk, &(slapo_trace_opts){.flatten = true}));
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_INVALID_ARG,
+                    "pattern 'dropout(x)' matches 3 times", "all=true");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "gcc", "F", NULL, true), SLAPO_INVALID_ARG,
+                    "no compiler 'gcc' (known: none, cc)");
+  slapo_pattern_free(p);
+  p = parse("relu(x)");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
+                    "matches nothing");
+  slapo_pattern_free(p);
+  /* The residual sum feeds ln_2 and the second residual add: it escapes. */
+  p = parse("layer_norm(add(x, y), w, b)");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "none", "F", NULL, false), SLAPO_STATE,
+                    "is not replaceable", "outside the match");
+  slapo_pattern_free(p);
+  /* Not elementwise: the backend names the op. */
+  p = parse("gelu(linear(x, w, b))");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_UNSUPPORTED,
+                    "cc: op 'linear'", "not elementwise");
+  slapo_pattern_free(p);
+  PT_EXPECT_REFUSED(root, slapo_decompose(pt_at(root, "transformer.h.1.mlp.act")),
+                    SLAPO_INVALID_ARG, "transformer.h.1.mlp.act is a GELU; decompose takes a Linear");
+  PT_EXPECT_REFUSED(root, slapo_decompose(pt_at(root, "lm_head")), SLAPO_PRECOND,
+                    "lm_head has no bias");
+  pt_sched_free(root);
+}
+
+/* The generated source for bias + GELU (tanh) against a golden file;
+ * SLAPO_UPDATE_GOLDEN=1 rewrites it. */
+static void golden_source(void **state) {
+  (void)state;
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  int64_t xs[3] = {2, 8, 128}, bs[1] = {128};
+  slapo_node *x = slapo_input(ctx, "x0", SLAPO_DTYPE_F32, 3, xs);
+  slapo_node *b = slapo_input(ctx, "x1", SLAPO_DTYPE_F32, 1, bs);
+  slapo_node *y = slapo_gelu(ctx, slapo_add(ctx, x, b), true);
+  assert_non_null(slapo_output(ctx, 1, &y));
+  slapo__cc_plan plan;
+  char *src;
+  OK(slapo__cc_generate(g, "FusedBiasGeLU", &plan, &src));
+  assert_int_equal(plan.kind[0], SLAPO__CC_FULL);
+  assert_int_equal(plan.kind[1], SLAPO__CC_ROW);
+  char path[512];
+  snprintf(path, sizeof path, "%s/cc_bias_gelu.c.golden", getenv("SLAPO_TEST_DATA"));
+  if (getenv("SLAPO_UPDATE_GOLDEN")) write_script(path, src);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  char *want = calloc(1, 1 << 16);
+  size_t n = fread(want, 1, (1 << 16) - 1, f);
+  fclose(f);
+  want[n] = '\0';
+  assert_string_equal(src, want);
+  free(want);
+  slapo_free(src);
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bias_gelu_none_and_cc),
+      cmocka_unit_test(bias_dropout_residual),
+      cmocka_unit_test(every_elementwise_op),
+      cmocka_unit_test(cache_hits_and_misses),
+      cmocka_unit_test(compiler_missing_and_failing),
+      cmocka_unit_test(preconditions),
+      cmocka_unit_test(golden_source),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
