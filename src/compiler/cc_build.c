@@ -144,7 +144,7 @@ static slapo_status compile_to(const char *dir, const char *key, const char *src
   snprintf(err, sizeof err, "%s/%s.%d.err", dir, key, (int)getpid());
   SLAPO_TRY(write_file(c_path, src));
   quote(c_path, qc, sizeof qc), quote(tmp, qt, sizeof qt), quote(err, qe, sizeof qe);
-  snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s -lm 2> %s", compiler_cmd(), BASE_FLAGS,
+  snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s -lmvec -lm 2> %s", compiler_cmd(), BASE_FLAGS,
            isa_flags(), qt, qc, qe);
   int rc = run(cmd);
   char *msg = read_small(err, 4000);

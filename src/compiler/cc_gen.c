@@ -212,6 +212,15 @@ static const char k_prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
     "\n"
+    "/* Vector variants from glibc's libmvec (the declarations <math.h> makes\n"
+    " * only under -ffast-math), so the loops below vectorize their calls. */\n"
+    "#define SLAPO_CC_SIMD __attribute__((__simd__(\"notinbranch\")))\n"
+    "SLAPO_CC_SIMD double exp(double);\n"
+    "SLAPO_CC_SIMD double log(double);\n"
+    "SLAPO_CC_SIMD double tanh(double);\n"
+    "SLAPO_CC_SIMD double erf(double);\n"
+    "SLAPO_CC_SIMD double pow(double, double);\n"
+    "\n"
     "/* Philox4x32-10 (Salmon et al., SC'11), as slapo's core/philox.c: element\n"
     " * i of a stream is word (i mod 4) of the block with counter (i / 4, step) under\n"
     " * the stream's key, its top 24 bits scaled to [0, 1). */\n"
@@ -254,6 +263,7 @@ static void emit_fwd(gen *G, slapo_status *s) {
              "#pragma omp parallel for schedule(static)\n"
              "  for (int64_t blk = 0; blk < R * nb; blk++) {\n"
              "    const int64_t r = blk / nb, c0 = blk %% nb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n"
+             "#pragma omp simd\n"
              "    for (int64_t c = c0; c < c1; c++) {\n"
              "      const int64_t i = r * C + c;\n"
              "      (void)i;\n");
@@ -279,9 +289,11 @@ static void emit_bwd(gen *G, slapo_status *s) {
     if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "    double acc%d[CB] = {0};\n", k);
     if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
   }
-  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n"
+  /* Scalar sums stay sequential (a simd reduction would reorder them). */
+  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n%s"
              "      for (int64_t c = c0; c < c1; c++) {\n"
-             "        const int64_t i = r * C + c;\n");
+             "        const int64_t i = r * C + c;\n",
+      n_scalar ? "" : "#pragma omp simd\n");
   if (*s == SLAPO_OK) *s = emit_values(G, "        ");
   if (*s == SLAPO_OK) *s = emit_adjoints(G, "        ");
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
