@@ -180,6 +180,15 @@ slapo_status slapo_find(slapo_module *m, const slapo_pattern *p, slapo_matches *
 slapo_status slapo_find_in(slapo_module *m, slapo_graph *g, const slapo_pattern *p,
                            slapo_matches *out);
 
+/* The maximal elementwise regions of graph g of module m (pattern/
+ * regions.c), one match each, in graph order of their results: connected
+ * elementwise nodes (ops with the `elementwise` flag, `full` constants,
+ * calls of leaves whose op form is elementwise) whose values are used only
+ * inside the region but for its one result; regions of one op are left
+ * out. Inputs: the outside values the region reads, in graph order.
+ * Errors: SLAPO_NOMEM. */
+slapo_status slapo_find_elementwise(slapo_module *m, slapo_graph *g, slapo_matches *out);
+
 /* A copy of p (same graph, names and flags). *out owned.
  * Errors: SLAPO_NOMEM. */
 slapo_status slapo_pattern_clone(const slapo_pattern *p, slapo_pattern **out);

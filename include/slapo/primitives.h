@@ -173,6 +173,13 @@ slapo_status slapo_checkpoint_subgraph(slapo_sched *node, const slapo_pattern *p
 slapo_status slapo_fuse(slapo_sched *node, const slapo_pattern *p, const char *compiler,
                         const char *name, const slapo_compile_opts *opts, bool all);
 
+/* fuse_all (primitives/fuse_all.c): every maximal elementwise region of
+ * node's traced graph (slapo_find_elementwise) fused into its own child
+ * "<name>_<k>" (compiler NULL: "cc"; name NULL: "Fused"); regions the
+ * backend cannot generate are left and logged. Errors: SLAPO_PRECOND,
+ * SLAPO_NO_MATCH, SLAPO_UNSUPPORTED (none fused), SLAPO_INVALID_ARG. */
+slapo_status slapo_fuse_all(slapo_sched *node, const char *compiler, const char *name);
+
 /* decompose (primitives/decompose.c): a Linear with a bias becomes a
  * module computing matmul then a separate bias add (same parameters), so a
  * flattened trace exposes the add to fuse with what follows.

@@ -200,12 +200,6 @@ static slapo_status build_region(region_build *rb) {
 
 /* ---- the factory ---- */
 
-typedef struct fuse_req {
-  const slapo_compiler *compiler;
-  const char *name;
-  const slapo_compile_opts *opts;
-} fuse_req;
-
 static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_module **out) {
   c->type = (slapo_module_type){c->name, fused_forward, fused_describe, fused_free, NULL};
   c->n_in = rb->n_in, c->n_params = rb->n_params;
@@ -226,9 +220,9 @@ static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_modul
   return SLAPO_OK;
 }
 
-static slapo_status fuse_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
+slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
                                  slapo_module **out) {
-  const fuse_req *rq = ud;
+  const slapo__fuse_req *rq = ud;
   *out = NULL;
   (void)n;
   fused_cfg *c = slapo_calloc(1, sizeof *c);
@@ -254,19 +248,23 @@ static slapo_status fuse_factory(void *ud, slapo_module *owner, int n, const sla
 
 /* ---- the primitive ---- */
 
+slapo_status slapo__compiler_named(slapo_sched *node, const char *primitive, const char *name,
+                                   const slapo_compiler **out) {
+  if ((*out = slapo_compiler_find(name))) return SLAPO_OK;
+  char known[256] = "";
+  size_t used = 0;
+  for (int i = 0; i < slapo_compiler_count() && used < sizeof known; i++)
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                             slapo_compiler_at(i)->name);
+  return slapo_error(SLAPO_INVALID_ARG, "%s: %s: no compiler '%s' (known: %s)", primitive,
+                     slapo__prim_path(node), name, known);
+}
+
 static slapo_status fuse_impl(slapo_sched *node, const slapo_pattern *p, const char *compiler,
                               const char *name, const slapo_compile_opts *opts, bool all,
                               const slapo_sched_entry *from) {
-  const slapo_compiler *cc = slapo_compiler_find(compiler);
-  if (!cc) {
-    char known[256] = "";
-    size_t used = 0;
-    for (int i = 0; i < slapo_compiler_count() && used < sizeof known; i++)
-      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                               slapo_compiler_at(i)->name);
-    return slapo_error(SLAPO_INVALID_ARG, "fuse: %s: no compiler '%s' (known: %s)",
-                       slapo__prim_path(node), compiler, known);
-  }
+  const slapo_compiler *cc;
+  SLAPO_TRY(slapo__compiler_named(node, "fuse", compiler, &cc));
   bool replayable;
   slapo_sched_arg args[24];
   int n = 0;
@@ -276,8 +274,9 @@ static slapo_status fuse_impl(slapo_sched *node, const slapo_pattern *p, const c
   if (all) args[n++] = slapo_sched_arg_bool("all", true);
   for (int i = 0; opts && i < opts->n && n < 24; i++)
     args[n++] = slapo_sched_arg_string(opts->keys[i], opts->values[i]);
-  fuse_req rq = {cc, name, opts};
-  slapo__subgraph_spec sp = {.primitive = "fuse", .child = name, .factory = {fuse_factory, &rq},
+  slapo__fuse_req rq = {cc, name, opts};
+  slapo__subgraph_spec sp = {.primitive = "fuse", .child = name,
+                             .factory = {slapo__fuse_factory, &rq},
                              .skip_escaping = all, .exactly_one = !all, .args = args,
                              .n_args = n, .replayable = replayable, .from = from};
   return slapo__subgraph_apply(node, p, &sp);

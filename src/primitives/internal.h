@@ -54,14 +54,28 @@ typedef struct slapo__subgraph_spec {
   bool horizontal;            /* one child for all matches              */
   bool skip_escaping;         /* leave matches with outside users       */
   bool exactly_one;           /* anything but one match is an error     */
+  bool skip_unsupported;      /* a match the factory cannot do is left  */
   const slapo_sched_arg *args; /* the log line's arguments               */
   int n_args;
   bool replayable;
   const slapo_sched_entry *from;
 } slapo__subgraph_spec;
 
+/* p NULL: the maximal elementwise regions (fuse_all). */
 slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
                                    const slapo__subgraph_spec *spec);
+/* fuse.c: the factory that makes a Fused module from a match, for fuse and
+ * fuse_all; ud is a slapo__fuse_req. */
+typedef struct slapo__fuse_req {
+  const slapo_compiler *compiler;
+  const char *name;
+  const slapo_compile_opts *opts;
+} slapo__fuse_req;
+slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
+                                 slapo_module **out);
+/* The backend `name`, or SLAPO_INVALID_ARG listing the known ones. */
+slapo_status slapo__compiler_named(slapo_sched *node, const char *primitive, const char *name,
+                                   const slapo_compiler **out);
 /* The pattern as a .sched argument pattern=...: a registered name (word),
  * text (string), else a word and *replayable false. */
 slapo_sched_arg slapo__pattern_arg(const slapo_pattern *p, bool *replayable);

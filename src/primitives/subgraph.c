@@ -66,6 +66,9 @@ typedef struct sub_edit {
   bool horizontal, checkpoint;
   bool skip_escaping; /* all=true: matches with outside users are left   */
   bool exactly_one;   /* fuse without all: one replaceable match or error */
+  bool regions;       /* fuse_all: maximal elementwise regions, no pattern */
+  int n_skip;         /* matches the factory declined (unsupported), by   */
+  unsigned char *skip; /*   index after keep_usable; replays skip them too */
   int n_children;
   char **children;  /* module form: child per match (vertical) or one */
   slapo_pattern_fn fn;
@@ -77,6 +80,7 @@ typedef struct sub_edit {
 static void edit_free(void *ud) {
   sub_edit *e = ud;
   if (!e) return;
+  slapo_free(e->skip);
   slapo_pattern_free(e->p);
   for (int i = 0; i < e->n_children; i++) slapo_free(e->children[i]);
   slapo_free(e->children);
@@ -84,6 +88,24 @@ static void edit_free(void *ud) {
 }
 
 /* ---- checks shared by the primitive and the edit ---- */
+
+static const char *label(const sub_edit *e) {
+  return e->p ? slapo_pattern_name(e->p) : "elementwise regions";
+}
+
+static slapo_status find_for(const sub_edit *e, slapo_module *m, slapo_graph *g,
+                             slapo_matches *ms) {
+  return e->regions ? slapo_find_elementwise(m, g, ms) : slapo_find_in(m, g, e->p, ms);
+}
+
+/* Drops the matches the factory declined when the edit was first made. */
+static void drop_skipped(const sub_edit *e, slapo_matches *ms) {
+  if (!e->skip) return;
+  int k = 0;
+  for (int i = 0; i < ms->n; i++)
+    if (i >= e->n_skip || !e->skip[i]) ms->items[k++] = ms->items[i];
+  ms->n = k;
+}
 
 static int node_inputs(const slapo_match *x, slapo_node **out) {
   int n = 0;
@@ -94,19 +116,22 @@ static int node_inputs(const slapo_match *x, slapo_node **out) {
 
 static slapo_status check_matches(const sub_edit *e, const char *what, const slapo_matches *ms) {
   if (ms->n == 0)
-    return slapo_error(SLAPO_NO_MATCH, "%s: %s: pattern '%s' matches nothing in the traced "
-                       "graph (list candidates with slapo find; SLAPO_DEBUG=3 says why they "
-                       "fail)", what, e->path, slapo_pattern_name(e->p));
+    return e->p ? slapo_error(SLAPO_NO_MATCH, "%s: %s: pattern '%s' matches nothing in the "
+                              "traced graph (list candidates with slapo find; SLAPO_DEBUG=3 "
+                              "says why they fail)", what, e->path, label(e))
+                : slapo_error(SLAPO_NO_MATCH, "%s: %s: the traced graph has no elementwise "
+                              "region of two ops or more (trace with flatten=true to expose "
+                              "the children's ops)", what, e->path);
   if (e->exactly_one && ms->n > 1)
     return slapo_error(SLAPO_INVALID_ARG, "%s: %s: pattern '%s' matches %d times; %s one "
                        "needs exactly one match (narrow the pattern, or all=true for each)",
-                       what, e->path, slapo_pattern_name(e->p), ms->n, what);
+                       what, e->path, label(e), ms->n, what);
   int usable = 0;
   for (int i = 0; i < ms->n; i++) usable += ms->items[i].replaceable;
   for (int i = 0; i < ms->n && !e->checkpoint; i++)
     if (!ms->items[i].replaceable && (!e->skip_escaping || usable == 0))
       return slapo_error(SLAPO_STATE, "%s: %s: match %d of '%s' is not replaceable: %s", what,
-                         e->path, i + 1, slapo_pattern_name(e->p), ms->items[i].why);
+                         e->path, i + 1, label(e), ms->items[i].why);
   if (!e->horizontal) return SLAPO_OK;
   slapo_node *a[16], *b[16];
   int na = node_inputs(&ms->items[0], a);
@@ -130,7 +155,7 @@ static void keep_usable(const sub_edit *e, slapo_matches *ms) {
   for (int i = 0; i < ms->n; i++) {
     if (ms->items[i].replaceable) ms->items[k++] = ms->items[i];
     else slapo_logf(1, "%s: match %d of '%s' left as it is: %s", e->path, i + 1,
-                    slapo_pattern_name(e->p), ms->items[i].why);
+                    label(e), ms->items[i].why);
   }
   ms->n = k;
 }
@@ -333,13 +358,14 @@ static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n,
 static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   sub_edit *e = ud;
   slapo_matches ms;
-  SLAPO_TRY(slapo_find_in(m, g, e->p, &ms));
+  SLAPO_TRY(find_for(e, m, g, &ms));
   slapo_status s = check_matches(e, "replace", &ms);
   keep_usable(e, &ms);
+  drop_skipped(e, &ms);
   int n_groups = e->horizontal ? 1 : ms.n;
   if (s == SLAPO_OK && !e->fn && e->n_children != n_groups)
     s = slapo_error(SLAPO_STATE, "replace: %s: pattern '%s' now matches %d time%s; the schedule "
-                    "replaced %d", e->path, slapo_pattern_name(e->p), ms.n, ms.n == 1 ? "" : "s",
+                    "replaced %d", e->path, label(e), ms.n, ms.n == 1 ? "" : "s",
                     e->n_children);
   group_plan *gp = s == SLAPO_OK ? slapo_calloc((size_t)n_groups, sizeof *gp) : NULL;
   if (s == SLAPO_OK && !gp) s = slapo_error(SLAPO_NOMEM, "replace: out of memory");
@@ -397,7 +423,8 @@ static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p, sub_edit
   *out = slapo_calloc(1, sizeof **out);
   if (!*out) return slapo_error(SLAPO_NOMEM, "subgraph: out of memory");
   snprintf((*out)->path, sizeof (*out)->path, "%s", slapo__prim_path(node));
-  slapo_status s = slapo_pattern_clone(p, &(*out)->p);
+  (*out)->regions = !p;
+  slapo_status s = p ? slapo_pattern_clone(p, &(*out)->p) : SLAPO_OK;
   if (s != SLAPO_OK) {
     slapo_free(*out);
     *out = NULL;
@@ -421,15 +448,25 @@ slapo_status slapo_sched_find(slapo_sched *node, const slapo_pattern *p, slapo_m
  * named "<name>_<k>". On error none is left behind. */
 static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *primitive,
                                   const char *name, const slapo__sub_factory *f,
-                                  const slapo_matches *ms) {
+                                  slapo_matches *ms, bool skip_unsupported) {
   slapo_module *m = slapo_sched_module(node);
   int n = e->horizontal ? 1 : ms->n;
-  e->children = slapo_calloc((size_t)n, sizeof *e->children);
-  if (!e->children) return slapo_error(SLAPO_NOMEM, "replace: out of memory");
+  e->children = slapo_calloc((size_t)n + 1, sizeof *e->children);
+  e->skip = skip_unsupported ? slapo_calloc((size_t)n + 1, 1) : NULL;
+  if (!e->children || (skip_unsupported && !e->skip))
+    return slapo_error(SLAPO_NOMEM, "replace: out of memory");
+  e->n_skip = skip_unsupported ? n : 0;
   slapo_status s = SLAPO_OK;
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     slapo_module *c = NULL;
     s = f->fn(f->ud, m, e->horizontal ? ms->n : 1, &ms->items[i], &c);
+    if (s == SLAPO_UNSUPPORTED && skip_unsupported) {
+      slapo_logf(1, "%s: %s: region %d left unfused: %s", primitive, e->path, i + 1,
+                 slapo_last_error());
+      e->skip[i] = 1;
+      s = SLAPO_OK;
+      continue;
+    }
     if (s != SLAPO_OK) {
       char msg[1024];
       snprintf(msg, sizeof msg, "%s", slapo_last_error());
@@ -486,10 +523,14 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   e->skip_escaping = sp->skip_escaping;
   e->exactly_one = sp->exactly_one;
   slapo_matches ms;
-  slapo_status s = slapo_sched_find(node, e->p, &ms);
+  slapo_status s = find_for(e, slapo_sched_module(node), slapo_module_graph(slapo_sched_module(node)), &ms);
   if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
   if (s == SLAPO_OK) keep_usable(e, &ms);
-  if (s == SLAPO_OK) s = make_children(node, e, sp->primitive, sp->child, &sp->factory, &ms);
+  if (s == SLAPO_OK)
+    s = make_children(node, e, sp->primitive, sp->child, &sp->factory, &ms, sp->skip_unsupported);
+  if (s == SLAPO_OK && e->n_children == 0)
+    s = slapo_error(SLAPO_UNSUPPORTED, "%s: %s: nothing could be fused (SLAPO_DEBUG=1 lists "
+                    "why each region was left)", sp->primitive, e->path);
   slapo_matches_deinit(&ms);
   if (s != SLAPO_OK) {
     remove_children(slapo_sched_module(node), e);
@@ -497,8 +538,7 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
     return s;
   }
   char what[256];
-  snprintf(what, sizeof what, "%s %s pattern=%s", sp->primitive, sp->child,
-           slapo_pattern_name(p));
+  snprintf(what, sizeof what, "%s %s pattern=%s", sp->primitive, sp->child, label(e));
   return finish_edit(node, what, e, replace_edit, sp->primitive, sp->n_args, sp->args, sp->from,
                      sp->replayable);
 }

@@ -329,6 +329,41 @@ static void preconditions(void **state) {
   pt_sched_free(root);
 }
 
+/* fuse_all on flattened blocks: every elementwise region, never across an
+ * escaping value; the residual stream's adds are used twice, so the bias
+ * and dropout regions stop at them. */
+static void fuse_all_blocks(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  for (int l = 0; l < k_tiny.n_layer; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_fc", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d", l);
+    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
+    OK(slapo_fuse_all(pt_at(root, path), "cc", NULL));
+  }
+  char *g = pt_capture((pt_print_fn)slapo_graph_print,
+                       slapo_module_graph(slapo_sched_module(pt_at(root, "transformer.h.0"))));
+  print_message("%s", g);
+  assert_non_null(strstr(g, "call_module Fused_0("));
+  free(g);
+  char *line = pt_last_line(root);
+  assert_string_equal(line, "transformer.h.1 fuse_all compiler=cc name=Fused");
+  free(line);
+  pt_expect_same_as_plain(root, &k_tiny, PT_B, PT_T, false);
+  pt_expect_same_as_plain(root, &k_tiny, 3, 5, false);
+  pt_expect_replays(root, &k_tiny);
+  /* Nothing left to fuse. */
+  PT_EXPECT_REFUSED(root, slapo_fuse_all(pt_at(root, "transformer.h.0"), "cc", NULL),
+                    SLAPO_NO_MATCH, "no elementwise region of two ops or more");
+  pt_sched_free(root);
+}
+
 /* The generated source for bias + GELU (tanh) against a golden file;
  * SLAPO_UPDATE_GOLDEN=1 rewrites it. */
 static void golden_source(void **state) {
@@ -372,6 +407,7 @@ int main(void) {
       cmocka_unit_test(compiler_missing_and_failing),
       cmocka_unit_test(preconditions),
       cmocka_unit_test(golden_source),
+      cmocka_unit_test(fuse_all_blocks),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

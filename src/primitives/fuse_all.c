@@ -1,0 +1,65 @@
+/* primitives/fuse_all.c - the `fuse_all` primitive: every maximal
+ * elementwise region of a traced module fused, each into its own Fused
+ * module, with one call. Layer: primitives.
+ *
+ * Signature   slapo_status slapo_fuse_all(slapo_sched *node, const char *compiler,
+ *                                         const char *name)
+ * .sched form <path> fuse_all [compiler=cc] [name=Fused]
+ * Applies to  a traced module (flatten=true exposes the elementwise ops of
+ *             its children).
+ * Effect      regions (pattern/regions.c: connected elementwise nodes whose
+ *             values are used only inside the region but for its result,
+ *             two ops or more) become calls of <name>_<k>; a region never
+ *             crosses a value used outside it. Regions the backend cannot
+ *             generate (a broadcast it does not handle) are left as they
+ *             are and logged (SLAPO_DEBUG=1).
+ * Fails       SLAPO_PRECOND      not traced
+ *             SLAPO_NO_MATCH     no elementwise region of two ops or more
+ *             SLAPO_UNSUPPORTED  the backend could fuse none of them
+ *             SLAPO_INVALID_ARG  unknown compiler
+ * Verified by verify: outputs and gradients within tolerance. */
+#include <stdio.h>
+
+#include "primitives/internal.h"
+
+static slapo_status fuse_all_impl(slapo_sched *node, const char *compiler, const char *name,
+                                  const slapo_sched_entry *from) {
+  const slapo_compiler *cc;
+  SLAPO_TRY(slapo__compiler_named(node, "fuse_all", compiler, &cc));
+  slapo_sched_arg args[2] = {slapo_sched_arg_word("compiler", compiler),
+                             slapo_sched_arg_word("name", name)};
+  slapo__fuse_req rq = {cc, name, NULL};
+  slapo__subgraph_spec sp = {.primitive = "fuse_all", .child = name,
+                             .factory = {slapo__fuse_factory, &rq}, .skip_unsupported = true,
+                             .args = args, .n_args = 2, .replayable = true, .from = from};
+  return slapo__subgraph_apply(node, NULL, &sp);
+}
+
+slapo_status slapo_fuse_all(slapo_sched *node, const char *compiler, const char *name) {
+  return fuse_all_impl(node, compiler ? compiler : "cc", name ? name : "Fused", NULL);
+}
+
+static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"compiler", "name", NULL}, 0));
+  const char *compiler = "cc", *name = "Fused";
+  SLAPO_TRY(slapo_sched_entry_get_string(e, "compiler", false, &compiler));
+  SLAPO_TRY(slapo_sched_entry_get_string(e, "name", false, &name));
+  return fuse_all_impl(node, compiler, name, e);
+}
+
+SLAPO_PRIMITIVE_DESCRIPTOR(fuse_all) = {
+    .name = "fuse_all",
+    .summary = "fuse every maximal elementwise region of a traced module",
+    .doc = "fuse_all [compiler=cc] [name=Fused]\n"
+           "  C: slapo_fuse_all(node, \"cc\", \"Fused\")\n"
+           "  Applies to a traced module (flatten=true exposes its children's ops).\n"
+           "  Effect: every region of connected elementwise nodes whose values are used\n"
+           "  only inside it but for its result (two ops or more) becomes a call of\n"
+           "  <name>_<k>; a region never crosses a value read outside it. Regions the\n"
+           "  backend cannot generate are left and logged (SLAPO_DEBUG=1).\n"
+           "  Fails: PRECOND if not traced; NO_MATCH without such regions; UNSUPPORTED\n"
+           "  when none could be fused; INVALID_ARG for an unknown compiler.\n"
+           "  Verified: outputs and gradients within tolerance.\n",
+    .bitwise = false,
+    .apply = apply,
+};
