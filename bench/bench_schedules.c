@@ -3,7 +3,9 @@
  * several steps) and planned / measured activation peak memory.
  *   bench_schedules [--config small] [--batch 4] [--seq 256] [--steps 5]
  * Variants: unscheduled; FlashAttention in every block; every block
- * checkpointed; both. Never run as a test. */
+ * checkpointed; both; the fusions of schedules/gpt2.sched (decompose, bias +
+ * GELU, bias + dropout + residual through cc) alone and with
+ * FlashAttention; fuse_all. Never run as a test. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +13,18 @@
 
 #include "slapo/models.h"
 #include "bench_machine.h"
+
+/* The fusion lines of schedules/gpt2.sched (without its checkpoint knob). */
+#define DECOMPOSE_LINES                                                     \
+  "transformer.h.*.attn.c_proj decompose\n"                                \
+  "transformer.h.*.mlp.c_fc decompose\n"                                   \
+  "transformer.h.*.mlp.c_proj decompose\n"
+#define FUSE_LINES                                                          \
+  DECOMPOSE_LINES                                                           \
+  "transformer.h.* trace flatten=true\n"                                   \
+  "transformer.h.* fuse pattern=\"gelu(add(x, b))\" compiler=cc name=FusedBiasGeLU\n" \
+  "transformer.h.* fuse pattern=\"add(x, dropout(add(y, b)))\" compiler=cc "   \
+  "name=FusedBiasDropoutResidual all=true\n"
 
 typedef struct variant {
   const char *name;
@@ -23,6 +37,10 @@ static const variant k_variants[] = {
     {"checkpoint all blocks", "transformer.h checkpoint ratio=1.0\n"},
     {"FlashAttention + checkpoint",
      "transformer.h.*.attn replace FlashAttention\ntransformer.h checkpoint ratio=1.0\n"},
+    {"decompose + fuse (cc)", FUSE_LINES},
+    {"FlashAttention + fuse (cc)", "transformer.h.*.attn replace FlashAttention\n" FUSE_LINES},
+    {"fuse_all (cc)", DECOMPOSE_LINES "transformer.h.* trace flatten=true\n"
+                      "transformer.h.* fuse_all compiler=cc\n"},
 };
 
 static int cmp_double(const void *a, const void *b) {

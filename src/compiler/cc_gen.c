@@ -121,6 +121,7 @@ typedef struct gen {
   const slapo_graph *g;
   slapo__cc_plan *plan;
   int n;                /* nodes */
+  bool *need;           /* node id -> the backward needs its value */
   int *rand_of;         /* node id -> random slot, or -1 */
   int *ph_of;           /* node id -> input index, or -1 */
   const slapo_node *out;
@@ -153,10 +154,50 @@ static const char *load_of(const gen *G, int k, char *buf, size_t cap) {
   return buf;
 }
 
-/* The forward values of every node, one statement each, into G->b. */
-static slapo_status emit_values(gen *G, const char *indent) {
+/* Whether expr names the operand `op` (a, b, y ...) as a whole identifier. */
+static bool uses(const char *expr, char op) {
+  char one[2] = {op, 0};
+  const char *names[5] = {NULL};
+  static const char ops[] = "abygu";
+  names[strchr(ops, op) - ops] = "\x01";
+  sbuf t = {0};
+  substitute(&t, expr, names);
+  bool hit = t.s && strchr(t.s, '\x01');
+  slapo_free(t.s);
+  (void)one;
+  return hit;
+}
+
+/* Which forward values the backward reads: those its gradient expressions
+ * name (a, b: the inputs; y: the node's own value) and what they are
+ * computed from. An input nobody reads is not kept alive for the backward
+ * (a residual add, dropout and a bias add need only dy). */
+static slapo_status compute_needs(gen *G) {
+  char ebuf[1024];
+  for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev) {
+    if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full)) continue;
+    for (int j = 0; j < n->n_inputs; j++) {
+      SLAPO_TRY(expr_of(G, n, j, ebuf, sizeof ebuf));
+      if (uses(ebuf, 'a')) G->need[n->inputs[0]->id] = true;
+      if (n->n_inputs > 1 && uses(ebuf, 'b')) G->need[n->inputs[1]->id] = true;
+      if (uses(ebuf, 'y')) G->need[n->id] = true;
+    }
+  }
+  for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev)
+    if (G->need[n->id] && n->kind == SLAPO_NODE_CALL_OP)
+      for (int j = 0; j < n->n_inputs; j++) G->need[n->inputs[j]->id] = true;
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
+    if (n->kind == SLAPO_NODE_PLACEHOLDER) G->plan->bwd_reads[G->ph_of[n->id]] = G->need[n->id];
+  return SLAPO_OK;
+}
+
+/* The forward values of every node (the backward: those it needs), one
+ * statement each, into G->b. */
+static slapo_status emit_values(gen *G, const char *indent, bool bwd) {
   char ebuf[1024], lb[64];
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    bool skip = bwd && !G->need[n->id];
+    if (skip && !(n->kind == SLAPO_NODE_CALL_OP && G->rand_of[n->id] >= 0)) continue;
     if (n->kind == SLAPO_NODE_PLACEHOLDER) {
       put(&G->b, "%sconst float v%d = %s; /* %s */\n", indent, n->id,
           load_of(G, G->ph_of[n->id], lb, sizeof lb), n->target);
@@ -175,6 +216,7 @@ static slapo_status emit_values(gen *G, const char *indent) {
     if (G->rand_of[n->id] >= 0)
       put(&G->b, "%sconst float u%d = slapo_cc_uniform(keys[%d], step, (uint64_t)i);\n", indent,
           n->id, G->rand_of[n->id]);
+    if (skip) continue;
     put(&G->b, "%sconst float v%d = ", indent, n->id);
     if (G->rand_of[n->id] >= 0) put(&G->b, "!training ? v%d : ", n->inputs[0]->id);
     substitute(&G->b, ebuf, names);
@@ -245,8 +287,9 @@ static void emit_header(gen *G, const char *name) {
       slapo_graph_count(G->g));
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER)
-      put(&G->b, " *   input %d (%s): %s\n", G->ph_of[n->id], n->target,
-          kinds[G->plan->kind[G->ph_of[n->id]]]);
+      put(&G->b, " *   input %d (%s): %s%s\n", G->ph_of[n->id], n->target,
+          kinds[G->plan->kind[G->ph_of[n->id]]],
+          G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)");
     else if (n->kind == SLAPO_NODE_CALL_OP)
       put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
   put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
@@ -267,7 +310,7 @@ static void emit_fwd(gen *G, slapo_status *s) {
              "    for (int64_t c = c0; c < c1; c++) {\n"
              "      const int64_t i = r * C + c;\n"
              "      (void)i;\n");
-  if (*s == SLAPO_OK) *s = emit_values(G, "      ");
+  if (*s == SLAPO_OK) *s = emit_values(G, "      ", false);
   put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
 }
 
@@ -294,7 +337,7 @@ static void emit_bwd(gen *G, slapo_status *s) {
              "      for (int64_t c = c0; c < c1; c++) {\n"
              "        const int64_t i = r * C + c;\n",
       n_scalar ? "" : "#pragma omp simd\n");
-  if (*s == SLAPO_OK) *s = emit_values(G, "        ");
+  if (*s == SLAPO_OK) *s = emit_values(G, "        ", true);
   if (*s == SLAPO_OK) *s = emit_adjoints(G, "        ");
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
     if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
@@ -371,7 +414,10 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
   gen G = {.g = region, .plan = plan, .n = slapo_graph_count(region)};
   G.rand_of = slapo_calloc((size_t)G.n + 1, sizeof *G.rand_of);
   G.ph_of = slapo_calloc((size_t)G.n + 1, sizeof *G.ph_of);
-  slapo_status s = G.rand_of && G.ph_of ? analyse(&G) : slapo_error(SLAPO_NOMEM, "cc: oom");
+  G.need = slapo_calloc((size_t)G.n + 1, sizeof *G.need);
+  slapo_status s = G.rand_of && G.ph_of && G.need ? analyse(&G)
+                                                  : slapo_error(SLAPO_NOMEM, "cc: oom");
+  if (s == SLAPO_OK) s = compute_needs(&G);
   if (s == SLAPO_OK) {
     emit_header(&G, name);
     put(&G.b, "%s", k_prelude);
@@ -381,6 +427,7 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
   }
   slapo_free(G.rand_of);
   slapo_free(G.ph_of);
+  slapo_free(G.need);
   if (s != SLAPO_OK) {
     slapo_free(G.b.s);
     return s;

@@ -112,28 +112,42 @@ static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
        env && env->training);
 }
 
+/* The backward node reads only the inputs whose values its kernel needs
+ * (plan.bwd_reads), so the others can die during the forward; every
+ * input's element count and the row size travel as attributes. */
 static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                  const bool *need, slapo_node **dx) {
   const cc_op *c = of_fwd(node->op);
   slapo_node *args[SLAPO__CC_MAX_IN + 1];
-  int n = c->plan.n_in;
-  for (int i = 0; i < n; i++) args[i] = node->inputs[i];
-  args[n] = dy;
-  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, n + 1, args, node->n_attrs, node->attrs);
+  int64_t numels[SLAPO__CC_MAX_IN], N = numel_of(node);
+  int n = c->plan.n_in, k = 0;
+  for (int i = 0; i < n; i++) {
+    numels[i] = numel_of(node->inputs[i]);
+    if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
+  }
+  args[k++] = dy;
+  slapo_attr attrs[3] = {slapo_attr_ints("numels", n, numels),
+                         slapo_attr_int("row", row_of(node, c, N))};
+  int n_attrs = 2;
+  const slapo_attr *st = slapo_node_attr(node, "streams");
+  if (st) attrs[n_attrs++] = *st;
+  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, k, args, n_attrs, attrs);
   int64_t off = 0;
   for (int i = 0; i < n; i++) {
     const slapo_node *x = node->inputs[i];
     slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
     if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
-    off += numel_of(x);
+    off += numels[i];
   }
   return slapo_ctx_status(ctx);
 }
 
 static slapo_status bwd_infer(slapo_node *node) {
-  const cc_op *c = of_bwd(node->op);
+  const slapo_attr *ne = slapo_node_attr(node, "numels");
+  if (!ne || ne->kind != SLAPO_ATTR_INTS)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: needs the numels attribute", node->target);
   int64_t total = 0;
-  for (int i = 0; i < c->plan.n_in; i++) total += numel_of(node->inputs[i]);
+  for (int i = 0; i < ne->n; i++) total += ne->ints[i];
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &total);
 }
 
@@ -143,17 +157,19 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
   const float *ins[SLAPO__CC_MAX_IN];
   int64_t off[SLAPO__CC_MAX_IN], at = 0;
   uint64_t keys[SLAPO__CC_MAX_RAND];
+  const slapo_attr *ne = slapo_node_attr(node, "numels");
+  int k = 0;
   for (int i = 0; i < c->plan.n_in; i++) {
-    ins[i] = slapo_tensor_data(in[i]);
+    ins[i] = c->plan.bwd_reads[i] ? slapo_tensor_data(in[k++]) : NULL;
     off[i] = at;
-    at += slapo_tensor_numel(in[i]);
+    at += ne->ints[i];
   }
   keys_of(node, c, env, keys);
-  const slapo_tensor *dy = in[c->plan.n_in];
+  const slapo_tensor *dy = in[k];
   int64_t N = slapo_tensor_numel(dy);
   if (N == 0) return;
-  c->b(N, row_of(node, c, N), ins, slapo_tensor_data(dy), slapo_tensor_data(out), off, keys,
-       env ? env->step : 0, env && env->training);
+  c->b(N, slapo_node_attr_int(node, "row", N), ins, slapo_tensor_data(dy),
+       slapo_tensor_data(out), off, keys, env ? env->step : 0, env && env->training);
 }
 
 static slapo_status describe(cc_op *c, const char *name, const char *key) {
@@ -171,7 +187,7 @@ static slapo_status describe(cc_op *c, const char *name, const char *key) {
   };
   c->bwd = (slapo_op){
       .name = c->bwd_name,
-      .n_inputs = c->plan.n_in + 1,
+      .n_inputs = -1, /* the inputs it reads (plan.bwd_reads), then dy */
       .infer = bwd_infer,
       .ref = bwd_kernel,
       .contiguous_inputs = true,

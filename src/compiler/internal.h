@@ -21,6 +21,9 @@ typedef struct slapo__cc_plan {
   slapo__cc_kind kind[SLAPO__CC_MAX_IN];
   int n_rand;                        /* random nodes (dropout), graph order */
   uint64_t stream[SLAPO__CC_MAX_RAND];
+  bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
+                                        values (others: only its shape, so
+                                        the step need not keep it alive)   */
 } slapo__cc_plan;
 
 /* Kinds of inputs with these shapes against output shape [ndim]: fills

@@ -306,7 +306,7 @@ static void preconditions(void **state) {
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_INVALID_ARG,
                     "pattern 'dropout(x)' matches 3 times", "all=true");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "gcc", "F", NULL, true), SLAPO_INVALID_ARG,
-                    "no compiler 'gcc' (known: none, cc)");
+                    "no compiler 'gcc' (known: none, cc");
   slapo_pattern_free(p);
   p = parse("relu(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
