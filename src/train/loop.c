@@ -9,6 +9,7 @@
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -230,6 +231,21 @@ static slapo_status check_memory(trainer *t) {
   return SLAPO_OK;
 }
 
+/* The schedule's lines, one a line, so a run's log says what was applied. */
+static void say_schedule(trainer *t) {
+  size_t n = slapo_sched_log_count(t->sched.log);
+  for (size_t i = 0; i < n; i++) {
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    if (!f) return;
+    slapo_sched_entry_print(slapo_sched_log_entry(t->sched.log, i), f);
+    fclose(f);
+    say(t->cb, t->ud, "  %s", buf);
+    free(buf);
+  }
+}
+
 /* The model: built on meta tensors, scheduled, checked against the memory
  * it will need, then materialized and initialized from a file. Values do
  * not depend on the order: each is a function of seed, path and index, and
@@ -243,6 +259,7 @@ static slapo_status build_model(trainer *t) {
                                         &t->sched));
     say(t->cb, t->ud, "schedule: %s: applied %zu steps (%zu disabled)", c->schedule,
         t->sched.applied, c->n_disabled);
+    say_schedule(t);
   }
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters", t->fam->name, c->model_config,
       t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6);
