@@ -1,0 +1,528 @@
+/* compiler/dnnl.c - the `dnnl` backend: GEMM epilogue fusion. A region
+ *   linear(x, w[, b])  or  matmul(x, w, trans_b=1) [+ add(., b[N])]
+ * followed by a chain of relu, gelu (tanh or erf), mul_scalar and add of a
+ * full-shape input (a residual) becomes one op whose forward is ONE oneDNN
+ * matmul primitive: the bias as its bias argument, the chain as post-ops
+ * (eltwise relu / gelu_tanh / gelu_erf / linear, binary add). Primitives
+ * are cached per op, problem shape and OpenMP thread count.
+ * The backward rule is built from existing ops on the fused node's inputs
+ * and its own value y; nothing else is saved. A relu's mask comes from y
+ * (y > 0 iff the pre-activation is, when the relu is last or followed only
+ * by scales >= 1); scales and residual adds are linear. A gelu needs its
+ * input, which the fused GEMM never writes: the backward RECOMPUTES the
+ * pre-activation z = x w^T + b (one extra GEMM, `linear`) and replays the
+ * chain up to the gelu with elementwise ops. Gradients of x, w, b and the
+ * residuals are those of the unfused ops' rules (ops/linear.c, matmul.c).
+ * Equal regions (same chain and constants) share one op. Layer: compiler. */
+#include <oneapi/dnnl/dnnl.h>
+#include <math.h>
+#include <omp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/internal.h"
+#include "ops/gemm.h"
+
+#define MAX_POST 8
+#define MAX_IN 32
+#define CACHE_CAP 8
+
+typedef enum post_kind { P_RELU, P_GELU_TANH, P_GELU_ERF, P_SCALE, P_ADD } post_kind;
+
+typedef struct post {
+  post_kind kind;
+  double scale; /* P_SCALE */
+  int in;       /* P_ADD: the residual's input index */
+} post;
+
+typedef struct plan {
+  int n_in;
+  int x, w, b; /* input indices; b -1: no bias */
+  int n_post;
+  post post[MAX_POST];
+} plan;
+
+/* The problem a primitive was made for; zeroed before filling (compared as
+ * bytes). */
+typedef struct key {
+  int64_t M, N, K;
+  int64_t nthr; /* dnnl fixes its work split at creation (no padding) */
+} key;
+
+enum { MEM_SRC, MEM_WEI, MEM_BIAS, MEM_DST, MEM_POST }; /* then one per P_ADD */
+#define N_MEM (MEM_POST + MAX_POST)
+
+typedef struct entry {
+  key k;
+  dnnl_primitive_t prim;
+  dnnl_memory_t mem[N_MEM]; /* descriptors only; handles set per call */
+  bool busy;
+  uint64_t last_use;
+} entry;
+
+typedef struct dnnl_op {
+  slapo_op fwd; /* first: node->op of a fused node points here */
+  char name[112];
+  plan p;
+  pthread_mutex_t lock;
+  entry cache[CACHE_CAP]; /* lives until exit, like the op */
+  int n_cache;
+  uint64_t clock;
+} dnnl_op;
+
+static dnnl_op *of(const slapo_op *op) { return (dnnl_op *)op; }
+
+/* ---- one engine and stream for the backend ---- */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static dnnl_engine_t g_engine;
+static dnnl_stream_t g_stream;
+static bool g_ready;
+
+static void init_engine(void) {
+  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
+  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) return;
+  g_ready = true;
+}
+
+/* ---- shapes ---- */
+
+static int64_t rows_of(const slapo_node *x) {
+  int64_t r = 1;
+  for (int d = 0; d < x->ndim - 1; d++) r *= x->shape[d];
+  return r;
+}
+
+static slapo_status fwd_infer(slapo_node *node) {
+  const plan *p = &of(node->op)->p;
+  for (int i = 0; i < node->n_inputs; i++)
+    if (node->inputs[i]->dtype != SLAPO_DTYPE_F32)
+      return slapo_error(SLAPO_DTYPE, "%s: input %d is %s, expected f32", node->target, i,
+                         slapo_dtype_name(node->inputs[i]->dtype));
+  const slapo_node *x = node->inputs[p->x], *w = node->inputs[p->w];
+  if (x->ndim < 2 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
+    return slapo_error(SLAPO_SHAPE, "%s: x [.., K] (%d-d) and w [N, K] (%d-d) do not match",
+                       node->target, x->ndim, w->ndim);
+  int64_t shape[SLAPO_MAX_DIMS];
+  memcpy(shape, x->shape, sizeof shape);
+  shape[x->ndim - 1] = w->shape[0];
+  if (p->b >= 0) {
+    const slapo_node *b = node->inputs[p->b];
+    if (b->ndim != 1 || b->shape[0] != w->shape[0])
+      return slapo_error(SLAPO_SHAPE, "%s: the bias must be [%lld]", node->target,
+                         (long long)w->shape[0]);
+  }
+  for (int k = 0; k < p->n_post; k++) {
+    const slapo_node *r = node->inputs[p->post[k].in];
+    if (p->post[k].kind == P_ADD && !slapo_shape_equal(r->ndim, r->shape, x->ndim, shape))
+      return slapo_error(SLAPO_SHAPE, "%s: residual input %d must have the output's shape",
+                         node->target, p->post[k].in);
+  }
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, x->ndim, shape);
+}
+
+/* ---- the reference: the GEMM of ops/gemm.h, then the chain, each op
+ * rounded to f32 as its own reference kernel rounds ---- */
+
+static double gelu_d(double x, bool tanh_form) {
+  if (tanh_form) return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)));
+  return 0.5 * x * (1.0 + erf(x * 0.7071067811865476));
+}
+
+static void fwd_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                    const slapo_kernel_env *env) {
+  (void)env;
+  const plan *p = &of(node->op)->p;
+  slapo__gemm g;
+  slapo__gemm_init(&g, in[p->x], false, in[p->w], true, p->b >= 0 ? in[p->b] : NULL, out);
+  slapo__gemm_ref(&g);
+  float *y = slapo_tensor_data(out);
+  int64_t n = slapo_tensor_numel(out);
+  for (int k = 0; k < p->n_post; k++) {
+    const post *q = &p->post[k];
+    const float *r = q->kind == P_ADD ? slapo_tensor_data(in[q->in]) : NULL;
+    for (int64_t i = 0; i < n; i++) {
+      double v = y[i];
+      switch (q->kind) {
+      case P_RELU: v = v <= 0 ? 0.0 : v; break;
+      case P_GELU_TANH: v = gelu_d(v, true); break;
+      case P_GELU_ERF: v = gelu_d(v, false); break;
+      case P_SCALE: v = v * q->scale; break;
+      case P_ADD: v = v + r[i]; break;
+      }
+      y[i] = (float)v;
+    }
+  }
+}
+
+/* ---- the fast path: one matmul primitive with bias and post-ops ---- */
+
+static void entry_destroy(entry *e) {
+  for (int i = 0; i < N_MEM; i++)
+    if (e->mem[i]) dnnl_memory_destroy(e->mem[i]);
+  if (e->prim) dnnl_primitive_destroy(e->prim);
+  memset(e, 0, sizeof *e);
+}
+
+static bool desc2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
+  dnnl_dims_t d = {r, c}, s = {sr, sc};
+  return dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s) == dnnl_success;
+}
+
+static bool entry_create(entry *e, const plan *p, const key *k) {
+  memset(e, 0, sizeof *e);
+  e->k = *k;
+  /* src x [M, K]; weights w^T [K, N] read through w [N, K]'s strides. */
+  dnnl_memory_desc_t md[N_MEM];
+  bool ok = desc2(&md[MEM_SRC], k->M, k->K, k->K, 1) && desc2(&md[MEM_WEI], k->K, k->N, 1, k->K) &&
+            desc2(&md[MEM_BIAS], 1, k->N, k->N, 1) && desc2(&md[MEM_DST], k->M, k->N, k->N, 1);
+  dnnl_post_ops_t po = NULL;
+  dnnl_primitive_attr_t attr = NULL;
+  ok = ok && dnnl_post_ops_create(&po) == dnnl_success &&
+       dnnl_primitive_attr_create(&attr) == dnnl_success;
+  for (int i = 0; ok && i < p->n_post; i++) {
+    const post *q = &p->post[i];
+    switch (q->kind) {
+    case P_RELU: ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0, 0); break;
+    case P_GELU_TANH:
+      ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_tanh, 0, 0);
+      break;
+    case P_GELU_ERF:
+      ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0, 0);
+      break;
+    case P_SCALE:
+      ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, (float)q->scale, 0);
+      break;
+    case P_ADD:
+      ok = desc2(&md[MEM_POST + i], k->M, k->N, k->N, 1) &&
+           !dnnl_post_ops_append_binary(po, dnnl_binary_add, &md[MEM_POST + i]);
+      break;
+    }
+  }
+  ok = ok && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
+  dnnl_matmul_desc_t mm;
+  dnnl_primitive_desc_t pd = NULL;
+  ok = ok && dnnl_matmul_desc_init(&mm, &md[MEM_SRC], &md[MEM_WEI],
+                                   p->b >= 0 ? &md[MEM_BIAS] : NULL, &md[MEM_DST]) == dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, &mm, attr, g_engine, NULL) == dnnl_success;
+  ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  if (attr) dnnl_primitive_attr_destroy(attr);
+  if (po) dnnl_post_ops_destroy(po);
+  for (int i = 0; ok && i < MEM_POST + p->n_post; i++) {
+    if (i == MEM_BIAS && p->b < 0) continue;
+    if (i >= MEM_POST && p->post[i - MEM_POST].kind != P_ADD) continue;
+    ok = dnnl_memory_create(&e->mem[i], &md[i], g_engine, DNNL_MEMORY_NONE) == dnnl_success;
+  }
+  if (!ok) entry_destroy(e);
+  return ok;
+}
+
+/* A cached idle entry for k, or a new one, marked busy; *local is used
+ * (and destroyed by the caller) when every slot is busy. NULL: dnnl cannot
+ * take the problem. */
+static entry *acquire(dnnl_op *c, const key *k, entry *local, bool *cached) {
+  pthread_mutex_lock(&c->lock);
+  for (int i = 0; i < c->n_cache; i++) {
+    entry *e = &c->cache[i];
+    if (!e->busy && !memcmp(&e->k, k, sizeof *k)) {
+      e->busy = true, e->last_use = ++c->clock;
+      pthread_mutex_unlock(&c->lock);
+      return *cached = true, e;
+    }
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (!entry_create(local, &c->p, k)) return NULL;
+  entry *slot = NULL, evicted = {0};
+  pthread_mutex_lock(&c->lock);
+  if (c->n_cache < CACHE_CAP) slot = &c->cache[c->n_cache++];
+  else
+    for (int i = 0; i < CACHE_CAP; i++)
+      if (!c->cache[i].busy && (!slot || c->cache[i].last_use < slot->last_use))
+        slot = &c->cache[i];
+  if (slot) {
+    evicted = *slot;
+    *slot = *local;
+    slot->busy = true, slot->last_use = ++c->clock;
+  }
+  pthread_mutex_unlock(&c->lock);
+  if (evicted.prim) entry_destroy(&evicted);
+  *cached = slot != NULL;
+  return slot ? slot : local;
+}
+
+static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                     const slapo_kernel_env *env) {
+  dnnl_op *c = of(node->op);
+  const plan *p = &c->p;
+  key k;
+  memset(&k, 0, sizeof k);
+  k.M = rows_of(node->inputs[p->x]), k.K = in[p->w]->shape[1], k.N = in[p->w]->shape[0];
+  k.nthr = omp_get_max_threads();
+  if (k.M == 0 || k.N == 0) return;
+  pthread_once(&g_once, init_engine);
+  entry local, *e = NULL;
+  bool cached = false;
+  if (k.K > 0 && g_ready) e = acquire(c, &k, &local, &cached);
+  if (!e) {
+    fwd_ref(node, in, out, env);
+    return;
+  }
+  dnnl_exec_arg_t args[4 + MAX_POST];
+  int n = 0;
+  /* dnnl reads but never writes src, weights, bias and residuals. */
+  dnnl_memory_set_data_handle(e->mem[MEM_SRC], (void *)slapo_tensor_data(in[p->x]));
+  dnnl_memory_set_data_handle(e->mem[MEM_WEI], (void *)slapo_tensor_data(in[p->w]));
+  dnnl_memory_set_data_handle(e->mem[MEM_DST], slapo_tensor_data(out));
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SRC, e->mem[MEM_SRC]};
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_WEIGHTS, e->mem[MEM_WEI]};
+  args[n++] = (dnnl_exec_arg_t){DNNL_ARG_DST, e->mem[MEM_DST]};
+  if (p->b >= 0) {
+    dnnl_memory_set_data_handle(e->mem[MEM_BIAS], (void *)slapo_tensor_data(in[p->b]));
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem[MEM_BIAS]};
+  }
+  for (int i = 0; i < p->n_post; i++) {
+    if (p->post[i].kind != P_ADD) continue;
+    dnnl_memory_t m = e->mem[MEM_POST + i];
+    dnnl_memory_set_data_handle(m, (void *)slapo_tensor_data(in[p->post[i].in]));
+    args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, m};
+  }
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, g_stream, n, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(g_stream);
+  if (cached) {
+    pthread_mutex_lock(&c->lock);
+    e->busy = false;
+    pthread_mutex_unlock(&c->lock);
+  } else {
+    entry_destroy(e);
+  }
+  if (st != dnnl_success) fwd_ref(node, in, out, env); /* short of a bug, never */
+}
+
+/* ---- the backward rule ---- */
+
+static slapo_node *accumulate(slapo_ctx *ctx, slapo_node *acc, slapo_node *g) {
+  return acc ? slapo_add(ctx, acc, g) : g;
+}
+
+static slapo_node *apply_post(slapo_ctx *ctx, const post *q, slapo_node *v,
+                              slapo_node *const *in) {
+  switch (q->kind) {
+  case P_RELU: return slapo_relu(ctx, v);
+  case P_GELU_TANH: return slapo_gelu(ctx, v, true);
+  case P_GELU_ERF: return slapo_gelu(ctx, v, false);
+  case P_SCALE: return slapo_mul_scalar(ctx, v, q->scale);
+  case P_ADD: return slapo_add(ctx, v, in[q->in]);
+  }
+  return NULL;
+}
+
+/* A relu's mask from y: the relu is last, or only scales >= 1 follow it
+ * (s z > 0 iff z > 0 then; a scale below 1 could round a tiny z to 0). */
+static bool relu_mask_from_y(const plan *p, int k) {
+  for (int j = k + 1; j < p->n_post; j++)
+    if (p->post[j].kind != P_SCALE || !(p->post[j].scale >= 1.0)) return false;
+  return true;
+}
+
+static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  const plan *p = &of(node->op)->p;
+  slapo_node *const *in = node->inputs;
+  /* val[k]: the input of post-op k (val[0] = z, the GEMM's output with
+   * bias), recomputed up to the last one a gradient needs. */
+  int upto = -1;
+  for (int k = 0; k < p->n_post; k++) {
+    post_kind q = p->post[k].kind;
+    if (q == P_GELU_TANH || q == P_GELU_ERF || (q == P_RELU && !relu_mask_from_y(p, k)))
+      upto = k;
+  }
+  slapo_node *val[MAX_POST + 1] = {0};
+  if (upto >= 0) {
+    val[0] = slapo_linear(ctx, in[p->x], in[p->w], p->b >= 0 ? in[p->b] : NULL);
+    for (int k = 0; k < upto; k++) val[k + 1] = apply_post(ctx, &p->post[k], val[k], in);
+  }
+  slapo_node *acc[MAX_IN] = {0}, *g = dy;
+  for (int k = p->n_post - 1; k >= 0; k--) {
+    const post *q = &p->post[k];
+    slapo_attr a;
+    switch (q->kind) {
+    case P_SCALE: g = slapo_mul_scalar(ctx, g, q->scale); break;
+    case P_ADD:
+      if (need[q->in]) acc[q->in] = accumulate(ctx, acc[q->in], g);
+      break;
+    case P_RELU:
+      g = slapo_op_apply(ctx, SLAPO_OP_DESC(relu_backward), 2,
+                         (slapo_node *[]){val[k] ? val[k] : node, g}, 0, NULL);
+      break;
+    case P_GELU_TANH:
+    case P_GELU_ERF:
+      a = slapo_attr_str("approximate", q->kind == P_GELU_TANH ? "tanh" : "none");
+      g = slapo_op_apply(ctx, SLAPO_OP_DESC(gelu_backward), 2, (slapo_node *[]){val[k], g}, 1,
+                         &a);
+      break;
+    }
+  }
+  /* g: the gradient of z = x w^T + b, as linear's rule takes it. */
+  slapo_node *x = in[p->x], *w = in[p->w];
+  int nd = x->ndim;
+  int64_t rows = rows_of(x), K = w->shape[1], N = w->shape[0];
+  if (need[p->x]) acc[p->x] = accumulate(ctx, acc[p->x], slapo_matmul(ctx, g, w, false, false));
+  if (need[p->w]) {
+    slapo_node *g2 = nd == 2 ? g : slapo_reshape(ctx, g, 2, (int64_t[]){rows, N});
+    slapo_node *x2 = nd == 2 ? x : slapo_reshape(ctx, x, 2, (int64_t[]){rows, K});
+    acc[p->w] = accumulate(ctx, acc[p->w], slapo_matmul(ctx, g2, x2, true, false));
+  }
+  if (p->b >= 0 && need[p->b]) {
+    int64_t axes[SLAPO_MAX_DIMS];
+    for (int i = 0; i < nd - 1; i++) axes[i] = i;
+    acc[p->b] = accumulate(ctx, acc[p->b], slapo_sum(ctx, g, nd - 1, axes, false));
+  }
+  for (int i = 0; i < p->n_in; i++)
+    if (need[i])
+      dx[i] = acc[i] ? acc[i] : slapo_full(ctx, in[i]->ndim, in[i]->shape, 0.0);
+  return slapo_ctx_status(ctx);
+}
+
+/* ---- compile: the region as a plan ---- */
+
+static int input_index(slapo_node *const *ph, int n, const slapo_node *v) {
+  for (int i = 0; i < n; i++)
+    if (ph[i] == v) return i;
+  return -1;
+}
+
+static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t cap) {
+  slapo_node *ph[MAX_IN], *ops[MAX_POST + 2], *out = NULL;
+  int n_ops = 0;
+  memset(p, 0, sizeof *p);
+  p->b = -1;
+  for (slapo_node *r = slapo_graph_first(region); r; r = r->next) {
+    if (r->kind == SLAPO_NODE_PLACEHOLDER) {
+      if (p->n_in == MAX_IN)
+        return slapo_error(SLAPO_UNSUPPORTED, "dnnl: more than %d inputs", MAX_IN);
+      ph[p->n_in++] = r;
+    } else if (r->kind == SLAPO_NODE_CALL_OP) {
+      if (n_ops == MAX_POST + 2)
+        return slapo_error(SLAPO_UNSUPPORTED, "dnnl: more than %d post-ops", MAX_POST);
+      ops[n_ops++] = r;
+    } else if (r->kind == SLAPO_NODE_OUTPUT) {
+      out = r;
+    }
+  }
+  if (n_ops == 0 || !out || out->n_inputs != 1)
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region must start with a matmul or linear");
+  slapo_node *g0 = ops[0];
+  bool is_linear = g0->op == SLAPO_OP_DESC(linear), is_mm = g0->op == SLAPO_OP_DESC(matmul);
+  if (!is_linear && !is_mm)
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region must start with a matmul or linear, "
+                       "not %s (%%%s)", g0->op->name, g0->name);
+  if (is_mm &&
+      (slapo_node_attr_int(g0, "trans_b", 0) != 1 || slapo_node_attr_int(g0, "trans_a", 0)))
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: matmul (%%%s) must be matmul(x, w, trans_b=1) "
+                       "with w [N, K]", g0->name);
+  for (int i = 0; i < g0->n_inputs; i++)
+    if (input_index(ph, p->n_in, g0->inputs[i]) < 0)
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s): its operands must be region inputs",
+                         g0->op->name, g0->name);
+  p->x = input_index(ph, p->n_in, g0->inputs[0]);
+  p->w = input_index(ph, p->n_in, g0->inputs[1]);
+  if (g0->n_inputs == 3) p->b = input_index(ph, p->n_in, g0->inputs[2]);
+  if (g0->inputs[0]->ndim < 2 || g0->inputs[1]->ndim != 2)
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s): x must be [.., K] with 2 or more "
+                       "dims and w [N, K]", g0->op->name, g0->name);
+  size_t used = (size_t)snprintf(desc, cap, "dnnl1 n%d x%d w%d", p->n_in, p->x, p->w);
+  for (int k = 1; k < n_ops; k++) {
+    slapo_node *n = ops[k], *prev = ops[k - 1];
+    if (prev->n_users != 1)
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %%%s is used %d times; only a chain of "
+                         "post-ops fuses", prev->name, prev->n_users);
+    const slapo_op *op = n->op;
+    int at = n->n_inputs > 0 && n->inputs[0] == prev   ? 0
+             : n->n_inputs > 1 && n->inputs[1] == prev ? 1
+                                                       : -1;
+    if (at < 0)
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s) does not take %%%s; only a chain of "
+                         "post-ops fuses", op->name, n->name, prev->name);
+    post q = {0};
+    if (op == SLAPO_OP_DESC(relu)) {
+      q.kind = P_RELU;
+    } else if (op == SLAPO_OP_DESC(gelu)) {
+      const char *a = slapo_node_attr_str(n, "approximate", "none");
+      q.kind = !strcmp(a, "tanh") ? P_GELU_TANH : P_GELU_ERF;
+    } else if (op == SLAPO_OP_DESC(mul_scalar)) {
+      q.kind = P_SCALE, q.scale = slapo_node_attr_float(n, "value", 1.0);
+    } else if (op == SLAPO_OP_DESC(add)) {
+      const slapo_node *o = n->inputs[1 - at];
+      int oi = input_index(ph, p->n_in, o);
+      if (oi < 0 || o == prev)
+        return slapo_error(SLAPO_UNSUPPORTED, "dnnl: add (%%%s): the other operand must be a "
+                           "region input", n->name);
+      bool row = o->ndim == 1 && o->shape[0] == n->shape[n->ndim - 1];
+      if (row && k == 1 && p->b < 0) {
+        p->b = oi; /* the bias of matmul + add, as oneDNN's bias argument */
+        continue;
+      }
+      if (!slapo_shape_equal(o->ndim, o->shape, n->ndim, n->shape))
+        return slapo_error(SLAPO_UNSUPPORTED, "dnnl: add (%%%s) of a %d-d input that is neither "
+                           "the [N] bias right after the GEMM nor a full-shape residual; oneDNN's "
+                           "binary post-op is only used for those", n->name, o->ndim);
+      q.kind = P_ADD, q.in = oi;
+    } else {
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s) has no oneDNN post-op", op->name,
+                         n->name);
+    }
+    if (p->n_post == MAX_POST)
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: more than %d post-ops", MAX_POST);
+    p->post[p->n_post++] = q;
+    used += (size_t)snprintf(desc + used, used < cap ? cap - used : 0, " p%d:%a:%d", q.kind,
+                             q.scale, q.in);
+  }
+  if (out->inputs[0] != ops[n_ops - 1])
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region's result is not its last op");
+  snprintf(desc + used, used < cap ? cap - used : 0, " b%d", p->b);
+  return used < cap ? SLAPO_OK : slapo_error(SLAPO_LIMIT, "dnnl: region too long");
+}
+
+static slapo_status dnnl_compile(const slapo_graph *region, const char *name,
+                                 const slapo_compile_opts *opts, const slapo_op **out) {
+  *out = NULL;
+  if (opts && opts->n > 0)
+    return slapo_error(SLAPO_INVALID_ARG, "dnnl: unknown option '%s' (the dnnl backend takes "
+                       "none)", opts->keys[0]);
+  plan p;
+  char desc[512];
+  SLAPO_TRY(parse(region, &p, desc, sizeof desc));
+  char op_name[112];
+  snprintf(op_name, sizeof op_name, "%s_%08llx", name,
+           (unsigned long long)(slapo_hash_str(desc) & 0xffffffffu));
+  if ((*out = slapo_op_find(op_name))) return SLAPO_OK; /* the same region fused before */
+  dnnl_op *c = slapo_calloc(1, sizeof *c); /* lives until exit, like every registered op */
+  if (!c) return slapo_error(SLAPO_NOMEM, "dnnl: out of memory");
+  c->p = p;
+  pthread_mutex_init(&c->lock, NULL);
+  memcpy(c->name, op_name, sizeof op_name);
+  c->fwd = (slapo_op){
+      .name = c->name,
+      .n_inputs = p.n_in,
+      .infer = fwd_infer,
+      .ref = fwd_ref,
+      .fast = fwd_fast,
+      .backward = fwd_backward,
+      .contiguous_inputs = true,
+      .doc = "a GEMM with bias and post-ops, one oneDNN matmul (dnnl backend); the backward "
+             "recomputes the pre-activation (one extra GEMM) when a gelu needs it",
+      .test = {.exempt = "registered at run time; tested against the none backend"},
+  };
+  SLAPO_TRY(slapo_op_register(&c->fwd));
+  *out = &c->fwd;
+  return SLAPO_OK;
+}
+
+const slapo_compiler slapo__compiler_dnnl = {
+    .name = "dnnl",
+    .summary = "a matmul/linear with its bias and a chain of relu, gelu, scale and residual add "
+               "as one oneDNN matmul primitive with post-ops",
+    .compile = dnnl_compile,
+};
