@@ -11,7 +11,7 @@ DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
 # `make run` trains GPT-2 `small` on the fortunes corpus for a few minutes and
 # draws its loss plot ($(BUILD)/loss.svg);
 # RUN_STEPS shortens it (the fresh-root check uses it) whatever RUN_ARGS says.
-RUN_ARGS ?= --config small --metrics $(BUILD)/run-metrics.jsonl --plot $(BUILD)/loss.svg
+RUN_ARGS ?= --config small --schedule default --metrics $(BUILD)/run-metrics.jsonl --plot $(BUILD)/loss.svg
 RUN_STEPS ?=
 
 # `make fuzz`: libFuzzer harnesses (tests/fuzz), FUZZ_SECONDS each, built with

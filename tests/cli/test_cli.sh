@@ -166,7 +166,7 @@ check "models: 1.5B on meta" out "1557.61M parameters"
 run "verify unknown model" 2 "$SLAPO" verify --model bert --schedule x.sched
 check "verify unknown model" err "unknown model 'bert' (known: gpt2)"
 run "show default schedule" 0 "$SLAPO" show --config tiny --schedule default
-check "show default schedule" out "gpt2_flash_attention.sched: 5 steps"
+check "show default schedule" out "gpt2.sched: 28 steps"
 run "models extra arg" 2 "$SLAPO" models now
 check "models extra arg" err "unexpected argument 'now'"
 # The memory estimate: printed by show (meta tensors: 1.5B costs nothing);

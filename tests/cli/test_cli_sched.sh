@@ -216,5 +216,13 @@ TC=schedules/gpt2_trace_checkpoint.sched
 run "find on $TC" 0 "$SLAPO" find --config tiny --schedule "$TC" --regex 'mlp\.act' transformer.h.3
 check "find on $TC: block 3 traced" out "^1 match of regex"
 
+# Every schedule file in the repository keeps the model's numerics (dropout
+# on; tolerance where a primitive changes arithmetic). The kernel cache of
+# fused ones goes to the test's scratch directory.
+for f in schedules/*.sched; do
+  run "verify $f" 0 env SLAPO_CACHE_DIR="$TMP/cache" "$SLAPO" verify --config tiny --schedule "$f"
+  check "verify $f: ok" out "^verify: ok"
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
