@@ -175,18 +175,20 @@ static void print_profile(prof_table *pr, int steps) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--profile] [--machine]\n"
+          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--schedule F]\n"
+          "                   [--profile] [--machine]\n"
           "  --config   GPT-2 config (tiny, small, 124M, ...)  [small]\n"
           "  --batch    sequences per step                    [4]\n"
           "  --seq      tokens per sequence                   [256]\n"
           "  --steps    timed steps, after 2 warm-up steps    [10]\n"
+          "  --schedule a .sched file applied to the model      [none]\n"
           "  --profile  print mean ms per op type\n"
           "  --machine  print the CPU and kernel line only\n"
           "OMP_NUM_THREADS sets the threads (default: all processors).\n");
 }
 
 int main(int argc, char **argv) {
-  const char *config = "small";
+  const char *config = "small", *schedule = NULL;
   int64_t B = 4, T = 256;
   int steps = 10;
   bool profile = false;
@@ -195,6 +197,7 @@ int main(int argc, char **argv) {
                                         {"seq", required_argument, NULL, 't'},
                                         {"steps", required_argument, NULL, 's'},
                                         {"profile", no_argument, NULL, 'p'},
+                                        {"schedule", required_argument, NULL, 'S'},
                                         {"machine", no_argument, NULL, 'm'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
@@ -205,6 +208,7 @@ int main(int argc, char **argv) {
     case 't': T = atoll(optarg); break;
     case 's': steps = atoi(optarg); break;
     case 'p': profile = true; break;
+    case 'S': schedule = optarg; break;
     case 'm': bench_print_machine(stdout, "bench_train"); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
@@ -221,6 +225,11 @@ int main(int argc, char **argv) {
   slapo_module *model;
   CHECK(slapo_gpt2_config_named(config, &cfg));
   CHECK(slapo_gpt2_new(&cfg, &model));
+  slapo_schedule_run sched = {0};
+  if (schedule) {
+    CHECK(slapo_models_init());
+    CHECK(slapo_schedule_file_apply(model, schedule, NULL, 0, &sched));
+  }
   CHECK(slapo_module_materialize(model, 1));
   slapo_plan_opts opts = {.timing = profile};
   slapo_runner *r;
@@ -302,6 +311,7 @@ int main(int argc, char **argv) {
   slapo_tensor_free(y);
   slapo_adamw_free(opt);
   slapo_runner_free(r);
+  slapo_schedule_run_deinit(&sched);
   slapo_module_free(model);
   return 0;
 }

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../primitives/prim_test.h"
@@ -329,6 +330,40 @@ static void preconditions(void **state) {
   pt_sched_free(root);
 }
 
+/* Processes filling one cache at once: each builds and loads the object;
+ * the cache ends with one object and no temporary files. */
+static void concurrent_cache_fill(void **state) {
+  (void)state;
+  char dir[300];
+  snprintf(dir, sizeof dir, "%s/concurrent", g_cache);
+  setenv("SLAPO_CACHE_DIR", dir, 1);
+  const char *src = "#include <stdint.h>\n"
+                    "void slapo_cc_fwd(void) {}\nvoid slapo_cc_bwd(void) {}\n/* concurrency */\n";
+  pid_t kids[4];
+  for (int k = 0; k < 4; k++) {
+    if ((kids[k] = fork()) == 0) {
+      slapo__cc_fwd_fn f;
+      slapo__cc_bwd_fn b;
+      char key[17];
+      _exit(slapo__cc_build(src, &f, &b, key) == SLAPO_OK && f && b ? 0 : 1);
+    }
+  }
+  for (int k = 0; k < 4; k++) {
+    int st = 0;
+    waitpid(kids[k], &st, 0);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  }
+  char cmd[1024], out[64] = "";
+  snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '\\.so$'; ls '%s' | grep -c tmp", dir, dir);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  pclose(p);
+  out[n] = '\0';
+  assert_string_equal(out, "1\n0\n");
+  setenv("SLAPO_CACHE_DIR", g_cache, 1);
+}
+
 /* fuse_all on flattened blocks: every elementwise region, never across an
  * escaping value; the residual stream's adds are used twice, so the bias
  * and dropout regions stop at them. */
@@ -408,6 +443,7 @@ int main(void) {
       cmocka_unit_test(preconditions),
       cmocka_unit_test(golden_source),
       cmocka_unit_test(fuse_all_blocks),
+      cmocka_unit_test(concurrent_cache_fill),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
