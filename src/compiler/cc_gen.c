@@ -214,8 +214,7 @@ static slapo_status emit_values(gen *G, const char *indent, bool bwd) {
     names_of(n, nm, "0");
     const char *names[5] = {nm[0], nm[1], NULL, NULL, nm[4]};
     if (G->rand_of[n->id] >= 0)
-      put(&G->b, "%sconst float u%d = slapo_cc_uniform(keys[%d], step, (uint64_t)i);\n", indent,
-          n->id, G->rand_of[n->id]);
+      put(&G->b, "%sconst float u%d = ub%d[c - c0];\n", indent, n->id, n->id);
     if (skip) continue;
     put(&G->b, "%sconst float v%d = ", indent, n->id);
     if (G->rand_of[n->id] >= 0) put(&G->b, "!training ? v%d : ", n->inputs[0]->id);
@@ -279,6 +278,32 @@ static const char k_prelude[] =
     "  uint32_t w[4] = {c0, c1, c2, c3};\n"
     "  return (float)(w[i & 3] >> 8) * (1.0f / 16777216.0f);\n"
     "}\n\n"
+    "/* u[k] = slapo_cc_uniform(key, step, base + k) for k < n <= 64, each Philox\n"
+    " * block computed once for its four elements (the blocks side by side). */\n"
+    "static inline void slapo_cc_uniforms(uint64_t key, uint64_t step, uint64_t base, int n,\n"
+    "                                     float *u) {\n"
+    "  const uint64_t b0 = base >> 2;\n"
+    "  const int nb = (int)(((base + (uint64_t)n + 3) >> 2) - b0);\n"
+    "  uint32_t w0[17], w1[17], w2[17], w3[17];\n"
+    "#pragma omp simd\n"
+    "  for (int j = 0; j < nb; j++) {\n"
+    "    uint64_t blk = b0 + (uint64_t)j;\n"
+    "    uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = (uint32_t)step,\n"
+    "             c3 = (uint32_t)(step >> 32), k0 = (uint32_t)key, k1 = (uint32_t)(key >> 32);\n"
+    "    for (int r = 0; r < 10; r++) {\n"
+    "      uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
+    "      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
+    "      c1 = (uint32_t)p1, c3 = (uint32_t)p0, c0 = n0, c2 = n2;\n"
+    "      k0 += 0x9E3779B9u, k1 += 0xBB67AE85u;\n"
+    "    }\n"
+    "    w0[j] = c0, w1[j] = c1, w2[j] = c2, w3[j] = c3;\n"
+    "  }\n"
+    "  for (int k = 0; k < n; k++) {\n"
+    "    const uint64_t e = base + (uint64_t)k, j = (e >> 2) - b0, q = e & 3;\n"
+    "    const uint32_t x = q == 0 ? w0[j] : q == 1 ? w1[j] : q == 2 ? w2[j] : w3[j];\n"
+    "    u[k] = (float)(x >> 8) * (1.0f / 16777216.0f);\n"
+    "  }\n"
+    "}\n\n"
     "#define CB 64 /* columns per block */\n\n";
 
 static void emit_header(gen *G, const char *name) {
@@ -298,6 +323,16 @@ static void emit_header(gen *G, const char *name) {
              " * elements for a one-value input, in a fixed order). */\n");
 }
 
+/* Before a block's column loop: each random node's uniforms for the
+ * block's elements r * C + c0 .. r * C + c1 - 1. */
+static void emit_uniforms(gen *G, const char *indent) {
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
+    if (n->kind == SLAPO_NODE_CALL_OP && G->rand_of[n->id] >= 0)
+      put(&G->b, "%sfloat ub%d[CB];\n%sif (training) slapo_cc_uniforms(keys[%d], step, "
+                 "(uint64_t)(r * C + c0), (int)(c1 - c0), ub%d);\n",
+          indent, n->id, indent, G->rand_of[n->id], n->id);
+}
+
 static void emit_fwd(gen *G, slapo_status *s) {
   put(&G->b, "void slapo_cc_fwd(int64_t N, int64_t C, const float *const *in, float *y,\n"
              "                 const uint64_t *keys, uint64_t step, int training) {\n"
@@ -305,8 +340,9 @@ static void emit_fwd(gen *G, slapo_status *s) {
              "  const int64_t R = N / C, nb = (C + CB - 1) / CB;\n"
              "#pragma omp parallel for schedule(static)\n"
              "  for (int64_t blk = 0; blk < R * nb; blk++) {\n"
-             "    const int64_t r = blk / nb, c0 = blk %% nb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n"
-             "#pragma omp simd\n"
+             "    const int64_t r = blk / nb, c0 = blk %% nb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n");
+  emit_uniforms(G, "    ");
+  put(&G->b, "#pragma omp simd\n"
              "    for (int64_t c = c0; c < c1; c++) {\n"
              "      const int64_t i = r * C + c;\n"
              "      (void)i;\n");
@@ -333,8 +369,9 @@ static void emit_bwd(gen *G, slapo_status *s) {
     if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
   }
   /* Scalar sums stay sequential (a simd reduction would reorder them). */
-  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n%s"
-             "      for (int64_t c = c0; c < c1; c++) {\n"
+  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n");
+  emit_uniforms(G, "      ");
+  put(&G->b, "%s      for (int64_t c = c0; c < c1; c++) {\n"
              "        const int64_t i = r * C + c;\n",
       n_scalar ? "" : "#pragma omp simd\n");
   if (*s == SLAPO_OK) *s = emit_values(G, "        ", true);
