@@ -85,6 +85,7 @@ slapo__value_verdict slapo__value_classify(const char *tok, slapo_sched_arg *out
 
 void slapo__format_float(double v, char *buf, size_t cap) {
   SLAPO_ASSERT(cap >= 32 && isfinite(v));
+  if (!buf) return; /* (also tells GCC's -Wformat-truncation it is not NULL) */
   for (int prec = 1; prec <= 17; prec++) {
     snprintf(buf, cap, "%.*g", prec, v);
     if (strtod(buf, NULL) == v) break;
