@@ -4,7 +4,8 @@
  * full-shape input (a residual) becomes one op whose forward is ONE oneDNN
  * matmul primitive: the bias as its bias argument, the chain as post-ops
  * (eltwise relu / gelu_tanh / gelu_erf / linear, binary add). Primitives
- * are cached per op, problem shape and OpenMP thread count.
+ * are cached per op (ops/dnnl_cache.h), keyed by problem shape and OpenMP
+ * thread count.
  * The backward rule is built from existing ops on the fused node's inputs
  * and its own value y; nothing else is saved. A relu's mask comes from y
  * (y > 0 iff the pre-activation is, when the relu is last or followed only
@@ -17,11 +18,11 @@
 #include <oneapi/dnnl/dnnl.h>
 #include <math.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "compiler/internal.h"
+#include "ops/dnnl_cache.h"
 #include "ops/gemm.h"
 
 #define MAX_POST 8
@@ -52,39 +53,25 @@ typedef struct key {
 
 enum { MEM_SRC, MEM_WEI, MEM_BIAS, MEM_DST, MEM_POST }; /* then one per P_ADD */
 #define N_MEM (MEM_POST + MAX_POST)
-
-typedef struct entry {
-  key k;
-  dnnl_primitive_t prim;
-  dnnl_memory_t mem[N_MEM]; /* descriptors only; handles set per call */
-  bool busy;
-  uint64_t last_use;
-} entry;
+_Static_assert(N_MEM <= SLAPO__DNNL_MAX_MEM, "the cache's memory objects");
 
 typedef struct dnnl_op {
   slapo_op fwd; /* first: node->op of a fused node points here */
   char name[112];
   plan p;
-  pthread_mutex_t lock;
-  entry cache[CACHE_CAP]; /* lives until exit, like the op */
-  int n_cache;
-  uint64_t clock;
+  /* Per op, as the key does not name the plan; lives until exit, like the
+   * op, so LSan sees the primitives as reachable. */
+  slapo__dnnl_cache cache;
+  slapo__dnnl_entry slots[CACHE_CAP];
 } dnnl_op;
 
+/* What the cache's create function needs: the plan and the problem. */
+typedef struct create_args {
+  const plan *p;
+  const key *k;
+} create_args;
+
 static dnnl_op *of(const slapo_op *op) { return (dnnl_op *)op; }
-
-/* ---- one engine and stream for the backend ---- */
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
-static bool g_ready;
-
-static void init_engine(void) {
-  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
-  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) return;
-  g_ready = true;
-}
 
 /* ---- shapes ---- */
 
@@ -158,21 +145,17 @@ static void fwd_ref(const slapo_node *node, const slapo_tensor *const *in, slapo
 
 /* ---- the fast path: one matmul primitive with bias and post-ops ---- */
 
-static void entry_destroy(entry *e) {
-  for (int i = 0; i < N_MEM; i++)
-    if (e->mem[i]) dnnl_memory_destroy(e->mem[i]);
-  if (e->prim) dnnl_primitive_destroy(e->prim);
-  memset(e, 0, sizeof *e);
-}
-
 static bool desc2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int64_t sc) {
   dnnl_dims_t d = {r, c}, s = {sr, sc};
   return dnnl_memory_desc_init_by_strides(md, 2, d, dnnl_f32, s) == dnnl_success;
 }
 
-static bool entry_create(entry *e, const plan *p, const key *k) {
-  memset(e, 0, sizeof *e);
-  e->k = *k;
+/* The cache's create function (ud: create_args). */
+static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
+  const create_args *a = ud;
+  const plan *p = a->p;
+  const key *k = a->k;
+  dnnl_engine_t eng = slapo__dnnl_engine();
   /* src x [M, K]; weights w^T [K, N] read through w [N, K]'s strides. */
   dnnl_memory_desc_t md[N_MEM];
   bool ok = desc2(&md[MEM_SRC], k->M, k->K, k->K, 1) && desc2(&md[MEM_WEI], k->K, k->N, 1, k->K) &&
@@ -205,7 +188,7 @@ static bool entry_create(entry *e, const plan *p, const key *k) {
   dnnl_primitive_desc_t pd = NULL;
   ok = ok && dnnl_matmul_desc_init(&mm, &md[MEM_SRC], &md[MEM_WEI],
                                    p->b >= 0 ? &md[MEM_BIAS] : NULL, &md[MEM_DST]) == dnnl_success;
-  ok = ok && dnnl_primitive_desc_create(&pd, &mm, attr, g_engine, NULL) == dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, &mm, attr, eng, NULL) == dnnl_success;
   ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (attr) dnnl_primitive_attr_destroy(attr);
@@ -213,43 +196,9 @@ static bool entry_create(entry *e, const plan *p, const key *k) {
   for (int i = 0; ok && i < MEM_POST + p->n_post; i++) {
     if (i == MEM_BIAS && p->b < 0) continue;
     if (i >= MEM_POST && p->post[i - MEM_POST].kind != P_ADD) continue;
-    ok = dnnl_memory_create(&e->mem[i], &md[i], g_engine, DNNL_MEMORY_NONE) == dnnl_success;
+    ok = dnnl_memory_create(&e->mem[i], &md[i], eng, DNNL_MEMORY_NONE) == dnnl_success;
   }
-  if (!ok) entry_destroy(e);
   return ok;
-}
-
-/* A cached idle entry for k, or a new one, marked busy; *local is used
- * (and destroyed by the caller) when every slot is busy. NULL: dnnl cannot
- * take the problem. */
-static entry *acquire(dnnl_op *c, const key *k, entry *local, bool *cached) {
-  pthread_mutex_lock(&c->lock);
-  for (int i = 0; i < c->n_cache; i++) {
-    entry *e = &c->cache[i];
-    if (!e->busy && !memcmp(&e->k, k, sizeof *k)) {
-      e->busy = true, e->last_use = ++c->clock;
-      pthread_mutex_unlock(&c->lock);
-      return *cached = true, e;
-    }
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (!entry_create(local, &c->p, k)) return NULL;
-  entry *slot = NULL, evicted = {0};
-  pthread_mutex_lock(&c->lock);
-  if (c->n_cache < CACHE_CAP) slot = &c->cache[c->n_cache++];
-  else
-    for (int i = 0; i < CACHE_CAP; i++)
-      if (!c->cache[i].busy && (!slot || c->cache[i].last_use < slot->last_use))
-        slot = &c->cache[i];
-  if (slot) {
-    evicted = *slot;
-    *slot = *local;
-    slot->busy = true, slot->last_use = ++c->clock;
-  }
-  pthread_mutex_unlock(&c->lock);
-  if (evicted.prim) entry_destroy(&evicted);
-  *cached = slot != NULL;
-  return slot ? slot : local;
 }
 
 static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
@@ -261,10 +210,11 @@ static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slap
   k.M = rows_of(node->inputs[p->x]), k.K = in[p->w]->shape[1], k.N = in[p->w]->shape[0];
   k.nthr = omp_get_max_threads();
   if (k.M == 0 || k.N == 0) return;
-  pthread_once(&g_once, init_engine);
-  entry local, *e = NULL;
-  bool cached = false;
-  if (k.K > 0 && g_ready) e = acquire(c, &k, &local, &cached);
+  dnnl_stream_t stream = slapo__dnnl_stream();
+  slapo__dnnl_entry local, *e = NULL;
+  create_args ca = {p, &k};
+  if (k.K > 0 && stream)
+    e = slapo__dnnl_acquire(&c->cache, &k, sizeof k, entry_create, &ca, &local);
   if (!e) {
     fwd_ref(node, in, out, env);
     return;
@@ -288,15 +238,9 @@ static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slap
     dnnl_memory_set_data_handle(m, (void *)slapo_tensor_data(in[p->post[i].in]));
     args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(i) | DNNL_ARG_SRC_1, m};
   }
-  dnnl_status_t st = dnnl_primitive_execute(e->prim, g_stream, n, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(g_stream);
-  if (cached) {
-    pthread_mutex_lock(&c->lock);
-    e->busy = false;
-    pthread_mutex_unlock(&c->lock);
-  } else {
-    entry_destroy(e);
-  }
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, stream, n, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(stream);
+  slapo__dnnl_release(&c->cache, e);
   if (st != dnnl_success) fwd_ref(node, in, out, env); /* short of a bug, never */
 }
 
@@ -501,7 +445,7 @@ static slapo_status dnnl_compile(const slapo_graph *region, const char *name,
   dnnl_op *c = slapo_calloc(1, sizeof *c); /* lives until exit, like every registered op */
   if (!c) return slapo_error(SLAPO_NOMEM, "dnnl: out of memory");
   c->p = p;
-  pthread_mutex_init(&c->lock, NULL);
+  slapo__dnnl_cache_init(&c->cache, c->slots, CACHE_CAP);
   memcpy(c->name, op_name, sizeof op_name);
   c->fwd = (slapo_op){
       .name = c->name,

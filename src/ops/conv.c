@@ -15,10 +15,10 @@
  * cached per problem. Layer: ops. */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/dnnl_cache.h"
 #include "ops/internal.h"
 
 /* ---- geometry ---- */
@@ -284,41 +284,17 @@ typedef struct conv_key {
   conv_geom g;
   int kind, has_bias, nthr;
 } conv_key;
+_Static_assert(sizeof(conv_key) <= SLAPO__DNNL_KEY_MAX, "the cache's key room");
 
 /* Arguments in dnnl's order for each kind; MEM_BIAS only for FWD. */
 enum { MEM_0, MEM_1, MEM_OUT, MEM_BIAS, N_MEM };
 
-typedef struct entry {
-  conv_key k;
-  dnnl_primitive_t prim;
-  dnnl_memory_t mem[N_MEM]; /* descriptors only; handles set per call */
-  bool busy;                /* in use by one caller (memory handles)  */
-} entry;
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
-static bool g_ready;
-
-static void init_engine(void) {
-  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
-  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) return;
-  g_ready = true;
-}
-
-static void entry_destroy(entry *e) {
-  for (int i = 0; i < N_MEM; i++)
-    if (e->mem[i]) dnnl_memory_destroy(e->mem[i]);
-  if (e->prim) dnnl_primitive_destroy(e->prim);
-  memset(e, 0, sizeof *e);
-}
-
-/* Creates the primitive of k and its memory objects; false (e cleared)
- * when oneDNN refuses. Every kind is created from the forward descriptor
- * (a backward primitive needs it as a hint). */
-static bool entry_create(entry *e, const conv_key *k) {
-  memset(e, 0, sizeof *e);
-  e->k = *k;
+/* The cache's create function: the primitive of the key ud and its memory
+ * objects; false when oneDNN refuses. Every kind is created from the
+ * forward descriptor (a backward primitive needs it as a hint). */
+static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
+  const conv_key *k = ud;
+  dnnl_engine_t eng = slapo__dnnl_engine();
   const conv_geom *g = &k->g;
   dnnl_dims_t xd = {g->N, g->C, g->H, g->W}, yd = {g->N, g->O, g->OH, g->OW}, bd = {g->O};
   dnnl_dims_t wd = {g->G, g->O / g->G, g->C / g->G, g->KH, g->KW};
@@ -341,7 +317,7 @@ static bool entry_create(entry *e, const conv_key *k) {
                                                  dnnl_convolution_direct, &xmd, &wmd,
                                                  bias ? &bmd : NULL, &ymd, st, dil, pad,
                                                  pad) != dnnl_success ||
-      dnnl_primitive_desc_create(&fpd, &fd, NULL, g_engine, NULL) != dnnl_success)
+      dnnl_primitive_desc_create(&fpd, &fd, NULL, eng, NULL) != dnnl_success)
     return false;
   dnnl_status_t s = dnnl_success;
   if (k->kind == FWD) {
@@ -352,7 +328,7 @@ static bool entry_create(entry *e, const conv_key *k) {
                   &bd_desc, dnnl_convolution_direct, &xmd, &wmd, &ymd, st, dil, pad, pad)
             : dnnl_dilated_convolution_backward_weights_desc_init(
                   &bd_desc, dnnl_convolution_direct, &xmd, &wmd, NULL, &ymd, st, dil, pad, pad);
-    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &bd_desc, NULL, g_engine, fpd);
+    if (s == dnnl_success) s = dnnl_primitive_desc_create(&pd, &bd_desc, NULL, eng, fpd);
     dnnl_primitive_desc_destroy(fpd);
     if (s != dnnl_success) return false;
   }
@@ -369,46 +345,20 @@ static bool entry_create(entry *e, const conv_key *k) {
                                              {&xmd, &ymd, &wmd, NULL}};
   for (int i = 0; i < N_MEM; i++) {
     const dnnl_memory_desc_t *md = mds[k->kind][i];
-    if (md && dnnl_memory_create(&e->mem[i], md, g_engine, DNNL_MEMORY_NONE) != dnnl_success) {
+    if (md && dnnl_memory_create(&e->mem[i], md, eng, DNNL_MEMORY_NONE) != dnnl_success) {
       e->mem[i] = NULL;
-      entry_destroy(e);
       return false;
     }
   }
   return true;
 }
 
-/* A small cache: a training step has a handful of distinct convolutions.
- * Once full, further problems create and destroy their primitive per call.
- * Static, so LSan sees the primitives as reachable; never freed. */
+/* A small cache: a training step has a handful of distinct convolutions;
+ * once full, the least recently used idle entry goes. Static, so LSan sees
+ * the primitives as reachable; never freed. */
 #define CACHE_CAP 64
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static entry g_cache[CACHE_CAP];
-static int g_n;
-
-/* An idle cached entry for k, marked busy; else a new one (cached when
- * there is room); NULL when oneDNN refuses. *cached says which. */
-static entry *acquire(const conv_key *k, entry *local, bool *cached) {
-  pthread_mutex_lock(&g_lock);
-  for (int i = 0; i < g_n; i++)
-    if (!g_cache[i].busy && !memcmp(&g_cache[i].k, k, sizeof *k)) {
-      g_cache[i].busy = *cached = true;
-      pthread_mutex_unlock(&g_lock);
-      return &g_cache[i];
-    }
-  pthread_mutex_unlock(&g_lock);
-  if (!entry_create(local, k)) return NULL;
-  pthread_mutex_lock(&g_lock);
-  entry *e = local;
-  if (g_n < CACHE_CAP) {
-    e = &g_cache[g_n++];
-    *e = *local;
-    e->busy = true;
-  }
-  pthread_mutex_unlock(&g_lock);
-  *cached = e != local;
-  return e;
-}
+static slapo__dnnl_entry g_slots[CACHE_CAP];
+static slapo__dnnl_cache g_cache = SLAPO__DNNL_CACHE_INIT(g_slots);
 
 /* Runs kind on in0, in1 (and bias) into out; false when oneDNN cannot, the
  * caller then runs the reference. */
@@ -420,11 +370,11 @@ static bool run_dnnl(const slapo_node *node, int kind, const slapo_tensor *const
   k.kind = kind;
   k.has_bias = kind == FWD && node->n_inputs == 3;
   k.nthr = omp_get_max_threads();
-  pthread_once(&g_once, init_engine);
-  if (!g_ready) return false;
-  entry local, *e;
-  bool cached = false;
-  if (!(e = acquire(&k, &local, &cached))) return false;
+  dnnl_stream_t stream = slapo__dnnl_stream();
+  if (!stream) return false;
+  slapo__dnnl_entry local;
+  slapo__dnnl_entry *e = slapo__dnnl_acquire(&g_cache, &k, sizeof k, entry_create, &k, &local);
+  if (!e) return false;
   /* dnnl reads but never writes the inputs. */
   dnnl_memory_set_data_handle(e->mem[MEM_0], slapo_tensor_data(in[0]));
   dnnl_memory_set_data_handle(e->mem[MEM_1], slapo_tensor_data(in[1]));
@@ -440,15 +390,9 @@ static bool run_dnnl(const slapo_node *node, int kind, const slapo_tensor *const
     dnnl_memory_set_data_handle(e->mem[MEM_BIAS], slapo_tensor_data(in[2]));
     args[nargs++] = (dnnl_exec_arg_t){DNNL_ARG_BIAS, e->mem[MEM_BIAS]};
   }
-  dnnl_status_t st = dnnl_primitive_execute(e->prim, g_stream, nargs, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(g_stream);
-  if (cached) {
-    pthread_mutex_lock(&g_lock);
-    e->busy = false;
-    pthread_mutex_unlock(&g_lock);
-  } else {
-    entry_destroy(e);
-  }
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, stream, nargs, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(stream);
+  slapo__dnnl_release(&g_cache, e);
   return st == dnnl_success;
 }
 

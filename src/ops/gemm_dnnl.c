@@ -4,35 +4,17 @@
  * Batch dims are simplified first (size-1 dims dropped, contiguous ones
  * merged, a weight shared by every batch entry folded into M) so the common
  * x [B, T, C] @ w [C, N] case becomes one 2-D GEMM. Creating a primitive
- * takes tens of microseconds, so created primitives are kept in a small
- * mutex-protected cache keyed by the simplified problem. Layer: ops. */
+ * takes tens of microseconds, so created primitives are kept in the shared
+ * primitive cache (ops/dnnl_cache.h) keyed by the simplified problem.
+ * Layer: ops. */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "ops/dnnl_cache.h"
 #include "ops/gemm.h"
 #include "ops/internal.h"
-
-/* ---- one engine and stream for the process, created on first use ---- */
-
-static pthread_once_t g_once = PTHREAD_ONCE_INIT;
-static dnnl_engine_t g_engine;
-static dnnl_stream_t g_stream;
-static bool g_ready;
-
-static void init_engine(void) {
-  if (dnnl_engine_create(&g_engine, dnnl_cpu, 0) != dnnl_success) return;
-  /* A CPU stream under the OpenMP runtime executes synchronously and holds
-   * no per-call state, so concurrent callers may share it. */
-  if (dnnl_stream_create(&g_stream, g_engine, dnnl_stream_default_flags) != dnnl_success) {
-    dnnl_engine_destroy(g_engine);
-    g_engine = NULL;
-    return;
-  }
-  g_ready = true;
-}
 
 /* ---- the simplified problem, which is also the cache key ---- */
 
@@ -48,6 +30,7 @@ typedef struct key {
   int64_t c_dims[SLAPO_MAX_DIMS];
   int64_t bias_sn;
 } key;
+_Static_assert(sizeof(key) <= SLAPO__DNNL_KEY_MAX, "the cache's key room");
 
 /* Chooses the free stride of a size-1 matrix dim so that the operand reads
  * as row-major (inner stride 1) or column-major; returns false when neither
@@ -139,25 +122,10 @@ static bool make_key(const slapo__gemm *g, key *k) {
 
 enum { MEM_A, MEM_B, MEM_BIAS, MEM_C, N_MEM };
 
-typedef struct entry {
-  uint64_t hash;
-  key k;
-  dnnl_primitive_t prim;
-  dnnl_memory_t mem[N_MEM]; /* descriptors only; handles set per call */
-  bool busy;                /* in use by one caller (memory handles) */
-  uint64_t last_use;
-} entry;
-
-static void entry_destroy(entry *e) {
-  for (int i = 0; i < N_MEM; i++)
-    if (e->mem[i]) dnnl_memory_destroy(e->mem[i]);
-  if (e->prim) dnnl_primitive_destroy(e->prim);
-  memset(e, 0, sizeof *e);
-}
-
-static bool entry_create(entry *e, const key *k) {
-  memset(e, 0, sizeof *e);
-  e->k = *k;
+/* The cache's create function: the matmul primitive of the key ud. */
+static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
+  const key *k = ud;
+  dnnl_engine_t eng = slapo__dnnl_engine();
   int nd = k->nd;
   dnnl_dims_t ad, as, bd, bs, cd, cs, zd, zs;
   for (int i = 0; i < nd; i++) {
@@ -183,7 +151,7 @@ static bool entry_create(entry *e, const key *k) {
   if (dnnl_matmul_desc_init(&md, &amd, &bmd, k->has_bias ? &zmd : NULL, &cmd) != dnnl_success)
     return false;
   dnnl_primitive_desc_t pd;
-  if (dnnl_primitive_desc_create(&pd, &md, NULL, g_engine, NULL) != dnnl_success) return false;
+  if (dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) != dnnl_success) return false;
   dnnl_status_t st = dnnl_primitive_create(&e->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (st != dnnl_success) {
@@ -193,9 +161,8 @@ static bool entry_create(entry *e, const key *k) {
   const dnnl_memory_desc_t *mds[N_MEM] = {&amd, &bmd, k->has_bias ? &zmd : NULL, &cmd};
   for (int i = 0; i < N_MEM; i++) {
     if (!mds[i]) continue;
-    if (dnnl_memory_create(&e->mem[i], mds[i], g_engine, DNNL_MEMORY_NONE) != dnnl_success) {
+    if (dnnl_memory_create(&e->mem[i], mds[i], eng, DNNL_MEMORY_NONE) != dnnl_success) {
       e->mem[i] = NULL;
-      entry_destroy(e);
       return false;
     }
   }
@@ -209,62 +176,10 @@ static bool entry_create(entry *e, const key *k) {
 #define CACHE_CAP 128
 
 /* Static, so LSan sees the primitives as reachable; never freed. */
-static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
-static entry g_cache[CACHE_CAP];
-static int g_n;
-static uint64_t g_clock;
+static slapo__dnnl_entry g_slots[CACHE_CAP];
+static slapo__dnnl_cache g_cache = SLAPO__DNNL_CACHE_INIT(g_slots);
 
-/* Returns a cached idle entry for k marked busy, or NULL. */
-static entry *lookup(const key *k, uint64_t h) {
-  entry *hit = NULL;
-  pthread_mutex_lock(&g_lock);
-  for (int i = 0; i < g_n; i++) {
-    entry *e = &g_cache[i];
-    if (e->hash == h && !e->busy && !memcmp(&e->k, k, sizeof *k)) {
-      e->busy = true;
-      e->last_use = ++g_clock;
-      hit = e;
-      break;
-    }
-  }
-  pthread_mutex_unlock(&g_lock);
-  return hit;
-}
-
-/* Moves a fresh entry into the cache (marked busy) and returns its slot, or
- * NULL when every slot is busy (the caller then uses and destroys it). */
-static entry *insert(const entry *fresh) {
-  entry evicted = {0}, *slot = NULL;
-  pthread_mutex_lock(&g_lock);
-  if (g_n < CACHE_CAP) {
-    slot = &g_cache[g_n++];
-  } else {
-    for (int i = 0; i < CACHE_CAP; i++)
-      if (!g_cache[i].busy && (!slot || g_cache[i].last_use < slot->last_use)) slot = &g_cache[i];
-    if (slot) evicted = *slot;
-  }
-  if (slot) {
-    *slot = *fresh;
-    slot->busy = true;
-    slot->last_use = ++g_clock;
-  }
-  pthread_mutex_unlock(&g_lock);
-  if (evicted.prim) entry_destroy(&evicted);
-  return slot;
-}
-
-static void release(entry *e) {
-  pthread_mutex_lock(&g_lock);
-  e->busy = false;
-  pthread_mutex_unlock(&g_lock);
-}
-
-int slapo__gemm_dnnl_cache_count(void) {
-  pthread_mutex_lock(&g_lock);
-  int n = g_n;
-  pthread_mutex_unlock(&g_lock);
-  return n;
-}
+int slapo__gemm_dnnl_cache_count(void) { return slapo__dnnl_cache_count(&g_cache); }
 
 /* ---- the fast path ---- */
 
@@ -357,8 +272,8 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     fill_bias(g, rows);
     return true;
   }
-  pthread_once(&g_once, init_engine);
-  if (!g_ready) return false;
+  dnnl_stream_t stream = slapo__dnnl_stream();
+  if (!stream) return false;
 
   key k;
   if (!make_key(g, &k)) return false;
@@ -379,17 +294,9 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
       k.b_str[0] = ld;
     }
   }
-  uint64_t h = slapo_hash64(&k, sizeof k, 0);
-
-  entry *e = lookup(&k, h), local;
-  bool cached = e != NULL;
-  if (!e) {
-    if (!entry_create(&local, &k)) return false;
-    local.hash = h;
-    e = insert(&local);
-    cached = e != NULL;
-    if (!e) e = &local;
-  }
+  slapo__dnnl_entry local;
+  slapo__dnnl_entry *e = slapo__dnnl_acquire(&g_cache, &k, sizeof k, entry_create, &k, &local);
+  if (!e) return false;
 
   /* dnnl reads but never writes src, weights and bias. */
   dnnl_memory_set_data_handle(e->mem[MEM_A], (void *)a_data);
@@ -404,10 +311,9 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     dnnl_memory_set_data_handle(e->mem[MEM_BIAS], (void *)g->bias);
     nargs = 4;
   }
-  dnnl_status_t st = dnnl_primitive_execute(e->prim, g_stream, nargs, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(g_stream);
-  if (cached) release(e);
-  else entry_destroy(e);
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, stream, nargs, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(stream);
+  slapo__dnnl_release(&g_cache, e);
   /* Execution of a created primitive on host memory does not fail short of
    * a bug; should it, the reference recomputes every element. */
   if (st != dnnl_success) return false;
