@@ -187,7 +187,12 @@ static slapo_status build_region(region_build *rb) {
       continue;
     }
     slapo_node *in[8];
-    for (int i = 0; i < n->n_inputs && i < 8; i++) in[i] = value_of(rb, n->inputs[i]);
+    if (n->n_inputs > 8) {
+      slapo_ctx_fail(rb->ctx, SLAPO_UNSUPPORTED, "fuse: %%%s has %d inputs; a fused region's "
+                     "ops take at most 8", n->name, n->n_inputs);
+      break;
+    }
+    for (int i = 0; i < n->n_inputs; i++) in[i] = value_of(rb, n->inputs[i]);
     rb->map[n->id] = slapo_op_apply(rb->ctx, n->op, n->n_inputs, in, n->n_attrs, n->attrs);
   }
   if (slapo_ctx_status(rb->ctx) != SLAPO_OK) return slapo_ctx_status(rb->ctx);
