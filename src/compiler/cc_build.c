@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "compiler/internal.h"
@@ -81,7 +82,9 @@ static char *read_small(const char *path, size_t max) {
 }
 
 /* The compiler's first --version line (its identity in the key), once. */
-static slapo_status compiler_identity(const char *dir, char *buf, size_t cap) {
+/* The compiler's --version output goes to a temporary file outside the
+ * cache, so a read-only cache of compiled objects still serves hits. */
+static slapo_status compiler_identity(char *buf, size_t cap) {
   static char cached[256];
   static char cached_for[256];
   const char *cc = compiler_cmd();
@@ -90,7 +93,13 @@ static slapo_status compiler_identity(const char *dir, char *buf, size_t cap) {
     return SLAPO_OK;
   }
   char out[1200], cmd[2600], q[1300];
-  snprintf(out, sizeof out, "%s/version.%d.txt", dir, (int)getpid());
+  const char *tmp = getenv("TMPDIR");
+  snprintf(out, sizeof out, "%s/slapo-cc-version-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+  int fd = mkstemp(out);
+  if (fd < 0)
+    return slapo_error(SLAPO_IO, "cc: cannot create a temporary file in %s: %s",
+                       tmp && tmp[0] ? tmp : "/tmp", strerror(errno));
+  close(fd);
   quote(out, q, sizeof q);
   snprintf(cmd, sizeof cmd, "%s --version > %s 2>&1", cc, q);
   int rc = run(cmd);
@@ -99,7 +108,7 @@ static slapo_status compiler_identity(const char *dir, char *buf, size_t cap) {
   if (rc != 0) {
     slapo_status s = slapo_error(SLAPO_COMPILE, "cc: the compiler '%s' (SLAPO_CC) %s: %s", cc,
                                  rc == 127 ? "was not found" : "does not run",
-                                 text ? text : "(no output)");
+                                 text && text[0] ? text : "(no output)");
     slapo_free(text);
     return s;
   }
@@ -174,8 +183,7 @@ slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_b
   slapo_compiler_cache_dir(dir, sizeof dir);
   slapo_logf(4, "cc: generated source:\n%s", src);
   pthread_mutex_lock(&g_lock);
-  slapo_status s = make_dir(dir);
-  if (s == SLAPO_OK) s = compiler_identity(dir, id, sizeof id);
+  slapo_status s = compiler_identity(id, sizeof id);
   if (s == SLAPO_OK) {
     uint64_t h = slapo_hash_str(src);
     h = slapo_hash64(id, strlen(id), h);
@@ -185,9 +193,18 @@ slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_b
     snprintf(so, sizeof so, "%s/%s-%s.so", dir, key, slapo_isa_name(slapo_isa_active()));
     if (access(so, R_OK) == 0) {
       g_stats.cache_hits++;
+      slapo_logf(2, "cc: kernels %s found in the cache %s", key, dir);
     } else {
-      s = compile_to(dir, key, src, so);
+      struct timespec t0, t1;
+      clock_gettime(CLOCK_MONOTONIC, &t0);
+      s = make_dir(dir);
+      if (s == SLAPO_OK) s = compile_to(dir, key, src, so);
+      clock_gettime(CLOCK_MONOTONIC, &t1);
       if (s == SLAPO_OK) g_stats.compiled++;
+      if (s == SLAPO_OK)
+        slapo_logf(2, "cc: kernels %s compiled in %.0f ms into %s", key,
+                   (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                   dir);
     }
   }
   void *h = NULL;
@@ -200,6 +217,5 @@ slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_b
   *(void **)bwd = dlsym(h, "slapo_cc_bwd");
   if (!*fwd || !*bwd)
     return slapo_error(SLAPO_COMPILE, "cc: %s lacks slapo_cc_fwd / slapo_cc_bwd", so);
-  slapo_logf(2, "cc: kernels %s loaded from %s", key, so);
   return SLAPO_OK;
 }

@@ -295,7 +295,10 @@ static const char k_prelude[] =
 
 static void emit_header(gen *G, const char *name) {
   static const char *kinds[] = {"every element", "a row of C", "one value"};
-  put(&G->b, "/* slapo cc kernels for %s: an elementwise region of %d node(s).\n", name,
+  /* The fused module's name is not written: equal regions share one object
+   * whatever schedules call them. */
+  (void)name;
+  put(&G->b, "/* slapo cc kernels: an elementwise region of %d node(s).\n",
       slapo_graph_count(G->g));
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER)
@@ -403,7 +406,8 @@ static slapo_status analyse(gen *G) {
       ins[n_in++] = n;
     } else if (n->kind == SLAPO_NODE_OUTPUT) {
       G->out = n->inputs[0];
-    } else if (n->kind == SLAPO_NODE_CALL_OP && n->op && n->op->random) {
+    } else if (n->kind == SLAPO_NODE_CALL_OP && n->op && n->op->random &&
+               slapo_node_attr_float(n, "p", 1) != 0) { /* p = 0 draws nothing */
       if (G->plan->n_rand == SLAPO__CC_MAX_RAND)
         return slapo_error(SLAPO_UNSUPPORTED, "cc: at most %d random ops", SLAPO__CC_MAX_RAND);
       G->rand_of[n->id] = G->plan->n_rand;

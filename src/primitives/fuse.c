@@ -209,7 +209,8 @@ static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_modul
   c->type = (slapo_module_type){c->name, fused_forward, fused_describe, fused_free, NULL};
   c->n_in = rb->n_in, c->n_params = rb->n_params;
   for (slapo_node *r = slapo_graph_first(c->region); r; r = r->next)
-    if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && c->n_streams < 8)
+    if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && c->n_streams < 8 &&
+        slapo_node_attr_float(r, "p", 1) != 0) /* as the cc plan counts them */
       c->streams[c->n_streams++] = slapo_node_attr_int(r, "stream", 0);
   SLAPO_TRY(slapo_module_new(&c->type, c, out));
   for (int k = 0; k < rb->n_params; k++) {
@@ -322,14 +323,16 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse) = {
     .name = "fuse",
     .summary = "turn a subgraph of a traced module into one module with generated forward and "
                "backward kernels",
-    .doc = "fuse pattern=P compiler=cc name=Name [all=true] [key=value ...]\n"
+    .doc = "fuse pattern=P name=Name [compiler=cc] [all=true] [key=value ...]\n"
            "  C: slapo_fuse(node, pattern, \"cc\", \"FusedBiasGeLU\", NULL, false)\n"
            "  Applies to a traced module; the match holds ops or calls of leaves with an\n"
            "  op form (ReLU, GELU, Dropout), fused as those ops.\n"
            "  Effect: each match becomes a call of a child <Name>_<k>: with compiler=cc one\n"
            "  generated forward and one backward kernel (intermediates recomputed, not\n"
-           "  stored); with compiler=none the region's ops re-emitted. Other key=value\n"
-           "  arguments go to the backend.\n"
+           "  stored); with compiler=dnnl a matmul/linear + bias + relu/gelu/scale/residual\n"
+           "  chain as one oneDNN matmul with post-ops; with compiler=none the region's ops\n"
+           "  re-emitted. compiler defaults to cc. Other key=value arguments go to the\n"
+           "  backend.\n"
            "  Fails: PRECOND if not traced; NO_MATCH; INVALID_ARG for several matches\n"
            "  without all=true or an unknown compiler; STATE for a match whose value\n"
            "  escapes; UNSUPPORTED for an op the backend cannot generate; COMPILE when the\n"
