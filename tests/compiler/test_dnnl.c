@@ -121,18 +121,12 @@ static void toy_result_free(toy_result *r) {
   for (int i = 0; i < 3; i++) slapo_tensor_free(r->grad[i]);
 }
 
-static slapo_pattern *parse(const char *text) {
-  slapo_pattern *p;
-  OK(slapo_pattern_parse(text, &p));
-  return p;
-}
-
 /* Traces m and fuses t's pattern with `compiler`; returns the status. */
 static slapo_status toy_fuse(slapo_module *m, const char *compiler, slapo_sched **root) {
   const toy *t = m->config;
   OK(slapo_sched_create(m, root));
   OK(slapo_trace(*root, NULL));
-  slapo_pattern *p = parse(t->pattern);
+  slapo_pattern *p = pt_parse(t->pattern);
   slapo_status s = slapo_fuse(*root, p, compiler, "Epi", NULL, false);
   slapo_pattern_free(p);
   return s;
@@ -205,21 +199,21 @@ static void unsupported_chains(void **state) {
   slapo_sched *root;
   OK(slapo_sched_create(m, &root));
   OK(slapo_trace(root, NULL));
-  slapo_pattern *p = parse(drop.pattern);
+  slapo_pattern *p = pt_parse(drop.pattern);
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
                     "dnnl: dropout (%", "has no oneDNN post-op");
   slapo_pattern_free(p);
   /* cc takes the dropout alone, dnnl wants a GEMM first. */
-  p = parse("dropout(x)");
+  p = pt_parse("dropout(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
                     "dnnl: the region must start with a matmul or linear");
   slapo_pattern_free(p);
   /* x = in + e: an add before the GEMM is not an epilogue. */
-  p = parse("linear(add(x, e), w, b)");
+  p = pt_parse("linear(add(x, e), w, b)");
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
                     "dnnl: the region must start with a matmul or linear");
   slapo_pattern_free(p);
-  p = parse("linear(x, w, b)");
+  p = pt_parse("linear(x, w, b)");
   const char *keys[1] = {"fast"}, *values[1] = {"true"};
   slapo_compile_opts o = {1, keys, values};
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", &o, false), SLAPO_INVALID_ARG,
@@ -234,15 +228,9 @@ static void unsupported_chains(void **state) {
 static void gpt2_bias_gelu(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
-  slapo_pattern *p = parse("gelu(linear(x, w, b))");
-  for (int l = 0; l < k_tiny.n_layer; l++) {
-    char path[64];
-    snprintf(path, sizeof path, "transformer.h.%d.mlp", l);
-    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
-    slapo_status s = slapo_fuse(pt_at(root, path), p, "dnnl", "FusedLinearGeLU", NULL, false);
-    if (s != SLAPO_OK) fail_msg("%s", slapo_last_error());
-  }
-  slapo_pattern_free(p);
+  pt_apply(root, "transformer.h.*.mlp trace flatten=true\n"
+                 "transformer.h.*.mlp fuse pattern=\"gelu(linear(x, w, b))\" compiler=dnnl "
+                 "name=FusedLinearGeLU\n");
   char *g = pt_capture((pt_print_fn)slapo_graph_print,
                        slapo_module_graph(slapo_sched_module(pt_at(root, "transformer.h.0.mlp"))));
   print_message("%s", g);

@@ -35,25 +35,16 @@ static int teardown(void **state) {
   return system(cmd) == 0 ? 0 : -1;
 }
 
-static slapo_pattern *parse(const char *text) {
-  slapo_pattern *p;
-  OK(slapo_pattern_parse(text, &p));
-  return p;
-}
-
 /* decompose every c_fc, trace every MLP flat, fuse bias + GELU. */
 static slapo_sched *bias_gelu_model(const char *compiler) {
   slapo_sched *root = pt_sched_new(&k_tiny);
-  slapo_pattern *p = parse("gelu(add(x, b))");
-  for (int l = 0; l < k_tiny.n_layer; l++) {
-    char path[64];
-    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_fc", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d.mlp", l);
-    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
-    OK(slapo_fuse(pt_at(root, path), p, compiler, "FusedBiasGeLU", NULL, false));
-  }
-  slapo_pattern_free(p);
+  char text[512];
+  snprintf(text, sizeof text,
+           "transformer.h.*.mlp.c_fc decompose\n"
+           "transformer.h.*.mlp trace flatten=true\n"
+           "transformer.h.*.mlp fuse pattern=\"gelu(add(x, b))\" compiler=%s name=FusedBiasGeLU\n",
+           compiler);
+  pt_apply(root, text);
   return root;
 }
 
@@ -87,18 +78,10 @@ static void bias_gelu_none_and_cc(void **state) {
 static void bias_dropout_residual(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
-  slapo_pattern *p = parse("add(x, dropout(add(y, b)))");
-  for (int l = 0; l < k_tiny.n_layer; l++) {
-    char path[64];
-    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d", l);
-    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
-    slapo_status st = slapo_fuse(pt_at(root, path), p, "cc", "FusedBiasDropRes", NULL, true);
-    if (st != SLAPO_OK) fail_msg("%s", slapo_last_error());
-  }
+  pt_apply(root, "transformer.h.*.{attn,mlp}.c_proj decompose\n"
+                 "transformer.h.* trace flatten=true\n"
+                 "transformer.h.* fuse pattern=\"add(x, dropout(add(y, b)))\" compiler=cc "
+                 "name=FusedBiasDropRes all=true\n");
   assert_non_null(pt_at(root, "transformer.h.0.FusedBiasDropRes_1"));
   pt_expect_same_as_plain(root, &k_tiny, PT_B, PT_T, false);
   /* Reruns are byte-identical. */
@@ -191,7 +174,7 @@ static void fused_one(slapo_module *m, const char *compiler) {
   const one_op *o = m->config;
   char text[64];
   snprintf(text, sizeof text, "%s(x%s)", o->name, o->kind ? ", y" : "");
-  slapo_pattern *p = parse(text);
+  slapo_pattern *p = pt_parse(text);
   slapo_status st = slapo_fuse(root, p, compiler, "One", NULL, true);
   if (st != SLAPO_OK) fail_msg("%s: %s", text, slapo_last_error());
   slapo_pattern_free(p);
@@ -273,9 +256,9 @@ static void compiler_missing_and_failing(void **state) {
   slapo_sched *mlp = pt_at(root, "transformer.h.0.mlp");
   OK(slapo_decompose(pt_at(root, "transformer.h.0.mlp.c_fc")));
   OK(slapo_trace(mlp, &(slapo_trace_opts){.flatten = true}));
-  slapo_pattern *p = parse("relu(add(x, b))"); /* a region nobody compiled */
+  slapo_pattern *p = pt_parse("relu(add(x, b))"); /* a region nobody compiled */
   slapo_pattern_free(p);
-  p = parse("gelu(add(x, b))");
+  p = pt_parse("gelu(add(x, b))");
   setenv("SLAPO_CC", "/nonexistent/cc", 1);
   /* A fresh cache so the object is not found. */
   char dir[300];
@@ -300,7 +283,7 @@ static void preconditions(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
   slapo_sched *blk = pt_at(root, "transformer.h.0");
-  slapo_pattern *p = parse("dropout(x)");
+  slapo_pattern *p = pt_parse("dropout(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_PRECOND,
                     "transformer.h.0 is not traced; trace it first");
   OK(slapo_trace(blk, &(slapo_trace_opts){.flatten = true}));
@@ -309,17 +292,17 @@ static void preconditions(void **state) {
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "gcc", "F", NULL, true), SLAPO_INVALID_ARG,
                     "no compiler 'gcc' (known: none, cc");
   slapo_pattern_free(p);
-  p = parse("relu(x)");
+  p = pt_parse("relu(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
                     "matches nothing");
   slapo_pattern_free(p);
   /* The residual sum feeds ln_2 and the second residual add: it escapes. */
-  p = parse("layer_norm(add(x, y), w, b)");
+  p = pt_parse("layer_norm(add(x, y), w, b)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "none", "F", NULL, false), SLAPO_STATE,
                     "is not replaceable", "outside the match");
   slapo_pattern_free(p);
   /* Not elementwise: the backend names the op. */
-  p = parse("gelu(linear(x, w, b))");
+  p = pt_parse("gelu(linear(x, w, b))");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_UNSUPPORTED,
                     "cc: op 'linear'", "not elementwise");
   slapo_pattern_free(p);
@@ -370,18 +353,9 @@ static void concurrent_cache_fill(void **state) {
 static void fuse_all_blocks(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
-  for (int l = 0; l < k_tiny.n_layer; l++) {
-    char path[64];
-    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_fc", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
-    OK(slapo_decompose(pt_at(root, path)));
-    snprintf(path, sizeof path, "transformer.h.%d", l);
-    OK(slapo_trace(pt_at(root, path), &(slapo_trace_opts){.flatten = true}));
-    OK(slapo_fuse_all(pt_at(root, path), "cc", NULL));
-  }
+  pt_apply(root, "transformer.h.*.{mlp.c_fc,attn.c_proj,mlp.c_proj} decompose\n"
+                 "transformer.h.* trace flatten=true\n"
+                 "transformer.h.* fuse_all compiler=cc\n");
   char *g = pt_capture((pt_print_fn)slapo_graph_print,
                        slapo_module_graph(slapo_sched_module(pt_at(root, "transformer.h.0"))));
   print_message("%s", g);

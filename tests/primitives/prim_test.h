@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "slapo/models.h"
+#include "slapo/pattern.h"
 
 #define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
@@ -362,6 +363,23 @@ static inline void pt_expect_same_as_plain(slapo_sched *root, const slapo_gpt2_c
   pt_result_free(&b);
   slapo_module_free(ref);
   pt_inputs_free(in);
+}
+
+/* A text pattern (fails the test when it does not parse). */
+static inline slapo_pattern *pt_parse(const char *text) {
+  slapo_pattern *p;
+  if (slapo_pattern_parse(text, &p) != SLAPO_OK) fail_msg("%s", slapo_last_error());
+  return p;
+}
+
+/* Applies .sched text to root's tree (globs expand per block), failing the
+ * test with the primitive's message on error. */
+static inline void pt_apply(slapo_sched *root, const char *text) {
+  slapo_sched_log *log;
+  if (slapo_sched_parse(text, "test.sched", &log) != SLAPO_OK ||
+      slapo_apply_schedule(root, log, NULL, 0, 0, NULL) != SLAPO_OK)
+    fail_msg("%s", slapo_last_error());
+  slapo_sched_log_free(log);
 }
 
 /* ---- replay: the log of `root` read back and applied to a fresh model

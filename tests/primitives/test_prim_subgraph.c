@@ -69,12 +69,6 @@ static int setup(void **state) {
   return slapo_subgraph_register("Two", "test", two_new) == SLAPO_OK ? 0 : -1;
 }
 
-static slapo_pattern *parse(const char *text) {
-  slapo_pattern *p;
-  OK(slapo_pattern_parse(text, &p));
-  return p;
-}
-
 
 static char *graph_of(slapo_sched *n) {
   return pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(n)));
@@ -83,7 +77,7 @@ static char *graph_of(slapo_sched *n) {
 static void vertical_module(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
-  slapo_pattern *p = parse("gelu(linear(x, w, b))");
+  slapo_pattern *p = pt_parse("gelu(linear(x, w, b))");
   for (int l = 0; l < k_tiny.n_layer; l++) {
     char path[64];
     snprintf(path, sizeof path, "transformer.h.%d.mlp", l);
@@ -121,7 +115,7 @@ static void vertical_op_function_and_arity(void **state) {
   slapo_sched *root = pt_sched_new(&k_tiny);
   slapo_sched *mlp = pt_at(root, "transformer.h.0.mlp");
   OK(slapo_trace(mlp, NULL));
-  slapo_pattern *p = parse("gelu(x)");
+  slapo_pattern *p = pt_parse("gelu(x)");
   char *before = graph_of(mlp);
   /* Two inputs for a match that binds one: refused, graph untouched. */
   PT_EXPECT_REFUSED(root, slapo_replace_subgraph_fn(mlp, p, "gelu2", 2, fn_gelu_linear, NULL),
@@ -149,14 +143,14 @@ static void refusals(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
   slapo_sched *mlp = pt_at(root, "transformer.h.0.mlp");
-  slapo_pattern *p = parse("gelu(linear(x, w, b))");
+  slapo_pattern *p = pt_parse("gelu(linear(x, w, b))");
   PT_EXPECT_REFUSED(root, slapo_replace_subgraph(mlp, p, "LinearGELU", false), SLAPO_PRECOND,
                     "transformer.h.0.mlp is not traced; trace it first");
   PT_EXPECT_REFUSED(root, slapo_checkpoint_subgraph(mlp, p), SLAPO_PRECOND, "trace it first");
   OK(slapo_trace(mlp, NULL));
   PT_EXPECT_REFUSED(root, slapo_replace_subgraph(mlp, p, "Nope", false), SLAPO_NOT_FOUND,
                     "no subgraph module is registered as 'Nope'", "LinearGELU");
-  slapo_pattern *q = parse("relu(x)");
+  slapo_pattern *q = pt_parse("relu(x)");
   PT_EXPECT_REFUSED(root, slapo_replace_subgraph(mlp, q, "LinearGELU", false), SLAPO_NO_MATCH,
                     "pattern 'relu(x)' matches nothing in the traced graph");
   slapo_pattern_free(q);
@@ -269,7 +263,7 @@ static void horizontal_fused_linear(void **state) {
   slapo_sched *root;
   OK(slapo_sched_create(m, &root));
   OK(slapo_trace(root, NULL));
-  slapo_pattern *p = parse("linear(x, w, b)");
+  slapo_pattern *p = pt_parse("linear(x, w, b)");
   slapo_matches ms;
   OK(slapo_sched_find(root, p, &ms));
   assert_int_equal(ms.n, 3);
@@ -340,7 +334,7 @@ static void inputs_follow_placeholder_order(void **state) {
 static void checkpoint_subgraph(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
-  slapo_pattern *p = parse("gelu(linear(x, w, b))");
+  slapo_pattern *p = pt_parse("gelu(linear(x, w, b))");
   for (int l = 0; l < k_tiny.n_layer; l++) {
     char path[64];
     snprintf(path, sizeof path, "transformer.h.%d", l);
