@@ -9,23 +9,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_text.h"
 #include "slapo/pattern.h"
 
-static char *print_pattern(const slapo_pattern *p) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) abort();
-  slapo_pattern_print(p, f);
-  fclose(f);
-  return buf;
-}
+static void print_pattern_to(const void *obj, FILE *f) { slapo_pattern_print(obj, f); }
+
+static char *print_pattern(const slapo_pattern *obj) { return fuzz_capture(print_pattern_to, obj); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *text = malloc(size + 1);
+  char *text = fuzz_text(data, size);
   if (!text) return 0;
-  memcpy(text, data, size);
-  text[size] = '\0';
   slapo_pattern *p = NULL;
   if (slapo_pattern_parse(text, &p) == SLAPO_OK) {
     char *once = print_pattern(p);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_text.h"
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
@@ -29,21 +30,13 @@ static slapo_sched *tree(void) {
   return g_tree; /* kept for the process, with its model */
 }
 
-static char *print_log(const slapo_sched_log *log) {
-  char *buf = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&buf, &len);
-  if (!f) abort();
-  slapo_sched_log_print(log, f);
-  fclose(f);
-  return buf;
-}
+static void print_log_to(const void *obj, FILE *f) { slapo_sched_log_print(obj, f); }
+
+static char *print_log(const slapo_sched_log *obj) { return fuzz_capture(print_log_to, obj); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  char *text = malloc(size + 1);
+  char *text = fuzz_text(data, size);
   if (!text) return 0;
-  memcpy(text, data, size);
-  text[size] = '\0';
   slapo_sched_log *log = NULL;
   if (slapo_sched_parse(text, "fuzz.sched", &log) == SLAPO_OK) {
     char *once = print_log(log);
