@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/torchfix.h"
 #include "slapo/train.h"
 
 static char g_path[4096];
@@ -28,31 +29,12 @@ static slapo_gpt2_config tiny_cfg(void) {
   return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5};
 }
 
-static slapo_tensor *fixture(const char *name) {
-  slapo_tensor *t = NULL;
-  slapo_status s = slapo_safetensors_get(g_fix, name, &t);
-  if (s != SLAPO_OK) fail_msg("fixture tensor %s: %s", name, slapo_last_error());
-  return t;
-}
+static slapo_tensor *fixture(const char *name) { return torchfix_get(g_fix, name); }
 
-/* Max |a - b| over max |b|, for same-shape contiguous f32 tensors. */
-static double rel_err(const slapo_tensor *a, const slapo_tensor *b) {
-  assert_int_equal(slapo_tensor_numel(a), slapo_tensor_numel(b));
-  const float *x = slapo_tensor_data(a), *y = slapo_tensor_data(b);
-  double worst = 0, scale = 1e-12;
-  for (int64_t i = 0; i < slapo_tensor_numel(a); i++) {
-    double d = fabs((double)x[i] - y[i]);
-    if (d > worst) worst = d;
-    if (fabs(y[i]) > scale) scale = fabs(y[i]);
-  }
-  return worst / scale;
-}
 
 static int setup(void **state) {
   (void)state;
-  const char *dir = getenv("SLAPO_TEST_DATA");
-  snprintf(g_path, sizeof g_path, "%s/gpt2_tiny_fixture.safetensors", dir ? dir : "tests/data");
-  return slapo_safetensors_read(g_path, &g_fix) == SLAPO_OK ? 0 : -1;
+  return torchfix_open("gpt2_tiny_fixture.safetensors", g_path, sizeof g_path, &g_fix);
 }
 
 static int teardown(void **state) {
@@ -81,7 +63,7 @@ static void test_logits_and_loss(void **state) {
   const slapo_tensor *in[2] = {idx, labels}, *out;
   slapo_status s = slapo_step(r, 1, in, SLAPO_STEP_EVAL, NULL, &out);
   if (s != SLAPO_OK) fail_msg("eval: %s", slapo_last_error());
-  double e = rel_err(out, want_logits);
+  double e = torchfix_rel_err(out, want_logits);
   print_message("logits: max error %.3g of max |logit|\n", e);
   assert_true(e < 1e-4);
   s = slapo_step(r, 2, in, SLAPO_STEP_TRAIN, NULL, &out);
@@ -119,7 +101,7 @@ static void check_grad(slapo_parameter *p, const char *path, void *ud) {
     assert_int_equal(slapo_tensor_contiguous(v, &tmp), SLAPO_OK);
     slapo_tensor_free(v);
   }
-  double e = rel_err(p->grad, tmp ? tmp : want);
+  double e = torchfix_rel_err(p->grad, tmp ? tmp : want);
   if (e > g->worst) g->worst = e, snprintf(g->worst_path, sizeof g->worst_path, "%s", path);
   g->n++;
   slapo_tensor_free(tmp);

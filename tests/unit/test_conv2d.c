@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/torchfix.h"
 #include "slapo/module.h"
 
 #define OK(expr) assert_int_equal((expr), SLAPO_OK)
@@ -27,18 +28,6 @@
 static char g_path[4096];
 static slapo_safetensors *g_fix;
 
-/* Max |a - b| over max |b|, for same-shape contiguous f32 tensors. */
-static double rel_err(const slapo_tensor *a, const slapo_tensor *b) {
-  assert_int_equal(slapo_tensor_numel(a), slapo_tensor_numel(b));
-  const float *x = slapo_tensor_data(a), *y = slapo_tensor_data(b);
-  double worst = 0, scale = 1e-12;
-  for (int64_t i = 0; i < slapo_tensor_numel(a); i++) {
-    double d = fabs((double)x[i] - y[i]);
-    if (d > worst) worst = d;
-    if (fabs(y[i]) > scale) scale = fabs(y[i]);
-  }
-  return worst / scale;
-}
 
 /* Attributes of one convolution. */
 typedef struct conv_args {
@@ -81,9 +70,7 @@ static void run_conv(slapo_tensor *const *in, const conv_args *a, bool reference
 
 static int setup(void **state) {
   (void)state;
-  const char *dir = getenv("SLAPO_TEST_DATA");
-  snprintf(g_path, sizeof g_path, "%s/conv2d_fixture.safetensors", dir ? dir : "tests/data");
-  return slapo_safetensors_read(g_path, &g_fix) == SLAPO_OK ? 0 : -1;
+  return torchfix_open("conv2d_fixture.safetensors", g_path, sizeof g_path, &g_fix);
 }
 
 static int teardown(void **state) {
@@ -95,10 +82,7 @@ static int teardown(void **state) {
 static slapo_tensor *fixture(int k, const char *name) {
   char key[64];
   snprintf(key, sizeof key, "%d.%s", k, name);
-  slapo_tensor *t = NULL;
-  if (slapo_safetensors_get(g_fix, key, &t) != SLAPO_OK)
-    fail_msg("fixture tensor %s: %s", key, slapo_last_error());
-  return t;
+  return torchfix_get(g_fix, key);
 }
 
 /* "2,1" from the fixture's metadata into v[2]. */
@@ -131,7 +115,7 @@ static void check_config(int k) {
     run_conv(in, &a, mode == 0, got);
     for (int i = 0; i < 4; i++) {
       assert_true(slapo_shape_equal(got[i]->ndim, got[i]->shape, want[i]->ndim, want[i]->shape));
-      double e = rel_err(got[i], want[i]);
+      double e = torchfix_rel_err(got[i], want[i]);
       print_message("config %d (stride %lld, padding %lld, dilation %lld, groups %lld) %s "
                     "%-3s: max |slapo - torch| / max |torch| = %.2e\n",
                     k, (long long)a.stride[0], (long long)a.padding[0], (long long)a.dilation[0],
@@ -347,10 +331,10 @@ static void test_module_step_matches_op(void **state) {
   const float *yd = slapo_tensor_data(want[0]);
   for (int64_t i = 0; i < slapo_tensor_numel(want[0]); i++) sum += yd[i];
   print_message("module loss %.7f, op sum %.7f; |dw| rel %.2e, |db| rel %.2e\n", got_loss,
-                sum, rel_err(c->params[0]->grad, want[2]), rel_err(c->params[1]->grad, want[3]));
+                sum, torchfix_rel_err(c->params[0]->grad, want[2]), torchfix_rel_err(c->params[1]->grad, want[3]));
   assert_true(fabs(got_loss - sum) <= 1e-5 * (1 + fabs(sum)));
-  assert_true(rel_err(c->params[0]->grad, want[2]) <= 1e-6);
-  assert_true(rel_err(c->params[1]->grad, want[3]) <= 1e-6);
+  assert_true(torchfix_rel_err(c->params[0]->grad, want[2]) <= 1e-6);
+  assert_true(torchfix_rel_err(c->params[1]->grad, want[3]) <= 1e-6);
   for (int i = 0; i < 4; i++) slapo_tensor_free(want[i]);
   slapo_runner_free(r);
   slapo_tensor_free(x);
