@@ -15,12 +15,12 @@ metadata: each configuration's stride, padding, dilation and groups as
 "k.stride" = "2,2" etc., and the torch version. Debian 12 has no safetensors
 package, so the file format is written directly (as gen_gpt2_fixture.py).
 """
-import json
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from fixture_io import write_safetensors
 
 OUT = "tests/data/conv2d_fixture.safetensors"
 
@@ -29,26 +29,6 @@ CONFIGS = [
     ((2, 3, 9, 8), (5, 3, 3, 2), (1, 1), (0, 0), (1, 1), 1),
     ((2, 4, 11, 10), (6, 2, 3, 3), (2, 2), (1, 1), (2, 2), 2),
 ]
-
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": "F32", "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
 
 def main():
     torch.set_default_dtype(torch.float32)

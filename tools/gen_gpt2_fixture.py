@@ -20,13 +20,13 @@ Contents (all f32 unless noted):
                             before each step's update, starting after step 0)
 metadata: the config and the optimizer settings.
 """
-import json
 import math
-import struct
 import sys
 
 import torch
 import torch.nn.functional as F
+
+from fixture_io import write_safetensors
 
 L, C, NH, NCTX, V = 2, 32, 4, 16, 256
 B, T = 2, 8
@@ -82,27 +82,6 @@ def forward(w, idx, labels):
     logits = x @ w["transformer.wte.weight"].t()  # lm_head tied to wte
     loss = F.cross_entropy(logits.view(-1, V), labels.view(-1))
     return logits, loss
-
-
-def write_safetensors(path, tensors, metadata):
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].contiguous()
-        dtype = {torch.float32: "F32", torch.int32: "I32"}[t.dtype]
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": dtype, "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    h = json.dumps(header, separators=(",", ":")).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
 
 def main():
     torch.set_default_dtype(torch.float32)
