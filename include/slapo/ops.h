@@ -297,6 +297,12 @@ slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const in
                          slapo_node **out);
 slapo_node *slapo_concat(slapo_ctx *ctx, int n, slapo_node *const *xs, int dim);
 slapo_node *slapo_contiguous(slapo_ctx *ctx, slapo_node *x);
+/* Grouped-query heads made explicit: x [B, NKV, T, HS] -> [B, NKV * g, T,
+ * HS], each kv head repeated g times in place (Hugging Face's repeat_kv:
+ * head h of the result is head h / g of x). Materialized (a broadcast); the
+ * flash_attention op reads grouped heads without it. g == 1 returns x.
+ * NULL on error (x not 4-d, g < 1), recorded on ctx. */
+slapo_node *slapo_repeat_heads(slapo_ctx *ctx, slapo_node *x, int64_t g);
 /* Constant tensors (no inputs). */
 slapo_node *slapo_full(slapo_ctx *ctx, int ndim, const int64_t *shape, double value);
 

@@ -2,10 +2,13 @@
  * scale q k^T, causal)) v computed in [32, 32] tiles without the [T, T] matrix
  * (Dao et al., "FlashAttention", NeurIPS 2022: Alg. 1 forward with the online
  * softmax, Alg. 2 dropout, Alg. 4 backward), and its backward-only op
- * "flash_attention_backward"(q, k, v, out, dout) -> [dq, dk, dv] packed as
- * [3, B, NH, T, HS]. Layer: ops. Derivation: docs/flash_attention_backward.md.
- * One output per node: the row log-sum-exp is recomputed in the backward
- * kernel, and the rule slices the packed gradients apart (design note below). */
+ * "flash_attention_backward"(q, k, v, out, dout) -> dq, dk, dv packed flat.
+ * k and v may have fewer heads than q (grouped-query attention, Ainslie et
+ * al. 2023), and an optional [B, T] additive key mask (BERT's padding) joins
+ * the scores. Layer: ops. Derivation: docs/flash_attention_backward.md.
+ * One output per node: the row statistics are recomputed in the backward
+ * kernel, and the rule reads the packed gradients through unpack views
+ * (design note below). */
 #include <math.h>
 #include <string.h>
 
@@ -13,13 +16,16 @@
 
 /* Design. The executor runs single-output nodes only, so:
  *  - the forward saves only its output. The paper also saves the row
- *    log-sum-exp L; here the backward kernel recomputes L for each query
+ *    log-sum-exp L; here the backward kernel recomputes the row max and sum
+ *    (kept apart: see row_stats) for each query
  *    tile with one more pass of q k^T (about 1/6 of the backward's work)
  *    rather than adding a second forward result or a separate "lse" node,
  *    which would cost the same pass plus a graph value;
  *  - the backward is one op returning dq, dk, dv concatenated, so the scores
  *    are recomputed once instead of once per gradient (three backward ops);
- *    the rule takes slices 0, 1, 2 of dim 0 and reshapes them to q's shape;
+ *    the rule reads dq, dk, dv back with zero-copy unpack views;
+ *  - grouped heads: one backward job per kv head runs its query heads in
+ *    order, so dk and dv sum over the group without atomics or a race;
  *  - dropout on P reproduces the unfused Dropout module exactly: P[b, h, t, s]
  *    is kept iff slapo_rng_uniform(seed, stream, step, offset + ((b NH + h) T
  *    + t) T + s) >= p (its flat index in the [B, NH, T, T] probabilities) and
@@ -36,9 +42,55 @@
 
 static const char *const k_names[5] = {"q", "k", "v", "out", "dout"};
 
-/* Every input f32 [B, NH, T, HS] with q's shape; attributes in range. */
-static slapo_status check_inputs(const slapo_node *node) {
+/* Inputs of a forward (q, k, v[, mask]) or backward (q, k, v, out, dout[,
+ * mask]) node: the mask, when present, is the last one. */
+static int n_qkv_inputs(bool backward) { return backward ? 5 : 3; }
+static bool has_mask(const slapo_node *node, bool backward) {
+  return node->n_inputs > n_qkv_inputs(backward);
+}
+
+/* k and v [B, NKV, T, HS] with NKV dividing NH (grouped-query attention:
+ * query head h reads kv head h / (NH / NKV)); out and dout q's shape. */
+static slapo_status check_heads(const slapo_node *node, int i) {
+  const slapo_node *q = node->inputs[0], *x = node->inputs[i];
+  bool kv = i == 1 || i == 2;
+  bool ok = x->ndim == 4 && x->shape[0] == q->shape[0] && x->shape[2] == q->shape[2] &&
+            x->shape[3] == q->shape[3] &&
+            (kv ? x->shape[1] > 0 && q->shape[1] % x->shape[1] == 0 &&
+                      (i == 1 || x->shape[1] == node->inputs[1]->shape[1])
+                : x->shape[1] == q->shape[1]);
+  if (ok) return SLAPO_OK;
+  char qs[96];
+  slapo_shape_str(q->ndim, q->shape, qs, sizeof qs);
+  return slapo_error(SLAPO_SHAPE,
+                     "%s: %s %s differs from q %s; %s", node->target, k_names[i],
+                     slapo__shape_of(x), qs,
+                     kv ? "k and v must be [B, NKV, T, HS] alike, with NKV dividing q's NH "
+                          "(grouped-query heads)"
+                        : "out and dout must have q's shape [B, NH, T, HS]");
+}
+
+/* The optional additive key mask: f32 [B, T], added to every score of key s
+ * in batch b (Hugging Face's extended attention mask, 0 = attend, a large
+ * negative value = padding). */
+static slapo_status check_mask(const slapo_node *node, int i) {
+  const slapo_node *q = node->inputs[0], *m = node->inputs[i];
+  if (m->ndim == 2 && m->shape[0] == q->shape[0] && m->shape[1] == q->shape[2]) return SLAPO_OK;
+  return slapo_error(SLAPO_SHAPE,
+                     "%s: mask %s must be [B, T] = [%lld, %lld], one additive bias per key "
+                     "(0 = attend, a large negative value = padding)",
+                     node->target, slapo__shape_of(m), (long long)q->shape[0],
+                     (long long)q->shape[2]);
+}
+
+/* Every input f32; q [B, NH, T, HS], k and v [B, NKV, T, HS]; attributes in
+ * range. */
+static slapo_status check_inputs(const slapo_node *node, bool backward) {
   const char *op = node->target;
+  int n_heads = n_qkv_inputs(backward);
+  if (node->n_inputs != n_heads && node->n_inputs != n_heads + 1)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: expects %d inputs (%s) and an optional mask, got %d",
+                       op, n_heads, backward ? "q, k, v, out, dout" : "q, k, v", node->n_inputs);
   for (int i = 0; i < node->n_inputs; i++) SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
   const slapo_node *q = node->inputs[0];
   if (q->ndim != 4)
@@ -46,14 +98,8 @@ static slapo_status check_inputs(const slapo_node *node) {
                        "%s: q %s must be 4-d [B, NH, T, HS]; split the heads with reshape and "
                        "permute first",
                        op, slapo__shape_of(q));
-  for (int i = 1; i < node->n_inputs; i++) {
-    const slapo_node *x = node->inputs[i];
-    if (!slapo_shape_equal(x->ndim, x->shape, q->ndim, q->shape))
-      return slapo_error(SLAPO_SHAPE,
-                         "%s: %s %s differs from q %s; every input must be [B, NH, T, HS] with "
-                         "the same shape (self-attention)",
-                         op, k_names[i], slapo__shape_of(x), slapo__shape_of(q));
-  }
+  for (int i = 1; i < n_heads; i++) SLAPO_TRY(check_heads(node, i));
+  if (has_mask(node, backward)) SLAPO_TRY(check_mask(node, n_heads));
   int64_t causal = slapo_node_attr_int(node, "causal", 0);
   if (causal != 0 && causal != 1)
     return slapo_error(SLAPO_INVALID_ARG, "%s: attribute causal = %lld; use 0 or 1", op,
@@ -75,10 +121,14 @@ static slapo_status check_inputs(const slapo_node *node) {
 
 /* Geometry, attributes and RNG keys of one kernel call. */
 
-static fa_geom geom_of(const slapo_node *node, const slapo_tensor *q,
+static fa_geom geom_of(const slapo_node *node, const slapo_tensor *const *in, bool backward,
                        const slapo_kernel_env *env) {
+  const slapo_tensor *q = in[0];
   fa_geom g = {0};
   g.BH = q->shape[0] * q->shape[1];
+  g.NH = q->shape[1];
+  g.G = q->shape[1] / in[1]->shape[1];
+  g.mask = has_mask(node, backward) ? slapo_tensor_data(in[n_qkv_inputs(backward)]) : NULL;
   g.T = q->shape[2];
   g.HS = q->shape[3];
   g.causal = slapo_node_attr_int(node, "causal", 0) != 0;
@@ -108,17 +158,26 @@ static double dot_d(const float *a, const float *b, int64_t n) {
   return s;
 }
 
-/* Log-sum-exp of scale * q_t . k_s over the keys query t sees (max
- * subtracted first). */
-static double row_lse(const fa_geom *g, const float *qt, const float *k, int64_t t) {
+/* Score of query t (row qt) and key s of head bh: scale q_t . k_s plus the
+ * key's mask bias. */
+static double score(const fa_geom *g, int64_t bh, const float *qt, const float *kb, int64_t s) {
+  double x = g->scale * dot_d(qt, kb + s * g->HS, g->HS);
+  return g->mask ? x + g->mask[(bh / g->NH) * g->T + s] : x;
+}
+
+/* Max m and sum l of exp(score - m) of query t over the keys it sees, so
+ * P = exp(score - m) / l. Kept apart rather than as m + log(l): with Hugging
+ * Face's mask bias (-3.4e38) a fully padded row has m = -3.4e38 and log(l)
+ * vanishes in the sum, which would make every P 1 instead of 1/T. */
+static void row_stats(const fa_geom *g, int64_t bh, const float *qt, const float *kb, int64_t t,
+                      double *m, double *l) {
   int64_t n = n_keys(g, t);
-  double m = -INFINITY, l = 0;
+  *m = -INFINITY, *l = 0;
   for (int64_t s = 0; s < n; s++) {
-    double x = g->scale * dot_d(qt, k + s * g->HS, g->HS);
-    m = x > m ? x : m;
+    double x = score(g, bh, qt, kb, s);
+    *m = x > *m ? x : *m;
   }
-  for (int64_t s = 0; s < n; s++) l += exp(g->scale * dot_d(qt, k + s * g->HS, g->HS) - m);
-  return m + log(l);
+  for (int64_t s = 0; s < n; s++) *l += exp(score(g, bh, qt, kb, s) - *m);
 }
 
 /* Output columns are accumulated in double, DC at a time (scores recomputed
@@ -127,22 +186,23 @@ static double row_lse(const fa_geom *g, const float *qt, const float *k, int64_t
 
 static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                    const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in[0], env);
+  fa_geom g = geom_of(node, in, false, env);
   const float *q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]); /* k [BH, T, HS] */
-  const float *v = slapo_tensor_data(in[2]); /* v [BH, T, HS] */
+  const float *k = slapo_tensor_data(in[1]); /* k [BH / G, T, HS] */
+  const float *v = slapo_tensor_data(in[2]); /* v [BH / G, T, HS] */
   float *o = slapo_tensor_data(out);         /* o [BH, T, HS] */
   for (int64_t bh = 0; bh < g.BH; bh++) {
-    const float *kb = k + bh * g.T * g.HS, *vb = v + bh * g.T * g.HS;
+    const float *kb = k + fa_kv_base(&g, bh), *vb = v + fa_kv_base(&g, bh);
     for (int64_t t = 0; t < g.T; t++) {
       const float *qt = q + (bh * g.T + t) * g.HS;
       float *ot = o + (bh * g.T + t) * g.HS;
-      double lse = row_lse(&g, qt, kb, t);
+      double m, l;
+      row_stats(&g, bh, qt, kb, t, &m, &l);
       for (int64_t d0 = 0; d0 < g.HS; d0 += DC) {
         int64_t nd = g.HS - d0 < DC ? g.HS - d0 : DC;
         double acc[DC] = {0}; /* acc [nd]: o_t[d0 : d0 + nd] */
         for (int64_t s = 0; s < n_keys(&g, t); s++) {
-          double pr = exp(g.scale * dot_d(qt, kb + s * g.HS, g.HS) - lse);
+          double pr = exp(score(&g, bh, qt, kb, s) - m) / l;
           pr *= drop_factor(&g, bh, t, s);
           for (int64_t d = 0; d < nd; d++) acc[d] += pr * vb[s * g.HS + d0 + d];
         }
@@ -153,31 +213,34 @@ static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_
 }
 
 /* Backward, straight from the derivation (docs/flash_attention_backward.md):
- * P = exp(S - L), Pd = P z, dPd = dO v^T, dS = P (z dPd - D), D = rowsum(dO o),
- * dq = scale dS k, dk = scale dS^T q, dv = Pd^T dO; z = the dropout factor. */
+ * P = exp(S - m) / l, Pd = P z, dPd = dO v^T, dS = P (z dPd - D), D = rowsum(dO o),
+ * dq = scale dS k, dk = scale dS^T q, dv = Pd^T dO; z = the dropout factor.
+ * With grouped heads, dk and dv of a kv head sum over its query heads. */
 static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                             slapo_tensor *out, const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in[0], env);
+  fa_geom g = geom_of(node, in, true, env);
   const float *q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]);  /* k  [BH, T, HS] */
-  const float *v = slapo_tensor_data(in[2]);  /* v  [BH, T, HS] */
+  const float *k = slapo_tensor_data(in[1]);  /* k  [BH / G, T, HS] */
+  const float *v = slapo_tensor_data(in[2]);  /* v  [BH / G, T, HS] */
   const float *o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] */
   const float *dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
-  float *dq = slapo_tensor_data(out);         /* dq [BH, T, HS] = out[0] */
-  int64_t N = g.BH * g.T * g.HS;
-  float *dk = dq + N, *dv = dq + 2 * N;       /* dk, dv [BH, T, HS] = out[1], out[2] */
-  memset(dq, 0, (size_t)(3 * N) * sizeof(float));
+  float *dq = slapo_tensor_data(out);         /* dq [BH, T, HS] at 0 */
+  int64_t Nq = g.BH * g.T * g.HS, Nkv = Nq / g.G;
+  float *dk = dq + Nq, *dv = dq + Nq + Nkv;   /* dk, dv [BH / G, T, HS] after it */
+  memset(dq, 0, (size_t)(Nq + 2 * Nkv) * sizeof(float));
   for (int64_t bh = 0; bh < g.BH; bh++) {
-    const float *kb = k + bh * g.T * g.HS, *vb = v + bh * g.T * g.HS;
+    int64_t kv = fa_kv_base(&g, bh);
+    const float *kb = k + kv, *vb = v + kv;
     for (int64_t t = 0; t < g.T; t++) {
       int64_t row = (bh * g.T + t) * g.HS;
       const float *qt = q + row, *dOt = dO + row;
-      double lse = row_lse(&g, qt, kb, t);
+      double m, l;
+      row_stats(&g, bh, qt, kb, t, &m, &l);
       double D = dot_d(dOt, o + row, g.HS);
       for (int64_t s = 0; s < n_keys(&g, t); s++) {
         const float *ks = kb + s * g.HS, *vs = vb + s * g.HS;
-        int64_t col = (bh * g.T + s) * g.HS;
-        double pr = exp(g.scale * dot_d(qt, ks, g.HS) - lse);
+        int64_t col = kv + s * g.HS;
+        double pr = exp(score(&g, bh, qt, kb, s) - m) / l;
         double z = drop_factor(&g, bh, t, s);
         double ds = pr * (z * dot_d(dOt, vs, g.HS) - D) * g.scale;
         for (int64_t d = 0; d < g.HS; d++) {
@@ -196,10 +259,10 @@ static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *i
 
 static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                     const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in[0], env);
+  fa_geom g = geom_of(node, in, false, env);
   g.q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
-  g.k = slapo_tensor_data(in[1]); /* k [BH, T, HS] */
-  g.v = slapo_tensor_data(in[2]); /* v [BH, T, HS] */
+  g.k = slapo_tensor_data(in[1]); /* k [BH / G, T, HS] */
+  g.v = slapo_tensor_data(in[2]); /* v [BH / G, T, HS] */
   g.o = slapo_tensor_data(out);   /* o [BH, T, HS] */
   int64_t n_qt = (g.T + BR - 1) / BR;
   slapo_isa isa = slapo_isa_active();
@@ -212,20 +275,22 @@ static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo
 }
 static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                              slapo_tensor *out, const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in[0], env);
+  fa_geom g = geom_of(node, in, true, env);
   g.q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
-  g.k = slapo_tensor_data(in[1]);  /* k  [BH, T, HS] */
-  g.v = slapo_tensor_data(in[2]);  /* v  [BH, T, HS] */
+  g.k = slapo_tensor_data(in[1]);  /* k  [BH / G, T, HS] */
+  g.v = slapo_tensor_data(in[2]);  /* v  [BH / G, T, HS] */
   g.o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] (read only here) */
   g.dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
-  g.dx = slapo_tensor_data(out);   /* dx [3, BH, T, HS]: dq, dk, dv */
+  g.dx = slapo_tensor_data(out);   /* dx: dq [BH, T, HS], dk, dv [BH / G, T, HS] */
   slapo_isa isa = slapo_isa_active();
   void (*bwd)(const fa_geom *, int64_t) =
       isa == SLAPO_ISA_AVX512 ? slapo__fa_bwd_job_avx512
       : isa == SLAPO_ISA_AVX2 ? slapo__fa_bwd_job_avx2 : slapo__fa_bwd_job_baseline;
   int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (g.HS ? 5 * g.HS : 1);
+  /* One job per kv head, which owns its dk, dv rows and those of dq of its
+   * G query heads: no races, a fixed summation order. */
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t bh = 0; bh < g.BH; bh++) bwd(&g, bh);
+  for (int64_t kvh = 0; kvh < g.BH / g.G; kvh++) bwd(&g, kvh);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -233,46 +298,53 @@ static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *
 /* ------------------------------------------------------------------------ */
 
 static slapo_status fa_infer(slapo_node *node) {
-  SLAPO_TRY(check_inputs(node));
+  SLAPO_TRY(check_inputs(node, false));
   return slapo__same_as_input(node, 0);
 }
 
-static slapo_status fa_backward_infer(slapo_node *node) {
-  SLAPO_TRY(check_inputs(node));
-  const slapo_node *q = node->inputs[0];
-  int64_t shape[5] = {3, q->shape[0], q->shape[1], q->shape[2], q->shape[3]};
-  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 5, shape);
-}
+static int64_t numel_of(const slapo_node *x) { return slapo_shape_numel(x->ndim, x->shape); }
 
-/* Gradient i of the packed [3, B, NH, T, HS] result: slice i, drop dim 0. */
-static slapo_node *unpack(slapo_ctx *ctx, slapo_node *packed, int i, const slapo_node *like) {
-  slapo_attr a[3] = {slapo_attr_int("dim", 0), slapo_attr_int("start", i),
-                     slapo_attr_int("end", i + 1)};
-  slapo_node *s = slapo__call1(ctx, SLAPO_OP_DESC(slice), packed, 3, a);
-  slapo_attr r = slapo_attr_ints("shape", like->ndim, like->shape);
-  return slapo__call1(ctx, SLAPO_OP_DESC(reshape), s, 1, &r);
+/* The packed gradients: dq (q's numel), then dk and dv (k's numel each),
+ * one flat f32 buffer read back through zero-copy unpack views. */
+static slapo_status fa_backward_infer(slapo_node *node) {
+  SLAPO_TRY(check_inputs(node, true));
+  int64_t n = numel_of(node->inputs[0]) + 2 * numel_of(node->inputs[1]);
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
 }
 
 static slapo_status fa_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                 const bool *need, slapo_node **dx) {
-  for (int i = 0; i < 3; i++) dx[i] = NULL;
+  for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
+  if (has_mask(node, false) && need[3])
+    return slapo_ctx_fail(ctx, SLAPO_UNSUPPORTED,
+                          "%s: flash_attention has no gradient for its mask; the mask is an "
+                          "input (padding), not a parameter",
+                          slapo_ctx_origin(ctx));
   if (!need[0] && !need[1] && !need[2]) return slapo_ctx_status(ctx);
   /* Same attributes (causal, scale, dropout_p, stream, offset): the backward
    * regenerates the forward's dropout mask instead of storing it. */
-  slapo_node *in[5] = {node->inputs[0], node->inputs[1], node->inputs[2], node, dy};
-  slapo_node *packed = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_backward), 5, in,
-                                       node->n_attrs, node->attrs);
-  for (int i = 0; i < 3; i++)
-    if (need[i]) dx[i] = unpack(ctx, packed, i, node->inputs[i]);
+  slapo_node *in[6] = {node->inputs[0], node->inputs[1], node->inputs[2], node, dy,
+                       has_mask(node, false) ? node->inputs[3] : NULL};
+  slapo_node *packed = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_backward),
+                                       in[5] ? 6 : 5, in, node->n_attrs, node->attrs);
+  int64_t offset = 0;
+  for (int i = 0; i < 3; i++) {
+    const slapo_node *x = node->inputs[i];
+    slapo_attr a[2] = {slapo_attr_int("offset", offset), slapo_attr_ints("shape", x->ndim, x->shape)};
+    if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &packed, 2, a);
+    offset += numel_of(x);
+  }
   return slapo_ctx_status(ctx);
 }
 
-/* B = 1, NH = 2, T = 5, HS = 4, causal, dropout 0.2: the mask is a fixed
- * function of the keys, so finite differences see a smooth function. */
+/* B = 1, NH = 2 query heads over one kv head (grouped), T = 5, HS = 4,
+ * causal, dropout 0.2: the mask is a fixed function of the keys, so finite
+ * differences see a smooth function. */
 static slapo_node *fa_example(slapo_ctx *ctx) {
-  int64_t shape[4] = {1, 2, 5, 4};
+  int64_t shape[4] = {1, 2, 5, 4}, kv[4] = {1, 1, 5, 4};
   slapo_node *in[3];
-  for (int i = 0; i < 3; i++) in[i] = slapo_input(ctx, k_names[i], SLAPO_DTYPE_F32, 4, shape);
+  for (int i = 0; i < 3; i++)
+    in[i] = slapo_input(ctx, k_names[i], SLAPO_DTYPE_F32, 4, i ? kv : shape);
   slapo_attr a[3] = {slapo_attr_int("causal", 1), slapo_attr_float("scale", 0.5),
                      slapo_attr_float("dropout_p", 0.2)};
   return slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, in, 3, a);
@@ -290,15 +362,18 @@ static slapo_node *fa_backward_example(slapo_ctx *ctx) {
 
 SLAPO_OP_DESCRIPTOR(flash_attention) = {
     .name = "flash_attention",
-    .n_inputs = 3,
+    .n_inputs = -1,
     .infer = fa_infer,
     .ref = fa_ref,
     .fast = fa_fast,
     .backward = fa_backward,
     .contiguous_inputs = true,
     .random = true,
-    .doc = "(q, k, v) [B, NH, T, HS] -> dropout(softmax(scale q k^T, causal)) v without "
-           "materializing the [T, T] scores (FlashAttention, Dao et al. 2022, Alg. 1-2); attrs "
+    .doc = "(q [B, NH, T, HS], k, v [B, NKV, T, HS][, mask [B, T]]) -> dropout(softmax(scale "
+           "q k^T + mask, causal)) v [B, NH, T, HS] without materializing the [T, T] scores "
+           "(FlashAttention, Dao et al. 2022, Alg. 1-2); NKV divides NH (grouped-query heads: "
+           "query head h reads kv head h / (NH / NKV)); mask: an additive bias per key (0 "
+           "attend, -3.4e38 padding, as Hugging Face's extended attention mask); attrs "
            "causal (0/1), scale (default 1/sqrt(HS)), dropout_p, stream (the RNG key of the "
            "dropout it replaces; set by slapo_op_call when absent), offset (default 0); P[b, h, "
            "t, s] kept iff uniform(seed, stream, step, offset + ((b NH + h) T + t) T + s) >= p",
@@ -307,14 +382,15 @@ SLAPO_OP_DESCRIPTOR(flash_attention) = {
 
 SLAPO_OP_DESCRIPTOR(flash_attention_backward) = {
     .name = "flash_attention_backward",
-    .n_inputs = 5,
+    .n_inputs = -1,
     .infer = fa_backward_infer,
     .ref = fa_backward_ref,
     .fast = fa_backward_fast,
     .contiguous_inputs = true,
     .random = true,
-    .doc = "(q, k, v, out, dout) -> [dq, dk, dv] packed as [3, B, NH, T, HS], recomputing the "
-           "scores and the row log-sum-exp tile by tile (FlashAttention Alg. 4) instead of the "
+    .doc = "(q, k, v, out, dout[, mask]) -> dq, dk, dv packed flat (q's numel, then k's "
+           "twice), recomputing the scores and the row max and sum tile by tile "
+           "(FlashAttention Alg. 4) instead of the "
            "composite's [T, T] probabilities, dropout mask and their gradients; attrs as "
            "flash_attention",
     .test = {.example = fa_backward_example,

@@ -14,7 +14,9 @@
 _Static_assert(BR == BC, "transpose_tile needs square tiles");
 
 typedef struct fa_geom {
-  int64_t BH, T, HS; /* B * NH heads of [T, HS] each               */
+  int64_t BH, T, HS; /* B * NH query heads of [T, HS] each         */
+  int64_t NH, G;     /* query heads per batch row; per kv head (GQA) */
+  const float *mask; /* [B, T] additive key bias, or NULL          */
   bool causal;       /* query t sees keys s <= t                    */
   float scale;       /* on q k^T; default 1/sqrt(HS)                */
   bool dropout;      /* training and p > 0                          */
@@ -22,10 +24,15 @@ typedef struct fa_geom {
   float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
   uint64_t seed, stream, step, offset;
   uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
-  /* Fast kernels: the tensors, [BH, T, HS] each (dx: [3, BH, T, HS]). */
+  /* Fast kernels: the tensors; q, o, dO [BH, T, HS], k, v [BH / G, T, HS],
+   * dx the packed dq, dk, dv. */
   const float *q, *k, *v, *dO;
   float *o, *dx;
 } fa_geom;
+
+/* Offset of kv head bh / G's rows, the one query head bh reads (grouped
+ * heads: bh = (b NKV + j) G + i for kv head j of batch row b). */
+static inline int64_t fa_kv_base(const fa_geom *g, int64_t bh) { return bh / g->G * g->T * g->HS; }
 
 /* Dropout factor of P[bh, t, s]: keep_scale or 0, decided exactly as the
  * dropout op decides element ((bh T) + t) T + s of the [B, NH, T, T] tensor. */
@@ -39,12 +46,13 @@ static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t
 }
 
 /* The tile kernels of each ISA level: fwd_job computes query tile r0 of
- * head bh, bwd_job every gradient row of head bh (see ops/fa_tiles.h). */
+ * head bh, bwd_job every gradient row of kv head kvh and of its G query
+ * heads (see ops/fa_tiles.h). */
 void slapo__fa_fwd_job_baseline(const fa_geom *g, int64_t bh, int64_t r0);
 void slapo__fa_fwd_job_avx2(const fa_geom *g, int64_t bh, int64_t r0);
 void slapo__fa_fwd_job_avx512(const fa_geom *g, int64_t bh, int64_t r0);
-void slapo__fa_bwd_job_baseline(const fa_geom *g, int64_t bh);
-void slapo__fa_bwd_job_avx2(const fa_geom *g, int64_t bh);
-void slapo__fa_bwd_job_avx512(const fa_geom *g, int64_t bh);
+void slapo__fa_bwd_job_baseline(const fa_geom *g, int64_t kvh);
+void slapo__fa_bwd_job_avx2(const fa_geom *g, int64_t kvh);
+void slapo__fa_bwd_job_avx512(const fa_geom *g, int64_t kvh);
 
 #endif

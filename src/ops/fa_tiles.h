@@ -245,6 +245,16 @@ FA_INLINE void mask_tile(const int64_t nv[BR], int64_t nr, float S[BR][BC]) {
     for (int64_t c = nv[r]; c < BC; c++) S[r][c] = -INFINITY;
 }
 
+/* Adds the additive key mask (when present) to score tile S of head bh,
+ * keys c0 .. c0 + nc - 1, as the reference adds it to each scaled score. */
+FA_INLINE void add_key_bias(const fa_geom *g, int64_t bh, int64_t c0, int64_t nr, int64_t nc,
+                            float S[BR][BC]) {
+  if (!g->mask) return;
+  const float *mb = g->mask + (bh / g->NH) * g->T + c0; /* mb [nc]: this tile's keys */
+  for (int64_t r = 0; r < nr; r++)
+    for (int64_t c = 0; c < nc; c++) S[r][c] += mb[c];
+}
+
 /* Keys a query tile [r0, r0 + nr) looks at: [0, end). */
 FA_INLINE int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
   return g->causal ? r0 + nr : g->T;
@@ -261,7 +271,7 @@ FA_INLINE void exp_row(float *row, float x) {
  * exp(m_old - m_new) when the max grows, and is divided by l at the end. */
 FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, base = bh * g->T * HS;
-  const float *qb = g->q + base, *kb = g->k + base, *vb = g->v + base;
+  const float *qb = g->q + base, *kb = g->k + fa_kv_base(g, bh), *vb = g->v + fa_kv_base(g, bh);
   float *ob = g->o + base + r0 * HS; /* ob [nr, HS]: this tile's output rows */
   _Alignas(64) float S[BR][BC];      /* S [nr, BC]: scores, then probabilities */
   int64_t nv[BR];                    /* visible columns per row of S */
@@ -272,6 +282,7 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   for (int64_t c0 = 0; c0 < end; c0 += BC) {
     int64_t nc = end - c0 < BC ? end - c0 : BC;
     tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, S);
+    add_key_bias(g, bh, c0, nr, nc, S);
     visible(g, r0, nr, c0, nc, nv);
     mask_tile(nv, nr, S);
     for (int64_t r = 0; r < nr; r++) {
@@ -304,20 +315,18 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
 }
 
 
-/* Backward of one head (Algorithm 4 with the loops swapped, so one thread
- * owns a head): for each query tile, pass 1 recomputes the row log-sum-exp L
- * with the online max/sum and D = rowsum(dO o); pass 2 walks the key tiles
- * again, rebuilding P = exp(S - L), and accumulates dq (this tile's rows),
- * dk and dv (the key tile's rows) in the output. The thread writes only its
- * head's rows: no races, and a fixed summation order. */
+/* Backward of one query head (Algorithm 4 with the loops swapped, so one
+ * thread owns a head): for each query tile, pass 1 recomputes the row
+ * max m and sum l online and D = rowsum(dO o); pass 2 walks the key tiles
+ * again, rebuilding P = exp(S - m) / l, and accumulates dq (this
+ * tile's rows, zeroed here), dk and dv (the key tile's rows of the head's kv
+ * head, zeroed by the caller) in the output. */
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
-  int64_t base = bh * g->T * HS, N = g->BH * g->T * HS;
-  const float *qb = g->q + base, *kb = g->k + base, *vb = g->v + base, *ob = g->o + base,
+  int64_t base = bh * g->T * HS, kv = fa_kv_base(g, bh), Nq = g->BH * g->T * HS;
+  const float *qb = g->q + base, *kb = g->k + kv, *vb = g->v + kv, *ob = g->o + base,
               *dob = g->dO + base;
-  float *dqb = g->dx + base, *dkb = g->dx + N + base, *dvb = g->dx + 2 * N + base;
-  memset(dqb, 0, (size_t)(g->T * HS) * sizeof(float)); /* dq, dk, dv [T, HS] */
-  memset(dkb, 0, (size_t)(g->T * HS) * sizeof(float));
-  memset(dvb, 0, (size_t)(g->T * HS) * sizeof(float));
+  float *dqb = g->dx + base, *dkb = g->dx + Nq + kv, *dvb = g->dx + Nq + Nq / g->G + kv;
+  memset(dqb, 0, (size_t)(g->T * HS) * sizeof(float)); /* dq [T, HS] */
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
     int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
     _Alignas(64) float P[BR][BC];  /* P [nr, BC]: scores, then P, then Pd = P z */
@@ -325,11 +334,12 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     _Alignas(64) float Tt[BR][BC]; /* Tt [BC, nr]: Pd or dS transposed */
     int64_t nv[BR];                /* visible columns per row */
     float m[BR], l[BR];            /* pass 1: running max and sum */
-    float L[BR], D[BR];            /* row log-sum-exp and rowsum(dO o) */
+    float il[BR], D[BR];           /* 1 / l and rowsum(dO o) */
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
       tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      add_key_bias(g, bh, c0, nr, nc, P);
       visible(g, r0, nr, c0, nc, nv);
       mask_tile(nv, nr, P);
       for (int64_t r = 0; r < nr; r++) {
@@ -341,12 +351,13 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       }
     }
     for (int64_t r = 0; r < nr; r++) {
-      L[r] = m[r] + logf(l[r]);
+      il[r] = 1.0f / l[r];
       D[r] = dot16(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
     }
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
       tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      add_key_bias(g, bh, c0, nr, nc, P);
       tile_abt(dob + r0 * HS, vb + c0 * HS, HS, nr, nc, 1.0f, dS);
       visible(g, r0, nr, c0, nc, nv);
       mask_tile(nv, nr, P);
@@ -358,7 +369,7 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
         if (g->dropout)
           for (int64_t c = 0; c < nv[r]; c++) Z[c] = drop_factor(g, bh, r0 + r, c0 + c);
         for (int h = 0; h < BC; h += VL) {
-          v16f p = vexp(vld(P[r] + h) - L[r]), z = vld(Z + h);
+          v16f p = vexp(vld(P[r] + h) - m[r]) * il[r], z = vld(Z + h);
           vst(dS[r] + h, (p * (z * vld(dS[r] + h) - D[r])) * g->scale);
           vst(P[r] + h, p * z);
         }
@@ -374,9 +385,16 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   }
 }
 
-void FA_NAME(bwd_job)(const fa_geom *g, int64_t bh) {
-  if (g->HS == 64) bwd_head(g, 64, bh);
-  else if (g->HS == 128) bwd_head(g, 128, bh);
-  else bwd_head(g, g->HS, bh);
+/* Kv head kvh and its G query heads, in order: the thread writes only their
+ * rows (no races), and dk, dv sum over the group in a fixed order. */
+void FA_NAME(bwd_job)(const fa_geom *g, int64_t kvh) {
+  int64_t n = g->T * g->HS, Nq = g->BH * n;
+  memset(g->dx + Nq + kvh * n, 0, (size_t)n * sizeof(float));          /* dk [T, HS] */
+  memset(g->dx + Nq + Nq / g->G + kvh * n, 0, (size_t)n * sizeof(float)); /* dv [T, HS] */
+  for (int64_t bh = kvh * g->G; bh < (kvh + 1) * g->G; bh++) {
+    if (g->HS == 64) bwd_head(g, 64, bh);
+    else if (g->HS == 128) bwd_head(g, 128, bh);
+    else bwd_head(g, g->HS, bh);
+  }
 }
 

@@ -695,6 +695,24 @@ slapo_node *slapo_slice(slapo_ctx *ctx, slapo_node *x, int dim, int64_t start, i
   return slapo__call1(ctx, SLAPO_OP_DESC(slice), x, 4, a);
 }
 
+slapo_node *slapo_repeat_heads(slapo_ctx *ctx, slapo_node *x, int64_t g) {
+  if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  if (!x || x->ndim != 4 || g < 1) {
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "repeat_heads: needs x [B, NKV, T, HS] and a group size >= 1, got %s and %lld",
+             x ? slapo__shape_of(x) : "NULL", (long long)g);
+    builder_fail(ctx, SLAPO_INVALID_ARG, msg);
+    return NULL;
+  }
+  if (g == 1) return x;
+  const int64_t *s = x->shape;
+  int64_t one[5] = {s[0], s[1], 1, s[2], s[3]}, many[5] = {s[0], s[1], g, s[2], s[3]},
+          out[4] = {s[0], s[1] * g, s[2], s[3]};
+  slapo_node *r = slapo_broadcast_to(ctx, slapo_reshape(ctx, x, 5, one), 5, many);
+  return slapo_reshape(ctx, r, 4, out);
+}
+
 slapo_status slapo_split(slapo_ctx *ctx, slapo_node *x, int dim, int n, const int64_t *sizes,
                          slapo_node **out) {
   for (int i = 0; i < n; i++) out[i] = NULL;

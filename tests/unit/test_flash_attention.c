@@ -5,7 +5,8 @@
  * dropout, train and eval; the planned peak memory of forward + backward at
  * T = 512 (fused far below unfused); FlashAttention swapped into a tiny GPT-2
  * with dropout 0.1 (same loss and gradients by parameter path); error cases
- * of the ops, the module factory and slapo_module_replace_child. */
+ * of the ops, the module factory and slapo_module_replace_child; grouped-query
+ * heads and the additive key mask (a fully padded row included). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -140,6 +141,104 @@ static void check_case(bool causal, double p, bool training) {
   free4(base), free4(ref), free4(fast), free4(vals);
   slapo_graph_free(gc);
   slapo_graph_free(gf);
+}
+
+/* ---- grouped-query heads and the additive key mask ---- */
+
+/* q [2, 4, 37, 16] over k, v [2, 2, 37, 16] (groups of 2), keys masked with
+ * Hugging Face's bias -3.4e38: batch row 0 has its last 5 keys padded, row 1
+ * every key (a fully padded row must give uniform attention, as softmax
+ * does). Composite: heads repeated (slapo_repeat_heads), mask broadcast-added
+ * to the scaled scores. Graph outputs y, dq, dk, dv; inputs q, k, v, mask, R. */
+static slapo_graph *build_grouped(bool flash, bool causal, double p, const int64_t *qs,
+                                  const int64_t *kvs) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  slapo_node *in[4];
+  in[0] = slapo_input(ctx, "q", SLAPO_DTYPE_F32, 4, qs);
+  in[1] = slapo_input(ctx, "k", SLAPO_DTYPE_F32, 4, kvs);
+  in[2] = slapo_input(ctx, "v", SLAPO_DTYPE_F32, 4, kvs);
+  int64_t ms[2] = {qs[0], qs[2]};
+  in[3] = slapo_input(ctx, "mask", SLAPO_DTYPE_F32, 2, ms);
+  slapo_node *R = slapo_input(ctx, "R", SLAPO_DTYPE_F32, 4, qs);
+  double scale = 1.0 / sqrt((double)qs[3]);
+  slapo_node *y;
+  if (flash) {
+    slapo_attr a[4] = {slapo_attr_int("causal", causal), slapo_attr_float("scale", scale),
+                       slapo_attr_float("dropout_p", p), slapo_attr_int("stream", STREAM)};
+    y = slapo_op_call(ctx, "flash_attention", 4, in, 4, a);
+  } else {
+    int64_t G = qs[1] / kvs[1], m4[4] = {qs[0], 1, 1, qs[2]};
+    slapo_node *k = slapo_repeat_heads(ctx, in[1], G), *v = slapo_repeat_heads(ctx, in[2], G);
+    slapo_node *att = slapo_mul_scalar(ctx, slapo_matmul(ctx, in[0], k, false, true), scale);
+    att = slapo_add(ctx, att, slapo_reshape(ctx, in[3], 4, m4));
+    att = slapo_softmax(ctx, att, causal);
+    slapo_attr a[2] = {slapo_attr_float("p", p), slapo_attr_int("stream", STREAM)};
+    att = slapo_op_call(ctx, "dropout", 1, &att, 2, a);
+    y = slapo_matmul(ctx, att, v, false, false);
+  }
+  slapo_node *outs[4] = {y};
+  OK(slapo_backward(ctx, y, R, 3, in, outs + 1));
+  assert_non_null(slapo_output(ctx, 4, outs));
+  OK(slapo_ctx_status(ctx));
+  slapo_ctx_free(ctx);
+  return g;
+}
+
+static void run_grouped(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
+                        const slapo_kernel_env *env, slapo_tensor **outs) {
+  slapo_plan_opts o = {.reference = reference};
+  slapo_plan *p;
+  OK(slapo_plan_new(g, &o, &p));
+  const char *names[5] = {"q", "k", "v", "mask", "R"};
+  for (int i = 0; i < 5; i++) OK(slapo_plan_bind_input(p, names[i], vals[i]));
+  OK(slapo_plan_run(p, env));
+  for (int i = 0; i < 4; i++) OK(slapo_tensor_contiguous(slapo_plan_output(p, i), &outs[i]));
+  slapo_plan_free(p);
+}
+
+static void check_grouped(bool causal, double p) {
+  const int64_t qs[4] = {2, 4, 37, 16}, kvs[4] = {2, 2, 37, 16}, ms[2] = {2, 37};
+  slapo_tensor *vals[5] = {random_f32(4, qs, 40), random_f32(4, kvs, 41), random_f32(4, kvs, 42),
+                           NULL, random_f32(4, qs, 43)};
+  OK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, ms, &vals[3]));
+  float *mask = slapo_tensor_data(vals[3]); /* mask [2, 37] */
+  for (int t = 0; t < 37; t++) mask[t] = t >= 32 ? -3.4028235e38f : 0.0f, mask[37 + t] = -3.4028235e38f;
+  slapo_kernel_env env = {.seed = 7, .step = 1, .training = true};
+  slapo_graph *gc = build_grouped(false, causal, p, qs, kvs);
+  slapo_graph *gf = build_grouped(true, causal, p, qs, kvs);
+  slapo_tensor *base[4], *ref[4], *fast[4];
+  run_grouped(gc, true, vals, &env, base);
+  run_grouped(gf, true, vals, &env, ref);
+  run_grouped(gf, false, vals, &env, fast);
+  const char *what[4] = {"y", "dq", "dk", "dv"};
+  for (int i = 0; i < 4; i++) {
+    double r = rel_diff(ref[i], base[i]), f = rel_diff(fast[i], base[i]);
+    print_message("grouped causal=%d p=%.1f %-2s: |ref-composite| %.2e  |fast-composite| %.2e\n",
+                  causal, p, what[i], r, f);
+    if (!(r <= 1e-5 && f <= 1e-5)) fail_msg("%s differs beyond 1e-5 relative", what[i]);
+  }
+  /* Row 1 is fully padded: without dropout its output is the mean of v's
+   * rows of its kv head, for every query. */
+  if (p == 0 && !causal) {
+    const float *y = slapo_tensor_data(fast[0]), *v = slapo_tensor_data(vals[2]);
+    double want = 0;
+    for (int s = 0; s < 37; s++) want += v[((1 * 2 + 0) * 37 + s) * 16];
+    assert_float_equal(y[((1 * 4 + 1) * 37 + 5) * 16], want / 37, 1e-5);
+  }
+  free4(base), free4(ref), free4(fast);
+  for (int i = 0; i < 5; i++) slapo_tensor_free(vals[i]);
+  slapo_graph_free(gc);
+  slapo_graph_free(gf);
+}
+
+static void test_grouped_heads_masked(void **state) {
+  (void)state;
+  check_grouped(false, 0.0);
+  check_grouped(true, 0.0);
+  check_grouped(true, 0.2);
 }
 
 static void test_causal_no_dropout(void **state) {
@@ -357,6 +456,9 @@ static void test_op_errors(void **state) {
          msg, "flash_attention: q [2, 3, 5] must be 4-d [B, NH, T, HS]");
   expect(try_build("flash_attention", 3, bad_k, 4, SLAPO_DTYPE_F32, 0, NULL, msg), SLAPO_SHAPE,
          msg, "k [2, 3, 6, 4] differs from q [2, 3, 5, 4]");
+  const int64_t bad_kv[3][4] = {{2, 6, 5, 4}, {2, 4, 5, 4}, {2, 4, 5, 4}};
+  expect(try_build("flash_attention", 3, bad_kv, 4, SLAPO_DTYPE_F32, 0, NULL, msg), SLAPO_SHAPE,
+         msg, "with NKV dividing q's NH (grouped-query heads)");
   expect(try_build("flash_attention", 3, same, 4, SLAPO_DTYPE_I32, 0, NULL, msg), SLAPO_DTYPE,
          msg, "expected f32");
   slapo_attr causal = slapo_attr_int("causal", 2);
@@ -443,6 +545,7 @@ int main(void) {
       cmocka_unit_test(test_causal_dropout_eval),
       cmocka_unit_test(test_full_dropout_train),
       cmocka_unit_test(test_fast_kernels_thread_count_independent),
+      cmocka_unit_test(test_grouped_heads_masked),
       cmocka_unit_test(test_peak_memory_far_below_composite),
       cmocka_unit_test(test_gpt2_swap_same_loss_and_grads),
       cmocka_unit_test(test_op_errors),
