@@ -212,12 +212,18 @@ slapo_status slapo_linear_new(int64_t in_features, int64_t out_features, bool bi
                               slapo_module **out);
 /* nn.LayerNorm over the last dim: weight ones, bias zeros. */
 slapo_status slapo_layernorm_new(int64_t dim, double eps, slapo_module **out);
+/* RMSNorm over the last dim (LLaMA's LlamaRMSNorm): weight [dim] ones, no
+ * bias; y = x / sqrt(mean(x^2) + eps) * weight. Errors: INVALID_ARG (dim <=
+ * 0), NOMEM. */
+slapo_status slapo_rmsnorm_new(int64_t dim, double eps, slapo_module **out);
 /* nn.Embedding: weight [num, dim] N(0, std). */
 slapo_status slapo_embedding_new(int64_t num, int64_t dim, float std, slapo_module **out);
 slapo_status slapo_dropout_new(double p, slapo_module **out);
 /* nn.GELU(approximate="tanh" if tanh else "none"). */
 slapo_status slapo_gelu_new(bool tanh, slapo_module **out);
 slapo_status slapo_relu_new(slapo_module **out);
+/* nn.SiLU: x * sigmoid(x) (LLaMA's act_fn). */
+slapo_status slapo_silu_new(slapo_module **out);
 /* nn.Conv2d options; NULL in slapo_conv2d_new means
  * SLAPO_CONV2D_OPTS_DEFAULT (stride 1, padding 0, dilation 1, groups 1,
  * bias). Start from the default and change fields: every field is read. */

@@ -316,6 +316,10 @@ slapo_node *slapo_layer_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo
                              double eps);
 /* RMSNorm (Zhang & Sennrich 2019): x / sqrt(mean(x^2) + eps) * w; w may be NULL. */
 slapo_node *slapo_rms_norm(slapo_ctx *ctx, slapo_node *x, slapo_node *w, double eps);
+/* Rotary position embedding (Su et al. 2021; Hugging Face LLaMA's
+ * rotate-half layout) of x [B, NH, T, HS] (HS even) at positions offset ..
+ * offset + T - 1 with base theta (LLaMA: 10000); see ops/rotary.c. */
+slapo_node *slapo_rotary(slapo_ctx *ctx, slapo_node *x, double theta, int64_t offset);
 /* weight [V, C], idx [..] i32/i64 -> [.., C]. */
 slapo_node *slapo_embedding(slapo_ctx *ctx, slapo_node *weight, slapo_node *idx);
 /* out = base with src rows added at rows idx along dim 0:

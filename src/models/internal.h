@@ -1,5 +1,6 @@
-/* models/internal.h - what GPT-2's attention and its FlashAttention
- * replacement share. Layer: models (internal). */
+/* models/internal.h - what the families' files share: decoding attention,
+ * the Hugging Face checkpoint layout, tied Linear copies for replacement
+ * modules. Layer: models (internal). */
 #ifndef SLAPO_MODELS_INTERNAL_H
 #define SLAPO_MODELS_INTERNAL_H
 
@@ -13,6 +14,27 @@
  * causal mask is then all ones; a first step (no cache) is causal. NULL on
  * error (recorded on ctx). */
 slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v);
+
+/* How a family's parameters appear in Hugging Face safetensors files
+ * (models/hf_checkpoint.c): a tensor per parameter, named by its path. */
+typedef struct slapo__hf_layout {
+  const char *family;          /* message prefix: "gpt2"                     */
+  const char *optional_prefix; /* files may name paths without it, or NULL   */
+  bool (*transposed)(const char *path); /* 2-d weights stored [in, out]; NULL */
+  const char *head, *embedding; /* when the model ties them: a file's head   */
+                                /* must equal its embedding; NULL: no head    */
+} slapo__hf_layout;
+
+/* Loads every parameter of a materialized model from the file at `path`
+ * (f32 or any float dtype, converted; extra tensors ignored); nothing is
+ * copied if a tied head differs from the embedding. Errors: SLAPO_STATE (a
+ * meta parameter), SLAPO_IO, SLAPO_NOT_FOUND (missing tensor, named),
+ * SLAPO_SHAPE (both shapes named), SLAPO_PRECOND (untied head), NOMEM. */
+slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l);
+/* Writes every parameter object once (a tied head is omitted) atomically,
+ * with metadata format=pt plus the given pairs (at most 15). */
+slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__hf_layout *l,
+                            int n_meta, const char *const *keys, const char *const *values);
 
 /* GPT-2's config names, NULL-terminated (gpt2.c; the registry entry's list). */
 extern const char *const slapo__gpt2_config_names[];

@@ -1,5 +1,5 @@
 /* module/layers.c - built-in layers with PyTorch's names and semantics:
- * Linear, LayerNorm, Embedding, Dropout, GELU, ReLU, ModuleList.
+ * Linear, LayerNorm, RMSNorm, Embedding, Dropout, GELU, ReLU, SiLU, ModuleList.
  * Layer: module. */
 #include <stdio.h>
 
@@ -120,6 +120,39 @@ slapo_status slapo_layernorm_new(int64_t dim, double eps, slapo_module **out) {
   return s;
 }
 
+/* ---- RMSNorm (LLaMA's LlamaRMSNorm: weight only) ---- */
+
+static slapo_node *rms_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                               slapo_node *const *in) {
+  slapo_node *x = one_input(ctx, self, n_in, in);
+  if (!x) return NULL;
+  const ln_cfg *c = self->config;
+  return slapo_rms_norm(ctx, x, slapo_weight(ctx, self, "weight"), c->eps);
+}
+
+static bool rms_form(const slapo_module *self, slapo_op_form *f) {
+  const ln_cfg *c = self->config;
+  bool ok = form(f, SLAPO_OP_DESC(rms_norm), 2, (const char *const[]){"$0", "weight"});
+  f->attrs[f->n_attrs++] = slapo_attr_float("eps", c->eps);
+  return ok;
+}
+
+static const slapo_module_type k_rmsnorm = {"RMSNorm", rms_forward, ln_describe, NULL, rms_form};
+
+slapo_status slapo_rmsnorm_new(int64_t dim, double eps, slapo_module **out) {
+  if (dim <= 0) return slapo_error(SLAPO_INVALID_ARG, "RMSNorm: dim must be positive, got %lld", (long long)dim);
+  ln_cfg *c = slapo_malloc(sizeof *c);
+  if (!c) return slapo_error(SLAPO_NOMEM, "RMSNorm: out of memory");
+  *c = (ln_cfg){dim, eps};
+  SLAPO_TRY(slapo_module_new(&k_rmsnorm, c, out));
+  slapo_status s = slapo_module_add_param(*out, "weight", 1, &dim, SLAPO_INIT_ONES, 0);
+  if (s != SLAPO_OK) {
+    slapo_module_free(*out);
+    *out = NULL;
+  }
+  return s;
+}
+
 /* ---- Embedding ---- */
 
 typedef struct emb_cfg {
@@ -197,6 +230,12 @@ static slapo_node *relu_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return x ? slapo_relu(ctx, x) : NULL;
 }
 
+static slapo_node *silu_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                slapo_node *const *in) {
+  slapo_node *x = one_input(ctx, self, n_in, in);
+  return x ? slapo_silu(ctx, x) : NULL;
+}
+
 static bool dropout_form(const slapo_module *self, slapo_op_form *f) {
   bool ok = form(f, SLAPO_OP_DESC(dropout), 1, (const char *const[]){"$0"});
   f->attrs[f->n_attrs++] = slapo_attr_float("p", ((const scalar_cfg *)self->config)->v);
@@ -215,10 +254,16 @@ static bool relu_form(const slapo_module *self, slapo_op_form *f) {
   return form(f, SLAPO_OP_DESC(relu), 1, (const char *const[]){"$0"});
 }
 
+static bool silu_form(const slapo_module *self, slapo_op_form *f) {
+  (void)self;
+  return form(f, SLAPO_OP_DESC(silu), 1, (const char *const[]){"$0"});
+}
+
 static const slapo_module_type k_dropout = {"Dropout", dropout_forward, dropout_describe, NULL,
                                             dropout_form};
 static const slapo_module_type k_gelu = {"GELU", gelu_forward, gelu_describe, NULL, gelu_form};
 static const slapo_module_type k_relu = {"ReLU", relu_forward, NULL, NULL, relu_form};
+static const slapo_module_type k_silu = {"SiLU", silu_forward, NULL, NULL, silu_form};
 
 static slapo_status scalar_module(const slapo_module_type *t, double v, slapo_module **out) {
   scalar_cfg *c = slapo_malloc(sizeof *c);
@@ -238,6 +283,7 @@ slapo_status slapo_gelu_new(bool tanh, slapo_module **out) {
 }
 
 slapo_status slapo_relu_new(slapo_module **out) { return scalar_module(&k_relu, 0, out); }
+slapo_status slapo_silu_new(slapo_module **out) { return scalar_module(&k_silu, 0, out); }
 
 /* ---- ModuleList ---- */
 
