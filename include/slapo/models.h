@@ -131,6 +131,54 @@ slapo_status slapo_gpt2_save(slapo_module *model, const char *path, int n_meta,
                              const char *const *keys, const char *const *values);
 
 /* ------------------------------------------------------------------------ */
+/* LLaMA (Touvron et al. 2023; Hugging Face LlamaForCausalLM)                */
+/* ------------------------------------------------------------------------ */
+
+/* LLaMA hyper-parameters (Hugging Face LlamaConfig names in comments). */
+typedef struct slapo_llama_config {
+  int n_layer;          /* num_hidden_layers                              */
+  int n_head;           /* num_attention_heads                            */
+  int n_kv_head;        /* num_key_value_heads (divides n_head; GQA)      */
+  int64_t hidden;       /* hidden_size (C)                                */
+  int64_t intermediate; /* intermediate_size (SwiGLU width)               */
+  int64_t n_ctx;        /* max_position_embeddings                        */
+  int64_t vocab_size;   /* 256 for the byte configs, 32000 for Llama      */
+  double rms_eps;       /* rms_norm_eps                                   */
+  double rope_theta;    /* rope_theta (10000)                             */
+  double attn_dropout;  /* attention_dropout (0 in Hugging Face)          */
+  bool tie_embeddings;  /* tie_word_embeddings (false)                    */
+} slapo_llama_config;
+
+/* Fills `out` for a named config: "tiny" (4 layers, 128 wide, 4 heads over 2
+ * kv heads, SwiGLU 352, context 64, bytes), "small" (6, 384, 6 over 2, 1024,
+ * 256, bytes): GPT-2 tiny's and small's width, depth and context; "1.1B"
+ * (TinyLlama-1.1B: 22, 2048, 32 over 4, 5632, 2048, vocab 32000) and "7B"
+ * (Llama-2-7B: 32, 4096, 32 over 32, 11008, 4096, 32000). Errors:
+ * SLAPO_NOT_FOUND listing the known names. */
+slapo_status slapo_llama_config_named(const char *name, slapo_llama_config *out);
+
+/* Builds LlamaForCausalLM with meta parameters:
+ *   model.{embed_tokens, layers.N.{input_layernorm, self_attn.{q_proj, k_proj,
+ *   v_proj, o_proj, attn_dropout}, post_attention_layernorm, mlp.{gate_proj,
+ *   up_proj, down_proj, act_fn}}, norm}, lm_head (untied unless
+ *   tie_embeddings). No biases; RMSNorm; rotary positions on q and k;
+ *   SwiGLU MLP down(silu(gate(x)) * up(x)); k and v heads shared by groups
+ *   of n_head / n_kv_head query heads. Init as Hugging Face: N(0, 0.02)
+ *   weights, RMSNorm weight 1.
+ * Forward: (idx [B, T] i32) -> logits [B, T, V]; (idx, targets) -> mean
+ * cross-entropy [] over targets != -100. Decodes with a KV cache.
+ * Errors: SLAPO_INVALID_ARG (sizes <= 0, hidden not divisible by n_head,
+ * n_head not divisible by n_kv_head, odd head size), NOMEM. */
+slapo_status slapo_llama_new(const slapo_llama_config *cfg, slapo_module **out);
+
+/* Hugging Face safetensors import/export (names as above, Linear weights
+ * [out, in] as stored; a tied lm_head omitted on save and, on load, equal
+ * to embed_tokens or refused). Errors as slapo_gpt2_load / _save. */
+slapo_status slapo_llama_load(slapo_module *model, const char *path);
+slapo_status slapo_llama_save(slapo_module *model, const char *path, int n_meta,
+                              const char *const *keys, const char *const *values);
+
+/* ------------------------------------------------------------------------ */
 /* FlashAttention (a replacement for GPT2Attention)                          */
 /* ------------------------------------------------------------------------ */
 

@@ -75,9 +75,7 @@ static void fa_describe(const slapo_module *self, char *buf, size_t cap) {
 static const slapo_module_type k_flash_attention = {"FlashAttention", fa_forward, fa_describe,
                                                     NULL, NULL};
 
-/* A Linear like `old` (a Linear child with weight [out, in] and optional
- * bias) whose parameters are old's parameter objects (tied). */
-static slapo_status tied_linear(const slapo_module *old, const char *name, slapo_module **out) {
+slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out) {
   *out = NULL;
   slapo_module *l = old ? slapo_module_child(old, name) : NULL;
   slapo_parameter *w = l ? slapo_module_param(l, "weight") : NULL;
@@ -99,10 +97,12 @@ static slapo_status tied_linear(const slapo_module *old, const char *name, slapo
 
 slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out) {
   *out = NULL;
+  if (replaced && !strcmp(replaced->type->name, "LlamaAttention"))
+    return slapo__llama_flash_attention_new(replaced, out);
   if (!replaced || strcmp(replaced->type->name, "GPT2Attention"))
     return slapo_error(SLAPO_INVALID_ARG,
-                       "FlashAttention: can replace a GPT2Attention only, got %s; it reuses "
-                       "that module's c_attn, c_proj and dropout settings",
+                       "FlashAttention: can replace a GPT2Attention or a LlamaAttention only, "
+                       "got %s; it reuses that module's projections and dropout settings",
                        replaced ? replaced->type->name : "NULL");
   /* GPT2Attention modules carry the model's config (models/gpt2.c). */
   const slapo_gpt2_config *g = replaced->config;
@@ -115,7 +115,7 @@ slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_modul
   slapo_status s = SLAPO_OK;
   for (int i = 0; i < 2 && s == SLAPO_OK; i++) {
     slapo_module *l;
-    s = tied_linear(replaced, linears[i], &l);
+    s = slapo__tied_linear(replaced, linears[i], &l);
     if (s == SLAPO_OK) s = slapo_module_add_child(m, linears[i], l);
   }
   const char *drops[2] = {"attn_dropout", "resid_dropout"};

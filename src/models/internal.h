@@ -36,7 +36,20 @@ slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__
 slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__hf_layout *l,
                             int n_meta, const char *const *keys, const char *const *values);
 
-/* GPT-2's config names, NULL-terminated (gpt2.c; the registry entry's list). */
+/* A Linear like old's child `name` (weight [out, in], optional bias) whose
+ * parameters are that child's parameter objects (tied), for replacement
+ * modules that keep the replaced one's paths. Errors: SLAPO_INVALID_ARG (no
+ * such Linear child), NOMEM. */
+slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out);
+
+/* A LlamaAttention with c's config (models/llama_attention.c). */
+slapo_status slapo__llama_attention_new(const slapo_llama_config *c, slapo_module **out);
+/* FlashAttention for a LlamaAttention (models/llama_attention.c); the
+ * "FlashAttention" factory dispatches on the replaced module's type. */
+slapo_status slapo__llama_flash_attention_new(const slapo_module *replaced, slapo_module **out);
+
+/* The families' config names, NULL-terminated (the registry entries' lists). */
 extern const char *const slapo__gpt2_config_names[];
+extern const char *const slapo__llama_config_names[];
 
 #endif

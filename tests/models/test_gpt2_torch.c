@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/modelfix.h"
 #include "common/torchfix.h"
 #include "slapo/train.h"
 
@@ -28,8 +29,6 @@ static slapo_safetensors *g_fix;
 static slapo_gpt2_config tiny_cfg(void) {
   return (slapo_gpt2_config){2, 4, 32, 16, 256, 0.0, 1e-5};
 }
-
-static slapo_tensor *fixture(const char *name) { return torchfix_get(g_fix, name); }
 
 
 static int setup(void **state) {
@@ -53,107 +52,33 @@ static slapo_module *load_model(void) {
   return m;
 }
 
+static bool conv1d(const char *path) { return slapo_gpt2_is_conv1d_weight(path); }
+
+static modelfix fix_of(slapo_module *m) {
+  return (modelfix){m, g_fix, 2, {"input_ids", "labels"}, conv1d};
+}
+
 static void test_logits_and_loss(void **state) {
   (void)state;
   slapo_module *m = load_model();
-  slapo_runner *r;
-  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
-  slapo_tensor *idx = fixture("input_ids"), *labels = fixture("labels");
-  slapo_tensor *want_logits = fixture("logits"), *want_loss = fixture("loss");
-  const slapo_tensor *in[2] = {idx, labels}, *out;
-  slapo_status s = slapo_step(r, 1, in, SLAPO_STEP_EVAL, NULL, &out);
-  if (s != SLAPO_OK) fail_msg("eval: %s", slapo_last_error());
-  double e = torchfix_rel_err(out, want_logits);
-  print_message("logits: max error %.3g of max |logit|\n", e);
-  assert_true(e < 1e-4);
-  s = slapo_step(r, 2, in, SLAPO_STEP_TRAIN, NULL, &out);
-  if (s != SLAPO_OK) fail_msg("train: %s", slapo_last_error());
-  float loss = *(const float *)slapo_tensor_data(out);
-  float want = *(const float *)slapo_tensor_data(want_loss);
-  print_message("loss: %.7f vs torch %.7f\n", loss, want);
-  assert_true(fabs(loss - want) <= 1e-4 * fabs(want));
-  slapo_tensor_free(idx), slapo_tensor_free(labels);
-  slapo_tensor_free(want_logits), slapo_tensor_free(want_loss);
-  slapo_runner_free(r);
+  modelfix c = fix_of(m);
+  modelfix_logits_and_loss(&c, 1e-4);
   slapo_module_free(m);
-}
-
-typedef struct grad_check {
-  int n;
-  double worst;
-  char worst_path[256];
-} grad_check;
-
-static bool conv1d(const char *path) {
-  return strstr(path, "c_attn.weight") || strstr(path, "c_proj.weight") ||
-         strstr(path, "c_fc.weight");
-}
-
-static void check_grad(slapo_parameter *p, const char *path, void *ud) {
-  grad_check *g = ud;
-  char name[512];
-  snprintf(name, sizeof name, "grad.%s", path);
-  slapo_tensor *want = fixture(name), *tmp = NULL;
-  if (conv1d(path)) { /* fixture is [in, out]; ours [out, in] */
-    int perm[2] = {1, 0};
-    slapo_tensor *v;
-    assert_int_equal(slapo_tensor_permute(want, perm, &v), SLAPO_OK);
-    assert_int_equal(slapo_tensor_contiguous(v, &tmp), SLAPO_OK);
-    slapo_tensor_free(v);
-  }
-  double e = torchfix_rel_err(p->grad, tmp ? tmp : want);
-  if (e > g->worst) g->worst = e, snprintf(g->worst_path, sizeof g->worst_path, "%s", path);
-  g->n++;
-  slapo_tensor_free(tmp);
-  slapo_tensor_free(want);
 }
 
 static void test_gradients(void **state) {
   (void)state;
   slapo_module *m = load_model();
-  slapo_runner *r;
-  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
-  slapo_tensor *idx = fixture("input_ids"), *labels = fixture("labels");
-  const slapo_tensor *in[2] = {idx, labels};
-  slapo_module_zero_grad(m);
-  slapo_status s = slapo_step(r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL);
-  if (s != SLAPO_OK) fail_msg("train: %s", slapo_last_error());
-  grad_check g = {0};
-  assert_int_equal(slapo_module_visit_params(m, check_grad, &g), SLAPO_OK);
-  print_message("%d gradients: worst %.3g (%s)\n", g.n, g.worst, g.worst_path);
-  assert_int_equal(g.n, 4 + 12 * 2); /* wte, wpe, ln_f.{w,b}, 12 per block */
-  assert_true(g.worst < 1e-4);
-  slapo_tensor_free(idx), slapo_tensor_free(labels);
-  slapo_runner_free(r);
+  modelfix c = fix_of(m);
+  modelfix_gradients(&c, 4 + 12 * 2, 1e-4); /* wte, wpe, ln_f.{w,b}, 12 per block */
   slapo_module_free(m);
 }
 
 static void test_adamw_losses(void **state) {
   (void)state;
   slapo_module *m = load_model();
-  slapo_runner *r;
-  slapo_adamw *opt;
-  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
-  assert_int_equal(slapo_adamw_new(m, &ac, &opt), SLAPO_OK);
-  slapo_tensor *idx = fixture("input_ids"), *labels = fixture("labels");
-  slapo_tensor *want = fixture("adamw_losses");
-  const float *w = slapo_tensor_data(want);
-  const slapo_tensor *in[2] = {idx, labels}, *out;
-  for (int step = 0; step <= 5; step++) {
-    slapo_module_zero_grad(m);
-    assert_int_equal(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, NULL, &out), SLAPO_OK);
-    float loss = *(const float *)slapo_tensor_data(out);
-    if (step > 0) {
-      print_message("adamw step %d: loss %.6f vs torch %.6f\n", step, loss, w[step - 1]);
-      assert_true(fabs(loss - w[step - 1]) <= 1e-4 * fabs(w[step - 1]) + 1e-5);
-    }
-    slapo_clip_grad_norm(m, 1.0);
-    slapo_adamw_step(opt, 1e-2f);
-  }
-  slapo_tensor_free(idx), slapo_tensor_free(labels), slapo_tensor_free(want);
-  slapo_adamw_free(opt);
-  slapo_runner_free(r);
+  modelfix c = fix_of(m);
+  modelfix_adamw(&c, 1e-4);
   slapo_module_free(m);
 }
 
