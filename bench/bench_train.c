@@ -1,4 +1,5 @@
-/* bench/bench_train.c - GPT-2 training-step throughput of slapo: one step is
+/* bench/bench_train.c - training-step throughput of slapo for any family of
+ * the model registry (GPT-2 by default; --model llama): one step is
  * slapo_step (forward and backward) + global-norm clipping (1.0) + AdamW +
  * zeroing the gradients, the same work bench/train_peer.py times for
  * PyTorch (see
@@ -175,9 +176,10 @@ static void print_profile(prof_table *pr, int steps) {
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: bench_train [--config NAME] [--batch B] [--seq T] [--steps N] [--schedule F]\n"
-          "                   [--profile] [--machine]\n"
-          "  --config   GPT-2 config (tiny, small, 124M, ...)  [small]\n"
+          "usage: bench_train [--model NAME] [--config NAME] [--batch B] [--seq T] [--steps N]\n"
+          "                   [--schedule F] [--profile] [--machine]\n"
+          "  --model    model family (gpt2, llama, ...)        [gpt2]\n"
+          "  --config   the family's config (tiny, small, ...) [small]\n"
           "  --batch    sequences per step                    [4]\n"
           "  --seq      tokens per sequence                   [256]\n"
           "  --steps    timed steps, after 2 warm-up steps    [10]\n"
@@ -188,11 +190,12 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  const char *config = "small", *schedule = NULL;
+  const char *family_name = "gpt2", *config = "small", *schedule = NULL;
   int64_t B = 4, T = 256;
   int steps = 10;
   bool profile = false;
-  static const struct option longs[] = {{"config", required_argument, NULL, 'c'},
+  static const struct option longs[] = {{"model", required_argument, NULL, 'M'},
+                                        {"config", required_argument, NULL, 'c'},
                                         {"batch", required_argument, NULL, 'b'},
                                         {"seq", required_argument, NULL, 't'},
                                         {"steps", required_argument, NULL, 's'},
@@ -203,6 +206,7 @@ int main(int argc, char **argv) {
                                         {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
     switch (c) {
+    case 'M': family_name = optarg; break;
     case 'c': config = optarg; break;
     case 'b': B = atoll(optarg); break;
     case 't': T = atoll(optarg); break;
@@ -221,10 +225,12 @@ int main(int argc, char **argv) {
 
   double peak_gflops = gemm_peak_gflops();
 
-  slapo_gpt2_config cfg;
+  const slapo_model_family *family;
+  slapo_model_dims dims;
   slapo_module *model;
-  CHECK(slapo_gpt2_config_named(config, &cfg));
-  CHECK(slapo_gpt2_new(&cfg, &model));
+  CHECK(slapo_model_find(family_name, &family));
+  CHECK(family->dims(config, &dims));
+  CHECK(family->create(config, -1, &model));
   slapo_schedule_run sched = {0};
   if (schedule) {
     CHECK(slapo_models_init());
@@ -246,9 +252,9 @@ int main(int argc, char **argv) {
   uint64_t lcg = 12345;
   for (int64_t i = 0; i < B * T; i++) {
     lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)cfg.vocab_size);
+    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
     lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)cfg.vocab_size);
+    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
   }
   const slapo_tensor *in[2] = {x, y};
 
@@ -287,14 +293,14 @@ int main(int argc, char **argv) {
   double med = median(times, steps);
   double tok_s = (double)(B * T) / med;
   int64_t N = slapo_module_numel(model);
-  double flops_per_tok = 6.0 * (double)N + 12.0 * cfg.n_layer * (double)T * (double)cfg.n_embd;
+  double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
   double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
   /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
   double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
-  printf("slapo config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
+  printf("slapo model=%s config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
          "mfu=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
          "persistent_mb=%.1f loss=%.4f params=%lld threads=%d\n",
-         config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
+         family_name, config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
          flops_per_tok * tok_s / 1e9, peak_gflops, (double)slapo_runner_peak_nbytes(r) / 1e6,
          persistent_mb, loss, (long long)N, omp_get_max_threads());
   printf("phases (median ms): step (graph + grad accumulation) %.1f, clip norm %.1f, "

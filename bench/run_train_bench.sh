@@ -6,8 +6,10 @@
 # the noise) and a table of medians over the rounds with the ratio.
 #
 #   bench/run_train_bench.sh [BUILD_DIR]        (default: build)
-#   ROUNDS=3 STEPS=10 CONFIGS="small:4:256 124M:4:64" bench/run_train_bench.sh build-perf
-#   SCHEDULE=F adds slapo with that schedule (default schedules/gpt2.sched; empty: none)
+#   ROUNDS=3 STEPS=10 CONFIGS="small:4:256 124M:4:64 llama/small:4:256" bench/run_train_bench.sh build-perf
+#   a config may name its family first (llama/small); gpt2 otherwise
+#   SCHEDULE=F adds slapo with that schedule (default: each family's
+#   schedules/<family>.sched; empty: none)
 #
 # Both sides use 2 threads. slapo runs as users run it: OMP_NUM_THREADS=2,
 # nothing else set. The peer runs at its fastest settings measured on this
@@ -44,7 +46,7 @@ set -euo pipefail
 BUILD=${1:-build}
 ROUNDS=${ROUNDS:-3}
 STEPS=${STEPS:-10}
-CONFIGS=${CONFIGS:-"small:4:256 124M:4:64"}
+CONFIGS=${CONFIGS:-"small:4:256 124M:4:64 llama/small:4:256"}
 HERE=$(cd "$(dirname "$0")" && pwd)
 SLAPO_BIN="$BUILD/bench_bench_train"
 PY=${PY:-/usr/bin/python3}
@@ -95,14 +97,22 @@ env $PEER_ENV "$PY" "$HERE/train_peer.py" --machine $PEER_ARGS
 echo "# slapo: OMP_NUM_THREADS=2 $SLAPO_BIN"
 echo "# peer:  env $PEER_ENV $PY bench/train_peer.py $PEER_ARGS"
 echo "# $ROUNDS rounds x {$CONFIGS}, $STEPS timed steps each (after 2 warm-up); machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-SCHEDULE=${SCHEDULE-$HERE/../schedules/gpt2.sched} # the scheduled slapo row (SCHEDULE= skips it)
+SCHEDULE=${SCHEDULE-default} # the scheduled slapo row (SCHEDULE= skips it)
+sched_for() { # sched_for FAMILY -> the schedule file of the scheduled row
+  if [ "$SCHEDULE" = default ]; then echo "$HERE/../schedules/$1.sched"; else echo "$SCHEDULE"; fi
+}
+split_cfg() { # split_cfg [FAMILY/]CONFIG -> "FAMILY CONFIG"
+  if [[ $1 == */* ]]; then echo "${1%%/*} ${1#*/}"; else echo "gpt2 $1"; fi
+}
 declare -A S P MFU PEAK Q QMFU QPEAK
 for r in $(seq "$ROUNDS"); do
   for c in $CONFIGS; do
-    IFS=: read -r cfg b t <<<"$c"
-    sl=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --config "$cfg" --batch "$b" --seq "$t" --steps "$STEPS" | head -1)
-    pl=$(env $PEER_ENV "$PY" "$HERE/train_peer.py" --config "$cfg" --batch "$b" --seq "$t" \
-      --steps "$STEPS" $PEER_ARGS)
+    IFS=: read -r fc b t <<<"$c"
+    read -r fam cfg <<<"$(split_cfg "$fc")"
+    sl=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --model "$fam" --config "$cfg" --batch "$b" --seq "$t" \
+      --steps "$STEPS" | head -1)
+    pl=$(env $PEER_ENV "$PY" "$HERE/train_peer.py" --model "$fam" --config "$cfg" --batch "$b" \
+      --seq "$t" --steps "$STEPS" $PEER_ARGS)
     st=$(field tokens_per_s "$sl")
     pt=$(field tokens_per_s "$pl")
     S[$c]+="$st "
@@ -110,35 +120,35 @@ for r in $(seq "$ROUNDS"); do
     MFU[$c]+="$(field mfu "$sl") "
     PEAK[$c]=$(field planned_peak_mb "$sl")
     if [ -n "$SCHEDULE" ]; then
-      ql=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --config "$cfg" --batch "$b" --seq "$t" --steps "$STEPS" \
-        --schedule "$SCHEDULE" | head -1)
+      ql=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --model "$fam" --config "$cfg" --batch "$b" --seq "$t" \
+        --steps "$STEPS" --schedule "$(sched_for "$fam")" | head -1)
       Q[$c]+="$(field tokens_per_s "$ql") "
       QMFU[$c]+="$(field mfu "$ql") "
       QPEAK[$c]=$(field planned_peak_mb "$ql")
-      printf "round %d %-5s B%-2s T%-4s slapo+%s %8.1f tok/s (step %s ms, mfu %s)\n" "$r" "$cfg" \
-        "$b" "$t" "$(basename "$SCHEDULE")" "$(field tokens_per_s "$ql")" "$(field step_ms "$ql")" \
+      printf "round %d %-11s B%-2s T%-4s slapo+%s %8.1f tok/s (step %s ms, mfu %s)\n" "$r" "$fc" \
+        "$b" "$t" "$(basename "$(sched_for "$fam")")" "$(field tokens_per_s "$ql")" "$(field step_ms "$ql")" \
         "$(field mfu "$ql")"
     fi
-    printf "round %d %-5s B%-2s T%-4s slapo %8.1f tok/s (step %s ms, mfu %s, gemm peak %s GF/s)  peer %8.1f tok/s (step %s ms)\n" \
-      "$r" "$cfg" "$b" "$t" "$st" "$(field step_ms "$sl")" "$(field mfu "$sl")" \
+    printf "round %d %-11s B%-2s T%-4s slapo %8.1f tok/s (step %s ms, mfu %s, gemm peak %s GF/s)  peer %8.1f tok/s (step %s ms)\n" \
+      "$r" "$fc" "$b" "$t" "$st" "$(field step_ms "$sl")" "$(field mfu "$sl")" \
       "$(field peak_gflops "$sl")" "$pt" "$(field step_ms "$pl")"
   done
 done
 
 echo
-printf "%-6s %3s %5s | %12s %12s %7s | %9s %12s\n" config B T "slapo tok/s" "torch tok/s" ratio "slapo MFU" "planned MB"
+printf "%-11s %3s %5s | %12s %12s %7s | %9s %12s\n" config B T "slapo tok/s" "torch tok/s" ratio "slapo MFU" "planned MB"
 for c in $CONFIGS; do
   IFS=: read -r cfg b t <<<"$c"
   sm=$(tr ' ' '\n' <<<"${S[$c]}" | grep . | median)
   pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
   mm=$(tr ' ' '\n' <<<"${MFU[$c]}" | grep . | median)
-  printf "%-6s %3s %5s | %12.1f %12.1f %6.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
+  printf "%-11s %3s %5s | %12.1f %12.1f %6.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
     "$(awk -v a="$sm" -v b="$pm" 'BEGIN {print a / b}')" "$mm" "${PEAK[$c]}"
 done
 echo "(medians over $ROUNDS rounds; ratio = slapo / torch; MFU = (6N + 12LTC) * tokens/s / measured 1024^3 GEMM peak)"
 if [ -n "$SCHEDULE" ]; then
   echo
-  printf "%-6s %3s %5s | %14s %12s %9s %9s | %9s %12s\n" config B T "scheduled tok/s" "torch tok/s" \
+  printf "%-11s %3s %5s | %14s %12s %9s %9s | %9s %12s\n" config B T "scheduled tok/s" "torch tok/s" \
     "vs torch" "vs plain" "MFU" "planned MB"
   for c in $CONFIGS; do
     IFS=: read -r cfg b t <<<"$c"
@@ -146,9 +156,9 @@ if [ -n "$SCHEDULE" ]; then
     pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
     qm=$(tr ' ' '\n' <<<"${Q[$c]}" | grep . | median)
     mm=$(tr ' ' '\n' <<<"${QMFU[$c]}" | grep . | median)
-    printf "%-6s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$qm" "$pm" \
+    printf "%-11s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$qm" "$pm" \
       "$(awk -v a="$qm" -v b="$pm" 'BEGIN {print a / b}')" \
       "$(awk -v a="$qm" -v b="$sm" 'BEGIN {print a / b}')" "$mm" "${QPEAK[$c]}"
   done
-  echo "(slapo with $SCHEDULE; vs plain = scheduled / unscheduled slapo, same rounds)"
+  echo "(slapo with $( [ "$SCHEDULE" = default ] && echo "each family's default schedule" || echo "$SCHEDULE"); vs plain = scheduled / unscheduled slapo, same rounds)"
 fi

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """bench/train_peer.py - the PyTorch side of bench/run_train_bench.sh: one
-GPT-2 training step (forward, backward, gradient clipping, AdamW) in plain
+GPT-2 (or, with --model llama, LLaMA: Hugging Face LlamaForCausalLM's eager
+path with repeat_kv, as tools/gen_llama_fixture.py) training step (forward, backward, gradient clipping, AdamW) in plain
 PyTorch with the architecture slapo's GPT-2 has (Hugging Face
 GPT2LMHeadModel semantics: pre-LN blocks, tanh GELU, causal softmax
 attention written out as HF's eager attention, dropout, lm_head tied to wte;
@@ -33,6 +34,10 @@ CONFIGS = {  # n_layer, n_head, n_embd, n_ctx, vocab, dropout (as slapo's gpt2.c
     "small": (6, 6, 384, 256, 256, 0.0),
     "124M": (12, 12, 768, 1024, 50257, 0.1),
     "355M": (24, 16, 1024, 1024, 50257, 0.1),
+}
+LLAMA_CONFIGS = {  # n_layer, n_head, n_kv_head, hidden, intermediate, n_ctx, vocab (llama.c)
+    "tiny": (4, 4, 2, 128, 352, 64, 256),
+    "small": (6, 6, 2, 384, 1024, 256, 256),
 }
 
 
@@ -111,6 +116,80 @@ class GPT2(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+class LlamaAttention(nn.Module):
+    """Hugging Face LlamaAttention's eager path (modeling_llama.py, 4.40):
+    rotary (rotate-half), repeat_kv, causal softmax; no biases."""
+
+    def __init__(self, C, NH, NKV, lin):
+        super().__init__()
+        self.NH, self.NKV, self.HS = NH, NKV, C // NH
+        self.q_proj, self.o_proj = lin(C, C, bias=False), lin(C, C, bias=False)
+        self.k_proj = lin(C, NKV * self.HS, bias=False)
+        self.v_proj = lin(C, NKV * self.HS, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        q = self.q_proj(x).view(B, T, self.NH, self.HS).transpose(1, 2)
+        k = self.k_proj(x).view(B, T, self.NKV, self.HS).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.NKV, self.HS).transpose(1, 2)
+        rot = lambda t: torch.cat((-t[..., self.HS // 2:], t[..., : self.HS // 2]), dim=-1)
+        q, k = q * cos + rot(q) * sin, k * cos + rot(k) * sin
+        g = self.NH // self.NKV
+        k = k[:, :, None].expand(B, self.NKV, g, T, self.HS).reshape(B, self.NH, T, self.HS)
+        v = v[:, :, None].expand(B, self.NKV, g, T, self.HS).reshape(B, self.NH, T, self.HS)
+        att = (q @ k.transpose(2, 3)) / math.sqrt(self.HS)
+        mask = torch.ones(T, T, dtype=torch.bool).tril_()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return self.o_proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class LlamaRMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.weight, self.eps = nn.Parameter(torch.ones(C)), eps
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+class LlamaLayer(nn.Module):
+    def __init__(self, C, NH, NKV, I, lin):
+        super().__init__()
+        self.input_layernorm, self.post_attention_layernorm = LlamaRMSNorm(C), LlamaRMSNorm(C)
+        self.self_attn = LlamaAttention(C, NH, NKV, lin)
+        self.gate_proj, self.up_proj = lin(C, I, bias=False), lin(C, I, bias=False)
+        self.down_proj = lin(I, C, bias=False)
+
+    def forward(self, x, cos, sin):
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        h = self.post_attention_layernorm(x)
+        return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+
+class Llama(nn.Module):
+    def __init__(self, L, NH, NKV, C, I, n_ctx, V, lin):
+        super().__init__()
+        self.embed_tokens = nn.Embedding(V, C)
+        self.layers = nn.ModuleList([LlamaLayer(C, NH, NKV, I, lin) for _ in range(L)])
+        self.norm, self.lm_head = LlamaRMSNorm(C), lin(C, V, bias=False)
+        self.HS = C // NH
+        for prm in self.parameters():
+            if prm.dim() >= 2:
+                nn.init.normal_(prm, std=0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        inv_freq = 1.0 / (10000.0 ** (torch.arange(0, self.HS, 2).float() / self.HS))
+        freqs = torch.outer(torch.arange(T).float(), inv_freq)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        cos, sin = emb.cos(), emb.sin()
+        x = self.embed_tokens(idx)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        logits = self.lm_head(self.norm(x))
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def aten_capability():
     """The ATen CPU kernels torch dispatches to (DEFAULT, AVX2, AVX512), as
     torch itself reports it; torch 1.13 has no API, only the config text."""
@@ -148,6 +227,7 @@ def machine_line():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama"])
     ap.add_argument("--config", default="small", choices=sorted(CONFIGS))
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
@@ -171,9 +251,13 @@ def main():
         return 0
     torch.backends.mkldnn.enabled = bool(a.mkldnn)
     torch.manual_seed(0)
-    L, NH, C, n_ctx, V, p = CONFIGS[a.config]
     lin = ConvLinear if a.linear == "conv" else nn.Linear
-    model = GPT2(L, NH, C, n_ctx, V, p, lin).train()
+    if a.model == "llama":
+        L, NH, NKV, C, I, n_ctx, V = LLAMA_CONFIGS[a.config]
+        model = Llama(L, NH, NKV, C, I, n_ctx, V, lin).train()
+    else:
+        L, NH, C, n_ctx, V, p = CONFIGS[a.config]
+        model = GPT2(L, NH, C, n_ctx, V, p, lin).train()
     n_params = sum(x.numel() for x in model.parameters())
     decay = [x for x in model.parameters() if x.dim() >= 2]
     no_decay = [x for x in model.parameters() if x.dim() < 2]
@@ -198,7 +282,7 @@ def main():
     med = statistics.median(times)
     tok = a.batch * a.seq
     blas = os.environ.get("LD_LIBRARY_PATH", "") or "system libblas.so.3"
-    print(f"peer config={a.config} B={a.batch} T={a.seq} tokens_per_s={tok / med:.1f} "
+    print(f"peer model={a.model} config={a.config} B={a.batch} T={a.seq} tokens_per_s={tok / med:.1f} "
           f"step_ms={med * 1e3:.1f} min_ms={min(times) * 1e3:.1f} loss={loss.item():.4f} "
           f"params={n_params} threads={torch.get_num_threads()} linear={a.linear} "
           f"mkldnn={int(torch.backends.mkldnn.enabled)} set_to_none={a.set_to_none} "

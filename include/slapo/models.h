@@ -30,6 +30,8 @@ typedef struct slapo_model_dims {
   int64_t vocab_size;  /* 256 for byte-level configs                         */
   double dropout;      /* the config's default dropout probability           */
   int64_t eos_token;   /* end-of-text token id, -1 when there is none        */
+  int n_layer;         /* blocks (for MFU's attention term 12 L T C)         */
+  int64_t width;       /* hidden size C                                      */
   char summary[128];   /* "12 layers, 768 wide, 12 heads, context 1024"      */
 } slapo_model_dims;
 

@@ -10,7 +10,8 @@ static slapo_status llama_dims(const char *config, slapo_model_dims *out) {
   slapo_llama_config c;
   SLAPO_TRY(slapo_llama_config_named(config, &c));
   *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size,
-                            .dropout = c.attn_dropout, .eos_token = c.vocab_size == 32000 ? 2 : -1};
+                            .dropout = c.attn_dropout, .eos_token = c.vocab_size == 32000 ? 2 : -1,
+                            .n_layer = c.n_layer, .width = c.hidden};
   snprintf(out->summary, sizeof out->summary,
            "%d layers, %lld wide, %d heads (%d kv), SwiGLU %lld, context %lld", c.n_layer,
            (long long)c.hidden, c.n_head, c.n_kv_head, (long long)c.intermediate,
