@@ -28,17 +28,10 @@ _Static_assert(SLAPO_ARRAY_LEN(k_configs) + 1 == SLAPO_ARRAY_LEN(slapo__gpt2_con
 const char *const *slapo_gpt2_config_names(void) { return slapo__gpt2_config_names; }
 
 slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out) {
-  char known[128] = "";
-  size_t len = 0;
-  for (size_t i = 0; i < SLAPO_ARRAY_LEN(k_configs); i++) {
-    if (!strcmp(slapo__gpt2_config_names[i], name)) {
-      *out = k_configs[i];
-      return SLAPO_OK;
-    }
-    len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
-                            slapo__gpt2_config_names[i]);
-  }
-  return slapo_error(SLAPO_NOT_FOUND, "gpt2: unknown config '%s' (known: %s)", name, known);
+  int i = slapo__config_index("gpt2", slapo__gpt2_config_names, name);
+  if (i < 0) return SLAPO_NOT_FOUND;
+  *out = k_configs[i];
+  return SLAPO_OK;
 }
 
 /* Every GPT-2 module keeps a pointer to the shared config. */
@@ -175,16 +168,7 @@ static const slapo_module_type k_model = {"GPT2Model", model_forward, NULL, NULL
 
 static slapo_node *lm_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                               slapo_node *const *in) {
-  if (n_in < 1 || n_in > 2) {
-    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG,
-                   "GPT2LMHeadModel: expects (input_ids) or (input_ids, labels), got %d inputs",
-                   n_in);
-    return NULL;
-  }
-  slapo_node *h = slapo_call1(ctx, self, "transformer", in[0]);
-  slapo_node *logits = slapo_call1(ctx, self, "lm_head", h); /* [B, T, V] */
-  if (n_in == 1) return logits;
-  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+  return slapo__causal_lm_forward(ctx, self, "GPT2LMHeadModel", "transformer", n_in, in);
 }
 
 static const slapo_module_type k_lm = {"GPT2LMHeadModel", lm_forward, NULL, NULL, NULL};
@@ -198,19 +182,8 @@ static slapo_status with_cfg(const slapo_module_type *t, const slapo_gpt2_config
   return slapo_module_new(t, d, out);
 }
 
-/* Adds a freshly made child to `parent`; on failure frees `owner` (the
- * top of the tree under construction, which owns `parent`) and returns. */
-#define ADD(owner, parent, name, expr)                                         \
-  do {                                                                         \
-    slapo_module *child_ = NULL;                                               \
-    slapo_status s_ = (expr);                                                  \
-    if (s_ == SLAPO_OK) s_ = slapo_module_add_child(parent, name, child_);     \
-    if (s_ != SLAPO_OK) {                                                      \
-      slapo_module_free(owner);                                                \
-      return s_;                                                               \
-    }                                                                          \
-  } while (0)
-#define CHILD (&child_)
+#define ADD SLAPO__ADD
+#define CHILD SLAPO__CHILD
 
 static slapo_status block_new(const slapo_gpt2_config *c, slapo_module **out) {
   float std = 0.02f, proj_std = (float)(0.02 / sqrt(2.0 * c->n_layer));
@@ -266,15 +239,8 @@ slapo_status slapo_gpt2_new(const slapo_gpt2_config *c, slapo_module **out) {
   slapo_module *lm_head = slapo_module_child(lm, "lm_head");
   slapo_parameter *wte = slapo_module_param(slapo_module_child(tr, "wte"), "weight");
   slapo_status s = slapo_module_tie_param(lm_head, "weight", wte);
-  /* What `trace` builds the model on: ids and labels [2, 8] (shorter for a
-   * smaller context). */
-  int64_t bt[2] = {2, c->n_ctx < 8 ? c->n_ctx : 8};
-  slapo_tensor *ex[2] = {NULL, NULL};
-  for (int i = 0; i < 2 && s == SLAPO_OK; i++)
-    s = slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, bt, &ex[i]);
-  if (s == SLAPO_OK) s = slapo_module_set_example(lm, 2, (const slapo_tensor *const *)ex);
-  slapo_tensor_free(ex[0]);
-  slapo_tensor_free(ex[1]);
+  /* What `trace` builds the model on: ids and labels [2, 8]. */
+  if (s == SLAPO_OK) s = slapo__set_lm_example(lm, c->n_ctx);
   if (s != SLAPO_OK) {
     slapo_module_free(lm);
     return s;

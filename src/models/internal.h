@@ -48,6 +48,35 @@ slapo_status slapo__llama_attention_new(const slapo_llama_config *c, slapo_modul
  * "FlashAttention" factory dispatches on the replaced module's type. */
 slapo_status slapo__llama_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 
+/* Building a tree: adds a freshly made child (expr fills `child_` through
+ * CHILD) to `parent`; on failure frees `owner` (the top of the tree under
+ * construction, which owns `parent`) and returns the status. */
+#define SLAPO__ADD(owner, parent, name, expr)                              \
+  do {                                                                     \
+    slapo_module *child_ = NULL;                                           \
+    slapo_status s_ = (expr);                                              \
+    if (s_ == SLAPO_OK) s_ = slapo_module_add_child(parent, name, child_); \
+    if (s_ != SLAPO_OK) {                                                  \
+      slapo_module_free(owner);                                            \
+      return s_;                                                           \
+    }                                                                      \
+  } while (0)
+#define SLAPO__CHILD (&child_)
+
+/* Index of `name` in a family's NULL-terminated config list; -1 with
+ * SLAPO_NOT_FOUND set ("<family>: unknown config 'x' (known: ...)"). */
+int slapo__config_index(const char *family, const char *const *names, const char *name);
+
+/* A causal LM's root forward: (input_ids) -> logits [B, T, V] from children
+ * `body` then `lm_head`; (input_ids, labels) -> mean cross-entropy over
+ * labels != -100. `cls` names the class in errors. */
+slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const char *cls,
+                                     const char *body, int n_in, slapo_node *const *in);
+
+/* Sets the root's example inputs for `trace`: ids and labels [2, min(8,
+ * n_ctx)] i32 (meta). Errors: NOMEM. */
+slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx);
+
 /* The families' config names, NULL-terminated (the registry entries' lists). */
 extern const char *const slapo__gpt2_config_names[];
 extern const char *const slapo__llama_config_names[];

@@ -25,17 +25,10 @@ _Static_assert(SLAPO_ARRAY_LEN(k_configs) + 1 == SLAPO_ARRAY_LEN(slapo__llama_co
                "one name per config");
 
 slapo_status slapo_llama_config_named(const char *name, slapo_llama_config *out) {
-  char known[128] = "";
-  size_t len = 0;
-  for (size_t i = 0; i < SLAPO_ARRAY_LEN(k_configs); i++) {
-    if (!strcmp(slapo__llama_config_names[i], name)) {
-      *out = k_configs[i];
-      return SLAPO_OK;
-    }
-    len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
-                            slapo__llama_config_names[i]);
-  }
-  return slapo_error(SLAPO_NOT_FOUND, "llama: unknown config '%s' (known: %s)", name, known);
+  int i = slapo__config_index("llama", slapo__llama_config_names, name);
+  if (i < 0) return SLAPO_NOT_FOUND;
+  *out = k_configs[i];
+  return SLAPO_OK;
 }
 
 static const slapo_llama_config *cfg_of(const slapo_module *m) { return m->config; }
@@ -99,16 +92,7 @@ static const slapo_module_type k_model = {"LlamaModel", model_forward, NULL, NUL
 
 static slapo_node *lm_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                               slapo_node *const *in) {
-  if (n_in < 1 || n_in > 2) {
-    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG,
-                   "LlamaForCausalLM: expects (input_ids) or (input_ids, labels), got %d inputs",
-                   n_in);
-    return NULL;
-  }
-  slapo_node *h = slapo_call1(ctx, self, "model", in[0]);
-  slapo_node *logits = slapo_call1(ctx, self, "lm_head", h); /* [B, T, V] */
-  if (n_in == 1) return logits;
-  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+  return slapo__causal_lm_forward(ctx, self, "LlamaForCausalLM", "model", n_in, in);
 }
 
 static const slapo_module_type k_lm = {"LlamaForCausalLM", lm_forward, NULL, NULL, NULL};
@@ -123,19 +107,8 @@ static slapo_status with_cfg(const slapo_module_type *t, const slapo_llama_confi
   return slapo_module_new(t, d, out);
 }
 
-/* Adds a freshly made child to `parent`; on failure frees `owner` (the top
- * of the tree under construction) and returns. */
-#define ADD(owner, parent, name, expr)                                     \
-  do {                                                                     \
-    slapo_module *child_ = NULL;                                           \
-    slapo_status s_ = (expr);                                              \
-    if (s_ == SLAPO_OK) s_ = slapo_module_add_child(parent, name, child_); \
-    if (s_ != SLAPO_OK) {                                                  \
-      slapo_module_free(owner);                                            \
-      return s_;                                                           \
-    }                                                                      \
-  } while (0)
-#define CHILD (&child_)
+#define ADD SLAPO__ADD
+#define CHILD SLAPO__CHILD
 
 static slapo_status layer_new(const slapo_llama_config *c, slapo_module **out) {
   int64_t C = c->hidden, I = c->intermediate;
@@ -177,17 +150,6 @@ static slapo_status check_config(const slapo_llama_config *c) {
   return SLAPO_OK;
 }
 
-/* What `trace` builds the model on: ids and labels [2, 8]. */
-static slapo_status set_example(slapo_module *lm, const slapo_llama_config *c) {
-  int64_t bt[2] = {2, c->n_ctx < 8 ? c->n_ctx : 8};
-  slapo_tensor *ex[2] = {NULL, NULL};
-  slapo_status s = SLAPO_OK;
-  for (int i = 0; i < 2 && s == SLAPO_OK; i++) s = slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, bt, &ex[i]);
-  if (s == SLAPO_OK) s = slapo_module_set_example(lm, 2, (const slapo_tensor *const *)ex);
-  slapo_tensor_free(ex[0]);
-  slapo_tensor_free(ex[1]);
-  return s;
-}
 
 slapo_status slapo_llama_new(const slapo_llama_config *c, slapo_module **out) {
   *out = NULL;
@@ -211,7 +173,7 @@ slapo_status slapo_llama_new(const slapo_llama_config *c, slapo_module **out) {
     slapo_parameter *emb = slapo_module_param(slapo_module_child(m, "embed_tokens"), "weight");
     s = slapo_module_tie_param(slapo_module_child(lm, "lm_head"), "weight", emb);
   }
-  if (s == SLAPO_OK) s = set_example(lm, c);
+  if (s == SLAPO_OK) s = slapo__set_lm_example(lm, c->n_ctx); /* for `trace` */
   if (s != SLAPO_OK) {
     slapo_module_free(lm);
     return s;

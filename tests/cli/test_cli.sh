@@ -77,8 +77,8 @@ run "int range" 2 "$SLAPO" train --top-k 4294967297
 ok "int range"
 run "stray argument" 2 "$SLAPO" train extra
 check "stray argument" err "unexpected argument 'extra'"
-run "unknown model" 2 "$SLAPO" train --model bert
-check "unknown model" err "unknown model 'bert'"
+run "unknown model" 2 "$SLAPO" train --model mamba
+check "unknown model" err "unknown model 'mamba'"
 run "show bad option" 2 "$SLAPO" show --nope
 ok "show bad option"
 
@@ -163,8 +163,8 @@ run "models" 0 "$SLAPO" models
 check "models: family" out "gpt2 (GPT2LMHeadModel)"
 check "models: 124M count" out "124.44M parameters"
 check "models: 1.5B on meta" out "1557.61M parameters"
-run "verify unknown model" 2 "$SLAPO" verify --model bert --schedule x.sched
-check "verify unknown model" err "unknown model 'bert' (known: gpt2)"
+run "verify unknown model" 2 "$SLAPO" verify --model mamba --schedule x.sched
+check "verify unknown model" err "unknown model 'mamba' (known: gpt2, llama"
 run "show default schedule" 0 "$SLAPO" show --config tiny --schedule default
 check "show default schedule" out "gpt2.sched: 28 steps"
 run "models extra arg" 2 "$SLAPO" models now

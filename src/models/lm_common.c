@@ -1,0 +1,45 @@
+/* models/lm_common.c - what the language-model families share: config
+ * lookup by name, the causal-LM root forward (logits, or the loss with
+ * labels), the example inputs `trace` builds on. Layer: models. */
+#include <stdio.h>
+#include <string.h>
+
+#include "core/assert.h"
+#include "models/internal.h"
+
+int slapo__config_index(const char *family, const char *const *names, const char *name) {
+  char known[160] = "";
+  size_t len = 0;
+  for (int i = 0; names[i]; i++) {
+    if (name && !strcmp(names[i], name)) return i;
+    int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", names[i]);
+    if (w > 0 && (size_t)w < sizeof known - len) len += (size_t)w;
+  }
+  slapo_error(SLAPO_NOT_FOUND, "%s: unknown config '%s' (known: %s)", family,
+              name ? name : "(null)", known);
+  return -1;
+}
+
+slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const char *cls,
+                                     const char *body, int n_in, slapo_node *const *in) {
+  if (n_in < 1 || n_in > 2) {
+    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG,
+                   "%s: expects (input_ids) or (input_ids, labels), got %d inputs", cls, n_in);
+    return NULL;
+  }
+  slapo_node *h = slapo_call1(ctx, self, body, in[0]);
+  slapo_node *logits = slapo_call1(ctx, self, "lm_head", h); /* [B, T, V] */
+  if (n_in == 1) return logits;
+  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+}
+
+slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx) {
+  int64_t bt[2] = {2, n_ctx < 8 ? n_ctx : 8};
+  slapo_tensor *ex[2] = {NULL, NULL};
+  slapo_status s = SLAPO_OK;
+  for (int i = 0; i < 2 && s == SLAPO_OK; i++) s = slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, bt, &ex[i]);
+  if (s == SLAPO_OK) s = slapo_module_set_example(lm, 2, (const slapo_tensor *const *)ex);
+  slapo_tensor_free(ex[0]);
+  slapo_tensor_free(ex[1]);
+  return s;
+}
