@@ -136,6 +136,9 @@ static fa_geom geom_of(const slapo_node *node, const slapo_tensor *const *in, bo
   g.p = slapo_node_attr_float(node, "dropout_p", 0.0);
   g.dropout = env && env->training && g.p > 0;
   g.keep_scale = g.p < 1 ? (float)(1.0 / (1.0 - g.p)) : 0.0f;
+  /* u = (word >> 8) 2^-24 >= p exactly when word >> 8 >= ceil(p 2^24) (p
+   * 2^24 is exact in double): the dropout op's integer test. */
+  g.thresh = (uint32_t)ceil(g.p * 16777216.0);
   g.seed = env ? env->seed : 0;
   g.step = env ? env->step : 0;
   g.stream = (uint64_t)slapo_node_attr_int(node, "stream", 0);

@@ -22,6 +22,7 @@ typedef struct fa_geom {
   bool dropout;      /* training and p > 0                          */
   double p;
   float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
+  uint32_t thresh;   /* keep iff (word >> 8) >= thresh = ceil(p 2^24) */
   uint64_t seed, stream, step, offset;
   uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
   /* Fast kernels: the tensors; q, o, dO [BH, T, HS], k, v [BH / G, T, HS],

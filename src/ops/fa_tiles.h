@@ -255,6 +255,38 @@ FA_INLINE void add_key_bias(const fa_geom *g, int64_t bh, int64_t c0, int64_t nr
     for (int64_t c = 0; c < nc; c++) S[r][c] += mb[c];
 }
 
+/* Dropout factors of query t's keys c0 .. c0 + n - 1 of head bh (n <= BC)
+ * into Z: the elements are contiguous in the [B, NH, T, T] index space, so
+ * they come from at most 9 consecutive Philox blocks, computed side by side
+ * (the rounds vectorize across blocks) instead of one scalar Philox call per
+ * element; each element is decided as drop_factor decides it (the same
+ * counter, key and word, the same integer threshold), bit for bit. */
+enum { DROP_BLOCKS = 16 };
+_Static_assert(4 * DROP_BLOCKS >= BC + 3, "one batch covers a tile row");
+FA_INLINE void drop_row(const fa_geom *g, int64_t bh, int64_t t, int64_t c0, int64_t n,
+                        float Z[BC]) {
+  uint64_t i0 = g->offset + (uint64_t)((bh * g->T + t) * g->T + c0), b0 = i0 >> 2;
+  uint32_t w[4][DROP_BLOCKS]; /* w[q][l]: word q of block b0 + l */
+  uint32_t k0 = (uint32_t)g->key, k1 = (uint32_t)(g->key >> 32);
+  uint32_t s0 = (uint32_t)g->step, s1 = (uint32_t)(g->step >> 32);
+#pragma omp simd
+  for (int l = 0; l < DROP_BLOCKS; l++) {
+    uint64_t b = b0 + (uint64_t)l;
+    uint32_t c_0 = (uint32_t)b, c_1 = (uint32_t)(b >> 32), c_2 = s0, c_3 = s1, x0 = k0, x1 = k1;
+    for (int round = 0; round < 10; round++) { /* Philox4x32-10, as core/philox.c */
+      uint64_t p0 = (uint64_t)0xD2511F53u * c_0, p1 = (uint64_t)0xCD9E8D57u * c_2;
+      uint32_t n0 = (uint32_t)(p1 >> 32) ^ c_1 ^ x0, n2 = (uint32_t)(p0 >> 32) ^ c_3 ^ x1;
+      c_1 = (uint32_t)p1, c_3 = (uint32_t)p0, c_0 = n0, c_2 = n2;
+      x0 += 0x9E3779B9u, x1 += 0xBB67AE85u;
+    }
+    w[0][l] = c_0, w[1][l] = c_1, w[2][l] = c_2, w[3][l] = c_3;
+  }
+  for (int64_t c = 0; c < n; c++) {
+    uint64_t e = i0 + (uint64_t)c - 4 * b0; /* element of the batch */
+    Z[c] = (w[e & 3][e >> 2] >> 8) >= g->thresh ? g->keep_scale : 0.0f;
+  }
+}
+
 /* Keys a query tile [r0, r0 + nr) looks at: [0, end). */
 FA_INLINE int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
   return g->causal ? r0 + nr : g->T;
@@ -295,8 +327,11 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
       exp_row(S[r], mt);
       l[r] = alpha * l[r] + row_sum(S[r]);
       m[r] = mt;
-      if (g->dropout)
-        for (int64_t c = 0; c < nv[r]; c++) S[r][c] *= drop_factor(g, bh, r0 + r, c0 + c);
+      if (g->dropout) {
+        float Z[BC]; /* Z [nv[r]]: row r's dropout factors */
+        drop_row(g, bh, r0 + r, c0, nv[r], Z);
+        for (int64_t c = 0; c < nv[r]; c++) S[r][c] *= Z[c];
+      }
       if (alpha != 1.0f)
         for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= alpha;
     }
@@ -366,8 +401,7 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       for (int64_t r = 0; r < nr; r++) {
         _Alignas(64) float Z[BC]; /* Z [BC]: row r's dropout factors */
         for (int c = 0; c < BC; c++) Z[c] = 1.0f;
-        if (g->dropout)
-          for (int64_t c = 0; c < nv[r]; c++) Z[c] = drop_factor(g, bh, r0 + r, c0 + c);
+        if (g->dropout) drop_row(g, bh, r0 + r, c0, nv[r], Z);
         for (int h = 0; h < BC; h += VL) {
           v16f p = vexp(vld(P[r] + h) - m[r]) * il[r], z = vld(Z + h);
           vst(dS[r] + h, (p * (z * vld(dS[r] + h) - D[r])) * g->scale);
