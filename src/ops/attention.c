@@ -121,6 +121,8 @@ static slapo_status check_inputs(const slapo_node *node, bool backward) {
 
 /* Geometry, attributes and RNG keys of one kernel call. */
 
+/* The geometry of a node on [B, NH, T, HS] q and [B, NKV, T, HS] k, v, with
+ * contiguous heads; pointers: q, k, v (and o, dO for the backward). */
 static fa_geom geom_of(const slapo_node *node, const slapo_tensor *const *in, bool backward,
                        const slapo_kernel_env *env) {
   const slapo_tensor *q = in[0];
@@ -128,172 +130,55 @@ static fa_geom geom_of(const slapo_node *node, const slapo_tensor *const *in, bo
   g.BH = q->shape[0] * q->shape[1];
   g.NH = q->shape[1];
   g.G = q->shape[1] / in[1]->shape[1];
-  g.mask = has_mask(node, backward) ? slapo_tensor_data(in[n_qkv_inputs(backward)]) : NULL;
   g.T = q->shape[2];
   g.HS = q->shape[3];
-  g.causal = slapo_node_attr_int(node, "causal", 0) != 0;
-  g.scale = (float)slapo_node_attr_float(node, "scale", 1.0 / sqrt((double)(g.HS ? g.HS : 1)));
-  g.p = slapo_node_attr_float(node, "dropout_p", 0.0);
-  g.dropout = env && env->training && g.p > 0;
-  g.keep_scale = g.p < 1 ? (float)(1.0 / (1.0 - g.p)) : 0.0f;
-  /* u = (word >> 8) 2^-24 >= p exactly when word >> 8 >= ceil(p 2^24) (p
-   * 2^24 is exact in double): the dropout op's integer test. */
-  g.thresh = (uint32_t)ceil(g.p * 16777216.0);
-  g.seed = env ? env->seed : 0;
-  g.step = env ? env->step : 0;
-  g.stream = (uint64_t)slapo_node_attr_int(node, "stream", 0);
-  g.offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
-  g.key = slapo_rng_key(g.seed, g.stream);
-  return g;
-}
-
-
-/* Number of keys query t sees. */
-static inline int64_t n_keys(const fa_geom *g, int64_t t) { return g->causal ? t + 1 : g->T; }
-
-/* ------------------------------------------------------------------------ */
-/* Reference kernels: one query row at a time, scores recomputed per pass    */
-/* ------------------------------------------------------------------------ */
-
-static double dot_d(const float *a, const float *b, int64_t n) {
-  double s = 0;
-  for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
-  return s;
-}
-
-/* Score of query t (row qt) and key s of head bh: scale q_t . k_s plus the
- * key's mask bias. */
-static double score(const fa_geom *g, int64_t bh, const float *qt, const float *kb, int64_t s) {
-  double x = g->scale * dot_d(qt, kb + s * g->HS, g->HS);
-  return g->mask ? x + g->mask[(bh / g->NH) * g->T + s] : x;
-}
-
-/* Max m and sum l of exp(score - m) of query t over the keys it sees, so
- * P = exp(score - m) / l. Kept apart rather than as m + log(l): with Hugging
- * Face's mask bias (-3.4e38) a fully padded row has m = -3.4e38 and log(l)
- * vanishes in the sum, which would make every P 1 instead of 1/T. */
-static void row_stats(const fa_geom *g, int64_t bh, const float *qt, const float *kb, int64_t t,
-                      double *m, double *l) {
-  int64_t n = n_keys(g, t);
-  *m = -INFINITY, *l = 0;
-  for (int64_t s = 0; s < n; s++) {
-    double x = score(g, bh, qt, kb, s);
-    *m = x > *m ? x : *m;
-  }
-  for (int64_t s = 0; s < n; s++) *l += exp(score(g, bh, qt, kb, s) - *m);
-}
-
-/* Output columns are accumulated in double, DC at a time (scores recomputed
- * per chunk, so the kernel needs no heap). */
-#define DC 64
-
-static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                   const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in, false, env);
-  const float *q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]); /* k [BH / G, T, HS] */
-  const float *v = slapo_tensor_data(in[2]); /* v [BH / G, T, HS] */
-  float *o = slapo_tensor_data(out);         /* o [BH, T, HS] */
-  for (int64_t bh = 0; bh < g.BH; bh++) {
-    const float *kb = k + fa_kv_base(&g, bh), *vb = v + fa_kv_base(&g, bh);
-    for (int64_t t = 0; t < g.T; t++) {
-      const float *qt = q + (bh * g.T + t) * g.HS;
-      float *ot = o + (bh * g.T + t) * g.HS;
-      double m, l;
-      row_stats(&g, bh, qt, kb, t, &m, &l);
-      for (int64_t d0 = 0; d0 < g.HS; d0 += DC) {
-        int64_t nd = g.HS - d0 < DC ? g.HS - d0 : DC;
-        double acc[DC] = {0}; /* acc [nd]: o_t[d0 : d0 + nd] */
-        for (int64_t s = 0; s < n_keys(&g, t); s++) {
-          double pr = exp(score(&g, bh, qt, kb, s) - m) / l;
-          pr *= drop_factor(&g, bh, t, s);
-          for (int64_t d = 0; d < nd; d++) acc[d] += pr * vb[s * g.HS + d0 + d];
-        }
-        for (int64_t d = 0; d < nd; d++) ot[d0 + d] = (float)acc[d];
-      }
-    }
-  }
-}
-
-/* Backward, straight from the derivation (docs/flash_attention_backward.md):
- * P = exp(S - m) / l, Pd = P z, dPd = dO v^T, dS = P (z dPd - D), D = rowsum(dO o),
- * dq = scale dS k, dk = scale dS^T q, dv = Pd^T dO; z = the dropout factor.
- * With grouped heads, dk and dv of a kv head sum over its query heads. */
-static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
-                            slapo_tensor *out, const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in, true, env);
-  const float *q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
-  const float *k = slapo_tensor_data(in[1]);  /* k  [BH / G, T, HS] */
-  const float *v = slapo_tensor_data(in[2]);  /* v  [BH / G, T, HS] */
-  const float *o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] */
-  const float *dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
-  float *dq = slapo_tensor_data(out);         /* dq [BH, T, HS] at 0 */
-  int64_t Nq = g.BH * g.T * g.HS, Nkv = Nq / g.G;
-  float *dk = dq + Nq, *dv = dq + Nq + Nkv;   /* dk, dv [BH / G, T, HS] after it */
-  memset(dq, 0, (size_t)(Nq + 2 * Nkv) * sizeof(float));
-  for (int64_t bh = 0; bh < g.BH; bh++) {
-    int64_t kv = fa_kv_base(&g, bh);
-    const float *kb = k + kv, *vb = v + kv;
-    for (int64_t t = 0; t < g.T; t++) {
-      int64_t row = (bh * g.T + t) * g.HS;
-      const float *qt = q + row, *dOt = dO + row;
-      double m, l;
-      row_stats(&g, bh, qt, kb, t, &m, &l);
-      double D = dot_d(dOt, o + row, g.HS);
-      for (int64_t s = 0; s < n_keys(&g, t); s++) {
-        const float *ks = kb + s * g.HS, *vs = vb + s * g.HS;
-        int64_t col = kv + s * g.HS;
-        double pr = exp(score(&g, bh, qt, kb, s) - m) / l;
-        double z = drop_factor(&g, bh, t, s);
-        double ds = pr * (z * dot_d(dOt, vs, g.HS) - D) * g.scale;
-        for (int64_t d = 0; d < g.HS; d++) {
-          dq[row + d] += (float)(ds * ks[d]);
-          dk[col + d] += (float)(ds * qt[d]);
-          dv[col + d] += (float)(pr * z * dOt[d]);
-        }
-      }
-    }
-  }
-}
-
-/* ------------------------------------------------------------------------ */
-/* Fast kernels: tiles of BR queries x BC keys                               */
-/* ------------------------------------------------------------------------ */
-
-static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                    const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in, false, env);
+  g.mask = has_mask(node, backward) ? slapo_tensor_data(in[n_qkv_inputs(backward)]) : NULL;
+  slapo__fa_attrs(&g, node, env);
+  int64_t NKV = g.NH / g.G, n = g.T * g.HS;
+  g.lq = g.lo = (fa_rows){g.NH, g.NH * n, n, g.HS};
+  g.lkv = (fa_rows){NKV, NKV * n, n, g.HS};
   g.q = slapo_tensor_data(in[0]); /* q [BH, T, HS] */
   g.k = slapo_tensor_data(in[1]); /* k [BH / G, T, HS] */
   g.v = slapo_tensor_data(in[2]); /* v [BH / G, T, HS] */
-  g.o = slapo_tensor_data(out);   /* o [BH, T, HS] */
-  int64_t n_qt = (g.T + BR - 1) / BR;
-  slapo_isa isa = slapo_isa_active();
-  void (*fwd)(const fa_geom *, int64_t, int64_t) =
-      isa == SLAPO_ISA_AVX512 ? slapo__fa_fwd_job_avx512
-      : isa == SLAPO_ISA_AVX2 ? slapo__fa_fwd_job_avx2 : slapo__fa_fwd_job_baseline;
-  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (g.HS ? 2 * g.HS : 1);
-#pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t job = 0; job < g.BH * n_qt; job++) fwd(&g, job / n_qt, (job % n_qt) * BR);
+  if (backward) {
+    g.o = (float *)slapo_tensor_data(in[3]); /* o  [BH, T, HS] (read only here) */
+    g.dO = slapo_tensor_data(in[4]);         /* dO [BH, T, HS] */
+  }
+  return g;
+}
+
+static void forward_kernel(const slapo_node *node, const slapo_tensor *const *in,
+                           slapo_tensor *out, const slapo_kernel_env *env, bool reference) {
+  fa_geom g = geom_of(node, in, false, env);
+  g.o = slapo_tensor_data(out); /* o [BH, T, HS] */
+  slapo__fa_forward(&g, reference);
+}
+
+/* The packed gradients: dq [BH, T, HS], then dk and dv [BH / G, T, HS]. */
+static void backward_kernel(const slapo_node *node, const slapo_tensor *const *in,
+                            slapo_tensor *out, const slapo_kernel_env *env, bool reference) {
+  fa_geom g = geom_of(node, in, true, env);
+  g.dq = slapo_tensor_data(out);
+  g.dk = g.dq + g.BH * g.T * g.HS;
+  g.dv = g.dk + g.BH / g.G * g.T * g.HS;
+  slapo__fa_backward(&g, reference, g.dq, slapo_tensor_numel(out));
+}
+
+static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                   const slapo_kernel_env *env) {
+  forward_kernel(node, in, out, env, true);
+}
+static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                    const slapo_kernel_env *env) {
+  forward_kernel(node, in, out, env, false);
+}
+static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
+                            slapo_tensor *out, const slapo_kernel_env *env) {
+  backward_kernel(node, in, out, env, true);
 }
 static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                              slapo_tensor *out, const slapo_kernel_env *env) {
-  fa_geom g = geom_of(node, in, true, env);
-  g.q = slapo_tensor_data(in[0]);  /* q  [BH, T, HS] */
-  g.k = slapo_tensor_data(in[1]);  /* k  [BH / G, T, HS] */
-  g.v = slapo_tensor_data(in[2]);  /* v  [BH / G, T, HS] */
-  g.o = slapo_tensor_data(in[3]);  /* o  [BH, T, HS] (read only here) */
-  g.dO = slapo_tensor_data(in[4]); /* dO [BH, T, HS] */
-  g.dx = slapo_tensor_data(out);   /* dx: dq [BH, T, HS], dk, dv [BH / G, T, HS] */
-  slapo_isa isa = slapo_isa_active();
-  void (*bwd)(const fa_geom *, int64_t) =
-      isa == SLAPO_ISA_AVX512 ? slapo__fa_bwd_job_avx512
-      : isa == SLAPO_ISA_AVX2 ? slapo__fa_bwd_job_avx2 : slapo__fa_bwd_job_baseline;
-  int64_t work = g.BH * g.T * (g.causal ? g.T / 2 + 1 : g.T) * (g.HS ? 5 * g.HS : 1);
-  /* One job per kv head, which owns its dk, dv rows and those of dq of its
-   * G query heads: no races, a fixed summation order. */
-#pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t kvh = 0; kvh < g.BH / g.G; kvh++) bwd(&g, kvh);
+  backward_kernel(node, in, out, env, false);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -13,6 +13,19 @@
 #define BC 32
 _Static_assert(BR == BC, "transpose_tile needs square tiles");
 
+/* Where the rows of one tensor's heads are: row t of head `idx` (counted
+ * over B * n heads) starts at (idx / n) sb + (idx % n) sh + t ld floats.
+ * [B, n, T, HS] contiguous: sb = n T HS, sh = T HS, ld = HS; heads packed
+ * in the last axis of [B, T, W] (the Linear's output): sb = T W, sh = HS,
+ * ld = W. */
+typedef struct fa_rows {
+  int64_t n, sb, sh, ld;
+} fa_rows;
+
+static inline int64_t fa_head_off(fa_rows l, int64_t idx) {
+  return (idx / l.n) * l.sb + (idx % l.n) * l.sh;
+}
+
 typedef struct fa_geom {
   int64_t BH, T, HS; /* B * NH query heads of [T, HS] each         */
   int64_t NH, G;     /* query heads per batch row; per kv head (GQA) */
@@ -25,14 +38,16 @@ typedef struct fa_geom {
   uint32_t thresh;   /* keep iff (word >> 8) >= thresh = ceil(p 2^24) */
   uint64_t seed, stream, step, offset;
   uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
-  /* Fast kernels: the tensors; q, o, dO [BH, T, HS], k, v [BH / G, T, HS],
-   * dx the packed dq, dk, dv. */
+  /* Fast kernels: the tensors and their row layouts: q and dq (lq), k, v,
+   * dk and dv (lkv, over BH / G kv heads), o and dO (lo). */
+  fa_rows lq, lkv, lo;
   const float *q, *k, *v, *dO;
-  float *o, *dx;
+  float *o, *dq, *dk, *dv; /* o is read only by the backward */
 } fa_geom;
 
-/* Offset of kv head bh / G's rows, the one query head bh reads (grouped
- * heads: bh = (b NKV + j) G + i for kv head j of batch row b). */
+/* Offset of kv head bh / G's rows in [BH / G, T, HS], the one query head bh
+ * reads (grouped heads: bh = (b NKV + j) G + i for kv head j of batch row
+ * b); the reference kernels' contiguous layout. */
 static inline int64_t fa_kv_base(const fa_geom *g, int64_t bh) { return bh / g->G * g->T * g->HS; }
 
 /* Dropout factor of P[bh, t, s]: keep_scale or 0, decided exactly as the
@@ -45,6 +60,13 @@ static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t
   float u = u4[i & 3];
   return (double)u >= g->p ? g->keep_scale : 0.0f;
 }
+
+/* The attributes (causal, scale, dropout, RNG key) of `node` into g. */
+void slapo__fa_attrs(fa_geom *g, const slapo_node *node, const slapo_kernel_env *env);
+/* Runs a set-up geometry (ops/fa_kernels.c): the forward writes o; the
+ * backward zeroes and writes dq, dk, dv, which lie inside out [n_out]. */
+void slapo__fa_forward(const fa_geom *g, bool reference);
+void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_out);
 
 /* The tile kernels of each ISA level: fwd_job computes query tile r0 of
  * head bh, bwd_job every gradient row of kv head kvh and of its G query

@@ -146,21 +146,21 @@ FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
 }
 
 /* S[r, c] = scale * sum_d A[r, d] B[c, d] for r < nr, c < BC, with A [nr, HS]
- * and B [nc, HS] row-major (columns c >= nc come out 0). B is packed
- * transposed (Bt [DCH, BC], zero-padded) so 4 rows x 32 columns of S stay
- * in registers while d runs in order 0, 1, ..., HS-1. */
-FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, int64_t nc,
-                        float scale, float S[BR][BC]) {
+ * and B [nc, HS] rows lda and ldb floats apart (columns c >= nc come out 0).
+ * B is packed transposed (Bt [DCH, BC], zero-padded) so 4 rows x 32 columns
+ * of S stay in registers while d runs in order 0, 1, ..., HS-1. */
+FA_INLINE void tile_abt(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t HS,
+                        int64_t nr, int64_t nc, float scale, float S[BR][BC]) {
   _Alignas(64) float Bt[DCH][BC]; /* Bt [nd, BC]: B[:, d0 : d0 + nd] transposed */
   for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
     int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
     for (int64_t c = 0; c < nc; c++)
-      for (int64_t d = 0; d < nd; d++) Bt[d][c] = B[c * HS + d0 + d];
+      for (int64_t d = 0; d < nd; d++) Bt[d][c] = B[c * ldb + d0 + d];
     for (int64_t d = 0; d < nd; d++)
       for (int64_t c = nc; c < BC; c++) Bt[d][c] = 0.0f;
     for (int64_t r = 0; r < nr; r += RB) {
       const float *a[RB]; /* rows past nr repeat the last row; not stored */
-      for (int i = 0; i < RB; i++) a[i] = A + (r + i < nr ? r + i : nr - 1) * HS + d0;
+      for (int i = 0; i < RB; i++) a[i] = A + (r + i < nr ? r + i : nr - 1) * lda + d0;
       v16f acc[RB][2];
       for (int i = 0; i < RB; i++) {
         bool fresh = d0 == 0 || r + i >= nr;
@@ -188,15 +188,16 @@ FA_INLINE void tile_abt(const float *A, const float *B, int64_t HS, int64_t nr, 
 }
 
 /* Y[i, :] += sum_{j < n} W[i, j] X[j, :] for i < m: Y [m, HS], X [n, HS]
- * row-major, W a [32, 32] tile. j runs in order 0, 1, ..., n-1 for every
- * element (the scalar fallback for HS % 64 != 0 sums in the same order). */
-FA_INLINE void tile_acc(float *Y, const float W[BR][BC], const float *X, int64_t HS,
-                        int64_t m, int64_t n) {
+ * with rows ldy and ldx floats apart, W a [32, 32] tile. j runs in order 0,
+ * 1, ..., n-1 for every element (the scalar fallback for HS % 64 != 0 sums
+ * in the same order). */
+FA_INLINE void tile_acc(float *Y, int64_t ldy, const float W[BR][BC], const float *X,
+                        int64_t ldx, int64_t HS, int64_t m, int64_t n) {
   if (HS % (RB * VL)) {
     for (int64_t i = 0; i < m; i++)
       for (int64_t j = 0; j < n; j++) {
         float w = W[i][j];
-        for (int64_t h = 0; h < HS; h++) Y[i * HS + h] = fmaf(w, X[j * HS + h], Y[i * HS + h]);
+        for (int64_t h = 0; h < HS; h++) Y[i * ldy + h] = fmaf(w, X[j * ldx + h], Y[i * ldy + h]);
       }
     return;
   }
@@ -207,17 +208,17 @@ FA_INLINE void tile_acc(float *Y, const float W[BR][BC], const float *X, int64_t
       v16f acc[RB][RB];
       for (int ii = 0; ii < RB; ii++)
         for (int k = 0; k < RB; k++)
-          acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * HS + h0 + k * VL) : vdup(0.0f);
+          acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
       for (int64_t j = 0; j < n; j++) {
         v16f x[RB];
-        for (int k = 0; k < RB; k++) x[k] = vld(X + j * HS + h0 + k * VL);
+        for (int k = 0; k < RB; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
         for (int ii = 0; ii < RB; ii++) {
           v16f wv = vdup(w[ii][j]);
           for (int k = 0; k < RB; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
         }
       }
       for (int ii = 0; ii < RB && i + ii < m; ii++)
-        for (int k = 0; k < RB; k++) vst(Y + (i + ii) * HS + h0 + k * VL, acc[ii][k]);
+        for (int k = 0; k < RB; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
     }
   }
 }
@@ -302,18 +303,22 @@ FA_INLINE void exp_row(float *row, float x) {
  * exp(S - m); o accumulates (dropout-masked) exp(S - m) v, rescaled by
  * exp(m_old - m_new) when the max grows, and is divided by l at the end. */
 FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
-  int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, base = bh * g->T * HS;
-  const float *qb = g->q + base, *kb = g->k + fa_kv_base(g, bh), *vb = g->v + fa_kv_base(g, bh);
-  float *ob = g->o + base + r0 * HS; /* ob [nr, HS]: this tile's output rows */
+  int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, kvh = bh / g->G;
+  int64_t ldq = g->lq.ld, ldkv = g->lkv.ld, ldo = g->lo.ld;
+  const float *qb = g->q + fa_head_off(g->lq, bh), *kb = g->k + fa_head_off(g->lkv, kvh),
+              *vb = g->v + fa_head_off(g->lkv, kvh);
+  float *ob = g->o + fa_head_off(g->lo, bh) + r0 * ldo; /* ob [nr, HS]: this tile's rows */
   _Alignas(64) float S[BR][BC];      /* S [nr, BC]: scores, then probabilities */
   int64_t nv[BR];                    /* visible columns per row of S */
   float m[BR], l[BR];                /* running row max and row sum */
-  for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
-  memset(ob, 0, (size_t)(nr * HS) * sizeof(float));
+  for (int64_t r = 0; r < nr; r++) {
+    m[r] = -INFINITY, l[r] = 0.0f;
+    memset(ob + r * ldo, 0, (size_t)HS * sizeof(float));
+  }
   int64_t end = key_end(g, r0, nr);
   for (int64_t c0 = 0; c0 < end; c0 += BC) {
     int64_t nc = end - c0 < BC ? end - c0 : BC;
-    tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, S);
+    tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, S);
     add_key_bias(g, bh, c0, nr, nc, S);
     visible(g, r0, nr, c0, nc, nv);
     mask_tile(nv, nr, S);
@@ -333,13 +338,13 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
         for (int64_t c = 0; c < nv[r]; c++) S[r][c] *= Z[c];
       }
       if (alpha != 1.0f)
-        for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= alpha;
+        for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= alpha;
     }
-    tile_acc(ob, (const float(*)[BC])S, vb + c0 * HS, HS, nr, nc);
+    tile_acc(ob, ldo, (const float(*)[BC])S, vb + c0 * ldkv, ldkv, HS, nr, nc);
   }
   for (int64_t r = 0; r < nr; r++) {
     float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
-    for (int64_t d = 0; d < HS; d++) ob[r * HS + d] *= inv;
+    for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= inv;
   }
 }
 
@@ -357,11 +362,14 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
  * tile's rows, zeroed here), dk and dv (the key tile's rows of the head's kv
  * head, zeroed by the caller) in the output. */
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
-  int64_t base = bh * g->T * HS, kv = fa_kv_base(g, bh), Nq = g->BH * g->T * HS;
-  const float *qb = g->q + base, *kb = g->k + kv, *vb = g->v + kv, *ob = g->o + base,
-              *dob = g->dO + base;
-  float *dqb = g->dx + base, *dkb = g->dx + Nq + kv, *dvb = g->dx + Nq + Nq / g->G + kv;
-  memset(dqb, 0, (size_t)(g->T * HS) * sizeof(float)); /* dq [T, HS] */
+  int64_t q0 = fa_head_off(g->lq, bh), kv0 = fa_head_off(g->lkv, bh / g->G),
+          o0 = fa_head_off(g->lo, bh);
+  int64_t ldq = g->lq.ld, ldkv = g->lkv.ld, ldo = g->lo.ld;
+  const float *qb = g->q + q0, *kb = g->k + kv0, *vb = g->v + kv0, *ob = g->o + o0,
+              *dob = g->dO + o0;
+  float *dqb = g->dq + q0, *dkb = g->dk + kv0, *dvb = g->dv + kv0;
+  for (int64_t t = 0; t < g->T; t++) /* dq [T, HS] */
+    memset(dqb + t * ldq, 0, (size_t)HS * sizeof(float));
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
     int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
     _Alignas(64) float P[BR][BC];  /* P [nr, BC]: scores, then P, then Pd = P z */
@@ -373,7 +381,7 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
-      tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, P);
       add_key_bias(g, bh, c0, nr, nc, P);
       visible(g, r0, nr, c0, nc, nv);
       mask_tile(nv, nr, P);
@@ -387,13 +395,13 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     }
     for (int64_t r = 0; r < nr; r++) {
       il[r] = 1.0f / l[r];
-      D[r] = dot16(dob + (r0 + r) * HS, ob + (r0 + r) * HS, HS);
+      D[r] = dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS);
     }
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nc = end - c0 < BC ? end - c0 : BC;
-      tile_abt(qb + r0 * HS, kb + c0 * HS, HS, nr, nc, g->scale, P);
+      tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, P);
       add_key_bias(g, bh, c0, nr, nc, P);
-      tile_abt(dob + r0 * HS, vb + c0 * HS, HS, nr, nc, 1.0f, dS);
+      tile_abt(dob + r0 * ldo, ldo, vb + c0 * ldkv, ldkv, HS, nr, nc, 1.0f, dS);
       visible(g, r0, nr, c0, nc, nv);
       mask_tile(nv, nr, P);
       /* Every row r < nr is computed (fully masked rows give P = dS = 0), so
@@ -410,11 +418,11 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       }
       /* dv[c] += sum_r Pd[r, c] dO[r];  dk[c] += sum_r dS[r, c] q[r] */
       transpose_tile((const float(*)[BC])P, nr, Tt);
-      tile_acc(dvb + c0 * HS, (const float(*)[BC])Tt, dob + r0 * HS, HS, nc, nr);
+      tile_acc(dvb + c0 * ldkv, ldkv, (const float(*)[BC])Tt, dob + r0 * ldo, ldo, HS, nc, nr);
       transpose_tile((const float(*)[BC])dS, nr, Tt);
-      tile_acc(dkb + c0 * HS, (const float(*)[BC])Tt, qb + r0 * HS, HS, nc, nr);
+      tile_acc(dkb + c0 * ldkv, ldkv, (const float(*)[BC])Tt, qb + r0 * ldq, ldq, HS, nc, nr);
       /* dq[r] += sum_c dS[r, c] k[c] */
-      tile_acc(dqb + r0 * HS, (const float(*)[BC])dS, kb + c0 * HS, HS, nr, nc);
+      tile_acc(dqb + r0 * ldq, ldq, (const float(*)[BC])dS, kb + c0 * ldkv, ldkv, HS, nr, nc);
     }
   }
 }
@@ -422,9 +430,11 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
 /* Kv head kvh and its G query heads, in order: the thread writes only their
  * rows (no races), and dk, dv sum over the group in a fixed order. */
 void FA_NAME(bwd_job)(const fa_geom *g, int64_t kvh) {
-  int64_t n = g->T * g->HS, Nq = g->BH * n;
-  memset(g->dx + Nq + kvh * n, 0, (size_t)n * sizeof(float));          /* dk [T, HS] */
-  memset(g->dx + Nq + Nq / g->G + kvh * n, 0, (size_t)n * sizeof(float)); /* dv [T, HS] */
+  int64_t kv0 = fa_head_off(g->lkv, kvh);
+  for (int64_t t = 0; t < g->T; t++) { /* dk, dv [T, HS] */
+    memset(g->dk + kv0 + t * g->lkv.ld, 0, (size_t)g->HS * sizeof(float));
+    memset(g->dv + kv0 + t * g->lkv.ld, 0, (size_t)g->HS * sizeof(float));
+  }
   for (int64_t bh = kvh * g->G; bh < (kvh + 1) * g->G; bh++) {
     if (g->HS == 64) bwd_head(g, 64, bh);
     else if (g->HS == 128) bwd_head(g, 128, bh);
