@@ -37,32 +37,37 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *x = in[0];
   int64_t B = x->shape[0], T = x->shape[1], C = c->n_embd, NH = c->n_head, HS = C / NH;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
-  slapo_node *parts[3];
-  int64_t sizes[3] = {C, C, C};
-  if (slapo_split(ctx, qkv, 2, 3, sizes, parts) != SLAPO_OK) return NULL;
-  int64_t bthd[4] = {B, T, NH, HS}, perm[4] = {0, 2, 1, 3};
-  slapo_node *heads[3];
-  for (int i = 0; i < 3; i++) /* [B, NH, T, HS] */
-    heads[i] = slapo_permute(ctx, slapo_reshape(ctx, parts[i], 4, bthd), 4, perm);
   /* The replaced attention's dropout is the first random op of its
    * `<path>.attn_dropout` child, called once per call of the attention, so
    * in the call with this module's ordinal; reuse that op's stream so the
    * fused kernel drops exactly the probabilities the unfused module drops. */
   char drop_path[1024];
   snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[4] = {
+  slapo_attr attrs[5] = {
+      slapo_attr_int("n_head", NH),
       slapo_attr_int("causal", 1),
       slapo_attr_float("scale", 1.0 / sqrt((double)HS)),
       slapo_attr_float("dropout_p", c->attn_pdrop),
       slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
   };
-  /* Decoding with a KV cache: one new query over the cached keys needs no
-   * tiling; the composite does it (eval mode: no dropout). */
-  slapo_node *y = slapo_decode_past(ctx) >= 0 /* [B, NH, T, HS] */
-                      ? slapo__attend_decoding(ctx, heads[0], heads[1], heads[2])
-                      : slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, heads, 4, attrs);
-  int64_t btc[3] = {B, T, C};
-  y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
+  slapo_node *y; /* [B, T, C] */
+  if (slapo_decode_past(ctx) >= 0) {
+    /* Decoding with a KV cache: one new query over the cached keys needs no
+     * tiling; the composite does it (eval mode: no dropout). */
+    slapo_node *parts[3];
+    int64_t sizes[3] = {C, C, C};
+    if (slapo_split(ctx, qkv, 2, 3, sizes, parts) != SLAPO_OK) return NULL;
+    int64_t bthd[4] = {B, T, NH, HS}, perm[4] = {0, 2, 1, 3}, btc[3] = {B, T, C};
+    slapo_node *heads[3];
+    for (int i = 0; i < 3; i++) /* [B, NH, T, HS] */
+      heads[i] = slapo_permute(ctx, slapo_reshape(ctx, parts[i], 4, bthd), 4, perm);
+    y = slapo__attend_decoding(ctx, heads[0], heads[1], heads[2]);
+    y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
+  } else {
+    /* The heads are read where c_attn wrote them and written where c_proj
+     * reads them: no split, no head permutes, forward or backward. */
+    y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, 5, attrs);
+  }
   y = slapo_call1(ctx, self, "c_proj", y);
   return slapo_call1(ctx, self, "resid_dropout", y);
 }
