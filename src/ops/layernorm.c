@@ -316,50 +316,23 @@ static void params_ref(const slapo_node *node, const slapo_tensor *const *in, sl
   }
 }
 
-enum { PTILE = 64 }; /* columns per job of the fast kernel */
-
-/* Columns [c0, c0 + n) of both sums, rows in order 0 .. R-1 in double
- * (bitwise independent of the thread count); mean/rstd from `stats` [2 R]
- * when given, else recomputed per row. */
-static void params_cols(const float *x, const float *dy, const float *stats, float eps,
-                        int64_t R, int64_t C, int64_t c0, int64_t n, float *o) {
-  double dw[PTILE] = {0}, db[PTILE] = {0};
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C + c0, *dyr = dy + r * C + c0;
-    float mean, rstd;
-    if (stats) mean = stats[2 * r], rstd = stats[2 * r + 1];
-    else row_stats(x + r * C, C, eps, &mean, &rstd);
-    for (int64_t j = 0; j < n; j++) {
-      dw[j] += (double)(dyr[j] * ((xr[j] - mean) * rstd));
-      db[j] += dyr[j];
-    }
-  }
-  for (int64_t j = 0; j < n; j++) o[c0 + j] = (float)dw[j], o[C + c0 + j] = (float)db[j];
-}
-
 /* Pass 1 (rows in parallel): every row's mean and rstd, as the forward
- * computes them, into a scratch [2 R]; pass 2 (64-column tiles in
- * parallel): both sums. Without scratch memory, each tile recomputes them. */
+ * computes them, into a scratch [2 R]; pass 2: both sums over column tiles
+ * (slapo__norm_param_grads). Without scratch memory: the reference. */
 static void params_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                         const slapo_kernel_env *env) {
-  (void)env;
-  const float *x = slapo_tensor_data(in[0]), *dy = slapo_tensor_data(in[1]); /* [R, C] */
-  float *o = slapo_tensor_data(out);                                         /* [2 C] */
+  const float *x = slapo_tensor_data(in[0]); /* x [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
   slapo__norm_rows(in[0], &R, &C);
   float *stats = slapo_malloc((size_t)(2 * (R > 0 ? R : 1)) * sizeof(float)); /* [2 R] */
-  int nt = slapo__threads_for(R * C);
-  if (stats) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (int64_t r = 0; r < R; r++) row_stats(x + r * C, C, eps, &stats[2 * r], &stats[2 * r + 1]);
+  if (!stats) {
+    params_ref(node, in, out, env);
+    return;
   }
-  int64_t tiles = (C + PTILE - 1) / PTILE;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles; t++) {
-    int64_t c0 = t * PTILE;
-    params_cols(x, dy, stats, eps, R, C, c0, C - c0 < PTILE ? C - c0 : PTILE, o);
-  }
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) row_stats(x + r * C, C, eps, &stats[2 * r], &stats[2 * r + 1]);
+  slapo__norm_param_grads(x, slapo_tensor_data(in[1]), stats, R, C, true, slapo_tensor_data(out));
   slapo_free(stats);
 }
 

@@ -74,9 +74,10 @@ static slapo_status rms_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, sla
     dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm_backward), affine ? 3 : 2, in, 1, &eps);
   }
   if (affine && need[1]) {
-    /* dw = sum over leading axes of dy * xhat (xhat recomputed, not y / w). */
-    slapo_node *xhat = slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm), 1, &x, 1, &eps);
-    dx[1] = slapo__grad_to(ctx, slapo_mul(ctx, dy, xhat), node->inputs[1]);
+    /* dw = sum over leading axes of dy * xhat in one pass (xhat recomputed,
+     * not y / w). */
+    slapo_node *in[2] = {x, dy};
+    dx[1] = slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm_backward_weight), 2, in, 1, &eps);
   }
   return slapo_ctx_status(ctx);
 }
@@ -183,6 +184,81 @@ SLAPO_OP_DESCRIPTOR(rms_norm_backward) = {
     .doc = "(x, [w,] dy) -> dx of rms_norm, recomputing rstd per row: one pass instead of "
            "~9 composite ops and their [.., C] temporaries; attr eps",
     .test = {.example = rms_norm_backward_example, .checked_by = "rms_norm composite"},
+};
+
+/* ---- fused backward: dw ---- */
+
+static slapo_status weight_infer(slapo_node *node) {
+  SLAPO_TRY(slapo__norm_want_rows(node, RMS_EPS_DEFAULT));
+  SLAPO_TRY(slapo__want_dtype(node, 1, SLAPO_DTYPE_F32));
+  const slapo_node *x = node->inputs[0], *dy = node->inputs[1];
+  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
+    return slapo_error(SLAPO_SHAPE, "rms_norm_backward_weight: dy %s differs from x %s",
+                       slapo__shape_of(dy), slapo__shape_of(x));
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &x->shape[x->ndim - 1]);
+}
+
+/* The definition, in double: dw[c] = sum_r dy[r, c] x[r, c] rstd_r. */
+static void weight_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                       const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]), *dy = slapo_tensor_data(in[1]); /* [R, C] */
+  float *dw = slapo_tensor_data(out);                                        /* [C] */
+  double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  slapo__norm_rows(in[0], &R, &C);
+  for (int64_t c = 0; c < C; c++) {
+    double acc = 0;
+    for (int64_t r = 0; r < R; r++) {
+      double ss = 0;
+      for (int64_t k = 0; k < C; k++) ss += (double)x[r * C + k] * x[r * C + k];
+      acc += (double)dy[r * C + c] * x[r * C + c] / sqrt(ss / (double)C + eps);
+    }
+    dw[c] = (float)acc;
+  }
+}
+
+/* Rows' rstd (mean 0) into a scratch, then the shared column sums. */
+static void weight_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                        const slapo_kernel_env *env) {
+  const float *x = slapo_tensor_data(in[0]); /* x [R, C] */
+  float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
+  int64_t R, C;
+  slapo__norm_rows(in[0], &R, &C);
+  float *stats = slapo_malloc((size_t)(2 * (R > 0 ? R : 1)) * sizeof(float)); /* [2 R] */
+  if (!stats) {
+    weight_ref(node, in, out, env);
+    return;
+  }
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    float ss = 0.0f;
+    for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
+    stats[2 * r] = 0.0f, stats[2 * r + 1] = 1.0f / sqrtf(ss / (float)C + eps); /* as the forward */
+  }
+  slapo__norm_param_grads(x, slapo_tensor_data(in[1]), stats, R, C, false, slapo_tensor_data(out));
+  slapo_free(stats);
+}
+
+static slapo_node *weight_example(slapo_ctx *ctx) {
+  int64_t xs[3] = {2, 5, 7};
+  slapo_node *in[2] = {slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, xs),
+                       slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 3, xs)};
+  slapo_attr eps = slapo_attr_float("eps", 1e-6);
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(rms_norm_backward_weight), 2, in, 1, &eps);
+}
+
+SLAPO_OP_DESCRIPTOR(rms_norm_backward_weight) = {
+    .name = "rms_norm_backward_weight",
+    .n_inputs = 2,
+    .infer = weight_infer,
+    .ref = weight_ref,
+    .fast = weight_fast,
+    .contiguous_inputs = true,
+    .doc = "(x [.., C], dy) -> dw [C] of rms_norm: the sum over the leading axes of dy * xhat "
+           "in one pass (xhat recomputed) instead of an rms_norm, a mul and a sum_to; attr eps",
+    .test = {.example = weight_example, .checked_by = "rms_norm composite"},
 };
 
 /* ---- typed builder ---- */
