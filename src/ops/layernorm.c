@@ -126,19 +126,13 @@ static slapo_status layer_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, s
     slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
     dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), affine ? 3 : 2, in, 1, &eps);
   }
-  if (affine && (need[1] || need[2])) {
-    /* dw = sum over leading axes of dy * xhat, db = sum of dy: one pass
-     * (layer_norm_backward_params), xhat recomputed rather than derived as
-     * (y - b) / w, which divides by weights that may be 0; read back as two
-     * views of its packed [2 C] result. */
-    slapo_node *in[2] = {x, dy};
-    slapo_node *p = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward_params), 2, in, 1, &eps);
-    int64_t C = x->shape[x->ndim - 1];
-    for (int i = 1; i <= 2; i++) {
-      slapo_attr a[2] = {slapo_attr_int("offset", (i - 1) * C), slapo_attr_ints("shape", 1, &C)};
-      if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &p, 2, a);
-    }
+  if (affine && need[1]) {
+    /* dw = sum over leading axes of dy * xhat; xhat is recomputed rather than
+     * derived as (y - b) / w, which divides by weights that may be 0. */
+    slapo_node *xhat = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm), 1, &x, 1, &eps);
+    dx[1] = slapo__grad_to(ctx, slapo_mul(ctx, dy, xhat), node->inputs[1]);
   }
+  if (affine && need[2]) dx[2] = slapo__grad_to(ctx, dy, node->inputs[2]);
   return slapo_ctx_status(ctx);
 }
 
@@ -275,86 +269,6 @@ SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
            "layernorm_backward): one pass per row instead of ~12 composite ops and their "
            "[.., C] temporaries, and no stored mean/rstd; attr eps",
     .test = {.example = layer_norm_backward_example, .checked_by = "layer_norm composite"},
-};
-
-/* ---- fused backward: dw, db ---- */
-
-static slapo_status params_infer(slapo_node *node) {
-  SLAPO_TRY(slapo__norm_want_rows(node, LN_EPS_DEFAULT));
-  const slapo_node *x = node->inputs[0], *dy = node->inputs[1];
-  SLAPO_TRY(slapo__want_dtype(node, 1, SLAPO_DTYPE_F32));
-  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
-    return slapo_error(SLAPO_SHAPE, "layer_norm_backward_params: dy %s differs from x %s",
-                       slapo__shape_of(dy), slapo__shape_of(x));
-  int64_t n = 2 * x->shape[x->ndim - 1];
-  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
-}
-
-/* The definition, in double: out[c] = sum_r dy[r, c] xhat[r, c], out[C + c]
- * = sum_r dy[r, c]. */
-static void params_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                       const slapo_kernel_env *env) {
-  (void)env;
-  const float *x = slapo_tensor_data(in[0]), *dy = slapo_tensor_data(in[1]); /* [R, C] */
-  float *o = slapo_tensor_data(out);                                         /* [2 C] */
-  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
-  for (int64_t c = 0; c < C; c++) {
-    double dw = 0, db = 0;
-    for (int64_t r = 0; r < R; r++) {
-      const float *xr = x + r * C;
-      double mean = 0, var = 0;
-      for (int64_t k = 0; k < C; k++) mean += xr[k];
-      mean /= (double)C;
-      for (int64_t k = 0; k < C; k++) var += (xr[k] - mean) * (xr[k] - mean);
-      double rstd = 1.0 / sqrt(var / (double)C + eps);
-      dw += (double)dy[r * C + c] * (xr[c] - mean) * rstd;
-      db += dy[r * C + c];
-    }
-    o[c] = (float)dw, o[C + c] = (float)db;
-  }
-}
-
-/* Pass 1 (rows in parallel): every row's mean and rstd, as the forward
- * computes them, into a scratch [2 R]; pass 2: both sums over column tiles
- * (slapo__norm_param_grads). Without scratch memory: the reference. */
-static void params_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                        const slapo_kernel_env *env) {
-  const float *x = slapo_tensor_data(in[0]); /* x [R, C] */
-  float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
-  float *stats = slapo_malloc((size_t)(2 * (R > 0 ? R : 1)) * sizeof(float)); /* [2 R] */
-  if (!stats) {
-    params_ref(node, in, out, env);
-    return;
-  }
-#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
-  for (int64_t r = 0; r < R; r++) row_stats(x + r * C, C, eps, &stats[2 * r], &stats[2 * r + 1]);
-  slapo__norm_param_grads(x, slapo_tensor_data(in[1]), stats, R, C, true, slapo_tensor_data(out));
-  slapo_free(stats);
-}
-
-static slapo_node *params_example(slapo_ctx *ctx) {
-  int64_t xs[3] = {2, 5, 7};
-  slapo_node *in[2] = {slapo_input(ctx, "x", SLAPO_DTYPE_F32, 3, xs),
-                       slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 3, xs)};
-  slapo_attr eps = slapo_attr_float("eps", 1e-5);
-  return slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward_params), 2, in, 1, &eps);
-}
-
-SLAPO_OP_DESCRIPTOR(layer_norm_backward_params) = {
-    .name = "layer_norm_backward_params",
-    .n_inputs = 2,
-    .infer = params_infer,
-    .ref = params_ref,
-    .fast = params_fast,
-    .contiguous_inputs = true,
-    .doc = "(x [.., C], dy) -> [dw, db] packed as [2 C] for layer_norm's weight and bias: "
-           "sums over the leading axes of dy * xhat and dy in one pass (xhat recomputed), "
-           "instead of a layer_norm, a mul and two sum_to; attr eps",
-    .test = {.example = params_example, .checked_by = "layer_norm composite"},
 };
 
 /* ---- typed builder ---- */
