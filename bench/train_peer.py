@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """bench/train_peer.py - the PyTorch side of bench/run_train_bench.sh: one
 GPT-2 (or, with --model llama, LLaMA: Hugging Face LlamaForCausalLM's eager
-path with repeat_kv, as tools/gen_llama_fixture.py) training step (forward, backward, gradient clipping, AdamW) in plain
+path with repeat_kv, as tools/gen_llama_fixture.py; with --model bert,
+BertForMaskedLM's eager path, the loss over every position of random
+labels, as bench_train feeds slapo) training step (forward, backward, gradient clipping, AdamW) in plain
 PyTorch with the architecture slapo's GPT-2 has (Hugging Face
 GPT2LMHeadModel semantics: pre-LN blocks, tanh GELU, causal softmax
 attention written out as HF's eager attention, dropout, lm_head tied to wte;
@@ -34,6 +36,10 @@ CONFIGS = {  # n_layer, n_head, n_embd, n_ctx, vocab, dropout (as slapo's gpt2.c
     "small": (6, 6, 384, 256, 256, 0.0),
     "124M": (12, 12, 768, 1024, 50257, 0.1),
     "355M": (24, 16, 1024, 1024, 50257, 0.1),
+}
+BERT_CONFIGS = {  # n_layer, n_head, hidden, intermediate, n_ctx, vocab (bert.c; 264 bytes+specials)
+    "tiny": (4, 4, 128, 512, 64, 264),
+    "small": (6, 6, 384, 1536, 256, 264),
 }
 LLAMA_CONFIGS = {  # n_layer, n_head, n_kv_head, hidden, intermediate, n_ctx, vocab (llama.c)
     "tiny": (4, 4, 2, 128, 352, 64, 256),
@@ -190,6 +196,54 @@ class Llama(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
 
 
+class BertLayer(nn.Module):
+    """Hugging Face BertLayer (modeling_bert.py, eager attention): post-LN
+    self-attention and MLP with erf GELU, LayerNorm eps 1e-12."""
+
+    def __init__(self, C, NH, I, lin):
+        super().__init__()
+        self.NH, self.HS = NH, C // NH
+        self.query, self.key, self.value = lin(C, C), lin(C, C), lin(C, C)
+        self.attn_out, self.ln_1 = lin(C, C), nn.LayerNorm(C, eps=1e-12)
+        self.inter, self.out, self.ln_2 = lin(C, I), lin(I, C), nn.LayerNorm(C, eps=1e-12)
+
+    def forward(self, x, bias):
+        B, T, C = x.shape
+        heads = lambda t: t.view(B, T, self.NH, self.HS).transpose(1, 2)
+        q, k, v = heads(self.query(x)), heads(self.key(x)), heads(self.value(x))
+        att = ((q @ k.transpose(-1, -2)) / math.sqrt(self.HS) + bias).softmax(dim=-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        a = self.ln_1(self.attn_out(y) + x)
+        return self.ln_2(self.out(F.gelu(self.inter(a))) + a)
+
+
+class Bert(nn.Module):
+    """BertForMaskedLM without pooler: embeddings (word + position + type,
+    LayerNorm), the layers, the MLM head (dense, GELU, LayerNorm, decoder
+    tied to the word embeddings plus a bias)."""
+
+    def __init__(self, L, NH, C, I, n_ctx, V, lin):
+        super().__init__()
+        self.word, self.pos, self.ttype = nn.Embedding(V, C), nn.Embedding(n_ctx, C), nn.Embedding(2, C)
+        self.ln = nn.LayerNorm(C, eps=1e-12)
+        self.layers = nn.ModuleList([BertLayer(C, NH, I, lin) for _ in range(L)])
+        self.transform, self.ln_h = lin(C, C), nn.LayerNorm(C, eps=1e-12)
+        self.decoder_bias = nn.Parameter(torch.zeros(V))
+        for n, prm in self.named_parameters():
+            if prm.dim() >= 2:
+                nn.init.normal_(prm, std=0.02)
+
+    def forward(self, idx, targets):
+        T = idx.shape[1]
+        x = self.ln(self.word(idx) + self.pos.weight[:T] + self.ttype.weight[0])
+        bias = torch.zeros(idx.shape[0], 1, 1, T)  # no padding: every key attends
+        for layer in self.layers:
+            x = layer(x, bias)
+        h = self.ln_h(F.gelu(self.transform(x)))
+        logits = h @ self.word.weight.t() + self.decoder_bias
+        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+
+
 def aten_capability():
     """The ATen CPU kernels torch dispatches to (DEFAULT, AVX2, AVX512), as
     torch itself reports it; torch 1.13 has no API, only the config text."""
@@ -227,7 +281,7 @@ def machine_line():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama"])
+    ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama", "bert"])
     ap.add_argument("--config", default="small", choices=sorted(CONFIGS))
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
@@ -252,7 +306,10 @@ def main():
     torch.backends.mkldnn.enabled = bool(a.mkldnn)
     torch.manual_seed(0)
     lin = ConvLinear if a.linear == "conv" else nn.Linear
-    if a.model == "llama":
+    if a.model == "bert":
+        L, NH, C, I, n_ctx, V = BERT_CONFIGS[a.config]
+        model = Bert(L, NH, C, I, n_ctx, V, lin).train()
+    elif a.model == "llama":
         L, NH, NKV, C, I, n_ctx, V = LLAMA_CONFIGS[a.config]
         model = Llama(L, NH, NKV, C, I, n_ctx, V, lin).train()
     else:
