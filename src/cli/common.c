@@ -133,14 +133,17 @@ void cli_model_opts_deinit(cli_model_opts *m) {
 
 void cli_model_usage(FILE *f, const char *default_config) {
   const slapo_model_family *first = slapo_model_at(0);
-  fprintf(f, "  --model NAME        model family (slapo models lists them) [%s]\n", first->name);
-  fprintf(f, "  --config NAME       ");
+  fprintf(f, "  --model NAME        model family: ");
+  for (int i = 0; i < slapo_model_count(); i++)
+    fprintf(f, "%s%s", slapo_model_at(i)->name, i + 1 < slapo_model_count() ? ", " : "");
+  fprintf(f, " [%s]\n", first->name);
+  fprintf(f, "  --config NAME       the family's config (slapo models lists them) [%s]\n"
+             "                      %s: ",
+          default_config ? default_config : "the family's default", first->name);
   for (const char *const *c = first->configs; *c; c++)
-    fprintf(f, "%s%s", *c, c[1] ? ", " : "");
-  fprintf(f, " [%s]\n", default_config ? default_config : first->default_config);
+    fprintf(f, "%s%s", *c, c[1] ? ", " : "\n");
   fprintf(f, "  --schedule FILE     a .sched file applied to the model ('default': the\n"
-             "                      family's default schedule, %s)\n"
+             "                      family's default schedule, schedules/<family>.sched)\n"
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
-             "                      --schedule', e.g. 2,5)\n",
-          first->default_schedule ? first->default_schedule : "none");
+             "                      --schedule', e.g. 2,5)\n");
 }
