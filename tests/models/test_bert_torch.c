@@ -4,7 +4,8 @@
  * logits with and without the mask, the loss, every parameter gradient and
  * the losses of 5 AdamW steps must match what tools/gen_bert_fixture.py
  * computed with Debian's python3-torch. Also: Hugging Face checkpoint
- * import (the fixture's weights are in HF's layout, tied decoder included),
+ * import (the fixture's weights are in HF's layout, tied decoder included;
+ * BertModel names and LayerNorm gamma/beta),
  * save -> load round trip, the refusals of the loader, and the parameter
  * count of bert-base-uncased counted by torch.
  * Tolerances: both sides compute in f32 with different summation orders
@@ -312,6 +313,50 @@ static void test_load_untied_decoder(void **state) {
   slapo_module_free(m);
 }
 
+/* Files in older or other layouts load to the same weights: BertModel's
+ * names (no "bert."), LayerNorm gamma/beta (files converted from the
+ * TensorFlow release), and a pooler the model does not have (ignored). */
+static void test_load_legacy_names(void **state) {
+  (void)state;
+  int n = slapo_safetensors_count(g_fix), k = 0;
+  char (*names)[256] = calloc((size_t)n + 1, sizeof *names);
+  const char **np = calloc((size_t)n + 1, sizeof *np);
+  slapo_tensor **ts = calloc((size_t)n + 1, sizeof *ts);
+  for (int i = 0; i < n; i++) {
+    const char *name = slapo_safetensors_name(g_fix, i);
+    if (strncmp(name, "bert.", 5) && strncmp(name, "cls.", 4)) continue;
+    const char *base = strncmp(name, "bert.", 5) ? name : name + 5;
+    size_t len = strlen(base);
+    if (len > 16 && !strcmp(base + len - 16, "LayerNorm.weight"))
+      snprintf(names[k], 256, "%.*sLayerNorm.gamma", (int)(len - 16), base);
+    else if (len > 14 && !strcmp(base + len - 14, "LayerNorm.bias"))
+      snprintf(names[k], 256, "%.*sLayerNorm.beta", (int)(len - 14), base);
+    else
+      snprintf(names[k], 256, "%s", base);
+    np[k] = names[k];
+    ts[k++] = fixture(name);
+  }
+  snprintf(names[k], 256, "pooler.dense.weight");
+  np[k] = names[k];
+  ts[k++] = fixture("bert.encoder.layer.0.attention.self.query.weight");
+  char path[4200];
+  tmp_path(path, sizeof path, "legacy.safetensors");
+  assert_int_equal(slapo_safetensors_write(path, k, np, (const slapo_tensor *const *)ts, 0, NULL,
+                                           NULL), SLAPO_OK);
+  slapo_module *want = load_model(), *got = new_model(5);
+  slapo_status s = slapo_bert_load(got, path);
+  if (s != SLAPO_OK) fail_msg("legacy load: %s", slapo_last_error());
+  compare_state c = {got, 0, 0};
+  assert_int_equal(slapo_module_visit_params(want, compare_param, &c), SLAPO_OK);
+  assert_int_equal(c.n, 5 + 16 * 2 + 5);
+  assert_int_equal(c.differ, 0);
+  unlink(path);
+  for (int i = 0; i < k; i++) slapo_tensor_free(ts[i]);
+  free(names), free(np), free(ts);
+  slapo_module_free(want);
+  slapo_module_free(got);
+}
+
 /* A GPT-2 file is not a BERT checkpoint: the first missing tensor is named. */
 static void test_load_missing_tensor(void **state) {
   (void)state;
@@ -419,6 +464,7 @@ int main(void) {
       cmocka_unit_test(test_base_parameter_count),
       cmocka_unit_test(test_save_load_round_trip),
       cmocka_unit_test(test_load_untied_decoder),
+      cmocka_unit_test(test_load_legacy_names),
       cmocka_unit_test(test_load_missing_tensor),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_trace),
