@@ -369,7 +369,8 @@ static void test_load_missing_tensor(void **state) {
   slapo_module_free(m);
 }
 
-/* Wrong inputs are a status naming the expected signature, not an abort. */
+/* Wrong inputs are a status naming the expected signature, not an abort;
+ * so is decoding, which a bidirectional model cannot do. */
 static void test_bad_inputs(void **state) {
   (void)state;
   slapo_module *m = new_model(1);
@@ -379,6 +380,13 @@ static void test_bad_inputs(void **state) {
   const slapo_tensor *in[3] = {idx, mask, mask};
   assert_int_equal(slapo_step(r, 3, in, SLAPO_STEP_EVAL, NULL, NULL), SLAPO_INVALID_ARG);
   assert_non_null(strstr(slapo_last_error(), "attention_mask [B, T] f32"));
+  /* Generation needs a causal LM: a KV-cache step is refused, named. */
+  slapo_kv_cache *kv;
+  const slapo_tensor *lg;
+  assert_int_equal(slapo_kv_cache_new(&kv), SLAPO_OK);
+  assert_int_equal(slapo_step_decode(r, kv, idx, NULL, &lg), SLAPO_UNSUPPORTED);
+  assert_non_null(strstr(slapo_last_error(), "cannot decode with a KV cache"));
+  slapo_kv_cache_free(kv);
   slapo_tensor_free(idx), slapo_tensor_free(mask);
   slapo_runner_free(r);
   slapo_module_free(m);
