@@ -293,7 +293,8 @@ typedef struct slapo_train_config {
   int64_t save_every;       /* 0: only at the end                         */
   const char *resume;       /* checkpoint to continue from, or NULL       */
   const char *init_from;    /* Hugging Face weights to start from, or NULL */
-  int64_t sample_tokens;    /* tokens to sample at the end (0: none)      */
+  int64_t sample_tokens;    /* tokens to sample at the end (0: none; a
+                               masked-LM family skips it with a message)  */
   float temperature;
   int top_k;
   int threads;              /* 0: OpenMP default                          */

@@ -75,7 +75,6 @@ static void optim_path(const char *model_path, char *out, size_t cap) {
     snprintf(out, cap, "%s.optim.safetensors", model_path);
 }
 
-
 static void json_num(FILE *f, const char *key, double v, bool last) {
   if (isfinite(v)) fprintf(f, "\"%s\": %.8g%s", key, v, last ? "" : ", ");
   else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
