@@ -1,5 +1,6 @@
-/* slapo/models.h - the model zoo: GPT-2 with Hugging Face parameter names,
- * its configs, and checkpoint import/export in the Hugging Face layout.
+/* slapo/models.h - the model zoo: GPT-2 and BERT with Hugging Face
+ * parameter names, their configs, and checkpoint import/export in the
+ * Hugging Face layout.
  * Layer: models (depends on apply and everything below). */
 #ifndef SLAPO_MODELS_H
 #define SLAPO_MODELS_H
@@ -22,6 +23,12 @@ slapo_status slapo_models_init(void);
 /* What a family trains for: the meaning of its forward (idx, targets). */
 typedef enum slapo_objective {
   SLAPO_OBJECTIVE_CAUSAL_LM, /* next-token cross-entropy over every position */
+  /* Masked LM (BERT): the trainer corrupts a share of the input positions
+   * (slapo_mlm_mask) and targets hold the original ids there, -100
+   * elsewhere; the forward's (idx, targets) is the cross-entropy over the
+   * corrupted positions only. Nothing is generated left to right, so the
+   * trainer skips sampling. */
+  SLAPO_OBJECTIVE_MASKED_LM,
 } slapo_objective;
 
 /* What a family says about one of its configs. */
@@ -32,6 +39,11 @@ typedef struct slapo_model_dims {
   int64_t eos_token;   /* end-of-text token id, -1 when there is none        */
   int n_layer;         /* blocks (for MFU's attention term 12 L T C)         */
   int64_t width;       /* hidden size C                                      */
+  /* Masked LM only (read when the family's objective is
+   * SLAPO_OBJECTIVE_MASKED_LM): the [MASK] id the trainer substitutes and
+   * the [PAD] id, -1 when there is none. */
+  int64_t mask_token;
+  int64_t pad_token;
   char summary[128];   /* "12 layers, 768 wide, 12 heads, context 1024"      */
 } slapo_model_dims;
 
@@ -179,6 +191,95 @@ slapo_status slapo_llama_new(const slapo_llama_config *cfg, slapo_module **out);
 slapo_status slapo_llama_load(slapo_module *model, const char *path);
 slapo_status slapo_llama_save(slapo_module *model, const char *path, int n_meta,
                               const char *const *keys, const char *const *values);
+
+/* ------------------------------------------------------------------------ */
+/* BERT (BertForMaskedLM)                                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The special ids of the byte-level BERT configs: the 256 bytes are ids
+ * 0..255, then these four; the vocabulary is padded to 264 (a multiple of
+ * 8, so the decoder's rows stay 32-byte aligned), ids 260..263 unused. */
+#define SLAPO_BERT_BYTE_PAD 256
+#define SLAPO_BERT_BYTE_CLS 257
+#define SLAPO_BERT_BYTE_SEP 258
+#define SLAPO_BERT_BYTE_MASK 259
+#define SLAPO_BERT_BYTE_VOCAB 264
+
+/* BERT hyper-parameters (Devlin et al. 2019; Hugging Face BertConfig names
+ * in comments). */
+typedef struct slapo_bert_config {
+  int n_layer;          /* num_hidden_layers                                */
+  int n_head;           /* num_attention_heads                              */
+  int64_t n_embd;       /* hidden_size (C)                                  */
+  int64_t n_inner;      /* intermediate_size (4 C)                          */
+  int64_t n_ctx;        /* max_position_embeddings                          */
+  int64_t vocab_size;   /* 264 for the byte configs, 30522 for base         */
+  int64_t type_vocab;   /* type_vocab_size (2)                              */
+  double dropout;       /* hidden_dropout_prob                              */
+  double attn_dropout;  /* attention_probs_dropout_prob                     */
+  double ln_eps;        /* layer_norm_eps (1e-12)                           */
+  int64_t pad_token;    /* pad_token_id                                     */
+  int64_t mask_token;   /* the tokenizer's [MASK] id                        */
+} slapo_bert_config;
+
+/* Fills `out` for a named config: "tiny" (4 layers, 128 wide, 4 heads,
+ * context 64) and "small" (6, 384, 6, 256), byte-level (vocabulary
+ * SLAPO_BERT_BYTE_VOCAB, dropout 0: GPT-2's tiny and small budgets), and
+ * "base", bert-base-uncased (12, 768, 12, intermediate 3072, 512
+ * positions, vocabulary 30522, [PAD] 0, [MASK] 103, dropout 0.1).
+ * Errors: SLAPO_NOT_FOUND listing the known names. */
+slapo_status slapo_bert_config_named(const char *name, slapo_bert_config *out);
+/* Names of the known configs, NULL-terminated. Static. */
+const char *const *slapo_bert_config_names(void);
+
+/* Builds BertForMaskedLM (no pooler) as a module tree with meta parameters:
+ *   bert.embeddings.{word_embeddings, position_embeddings,
+ *   token_type_embeddings, LayerNorm, dropout},
+ *   bert.encoder.layer.N.{attention.{self.{query, key, value, dropout},
+ *   output.{dense, LayerNorm, dropout}}, intermediate.{dense,
+ *   intermediate_act_fn}, output.{dense, LayerNorm, dropout}},
+ *   cls.predictions.{bias, transform.{dense, transform_act_fn, LayerNorm},
+ *   decoder}: decoder.weight is bert.embeddings.word_embeddings.weight and
+ *   decoder.bias is cls.predictions.bias (one parameter object each, as
+ *   Hugging Face ties them).
+ * Init as Hugging Face's BertPreTrainedModel: weights N(0, 0.02), biases 0,
+ * LayerNorm weight 1 (the [PAD] row is not zeroed: slapo's embedding has no
+ * padding_idx, see docs/ARCHITECTURE.md). GELU is the erf form, LayerNorm
+ * eps 1e-12, attention bidirectional; token type ids are all 0.
+ * Forward inputs (B, T from input_ids [B, T] i32):
+ *   (input_ids) -> logits [B, T, V];
+ *   (input_ids, attention_mask [B, T] f32) -> logits;
+ *   (input_ids, labels [B, T] i32/i64) -> mean cross-entropy [] over the
+ *   labels that are not -100;
+ *   (input_ids, labels, attention_mask) -> that loss.
+ * attention_mask follows Hugging Face: 1 = attend to the position, 0 =
+ * padding. Each layer adds (1 - mask) * -FLT_MAX (torch.finfo(f32).min) to
+ * the scaled scores of key positions, so a padded key gets probability 0
+ * (e^-87 or less from the fast softmax) and a query row whose keys are all
+ * padding gets every score equal to -FLT_MAX, i.e. a uniform row, not NaN.
+ * Errors: SLAPO_INVALID_ARG (n_embd not divisible by n_head, sizes <= 0),
+ * NOMEM. *out owned. */
+slapo_status slapo_bert_new(const slapo_bert_config *cfg, slapo_module **out);
+
+/* Loads a Hugging Face BERT safetensors file (BertForMaskedLM,
+ * BertForPreTraining or BertModel: names with or without the "bert."
+ * prefix, LayerNorm weights also as the old "gamma"/"beta") into a
+ * materialized model. Ignored: the pooler, cls.seq_relationship, the
+ * position_ids / token_type_ids buffers, and cls.predictions.decoder.weight
+ * / .bias when they equal the tensors they are tied to. Every model
+ * parameter must be present with the right shape; nothing is copied unless
+ * the tied tensors agree. Errors: SLAPO_IO (unreadable or malformed file),
+ * SLAPO_NOT_FOUND (missing tensor, named), SLAPO_SHAPE (both shapes named),
+ * SLAPO_PRECOND (an untied decoder weight or bias: both names and the
+ * largest difference), SLAPO_STATE (model not materialized), NOMEM. */
+slapo_status slapo_bert_load(slapo_module *model, const char *path);
+/* Saves the model's parameters to `path` atomically in the Hugging Face
+ * layout (BertForMaskedLM names; the tied decoder weight and bias omitted,
+ * as save_pretrained does; metadata format=pt) plus the given extra
+ * metadata pairs (at most 15). Errors: those of slapo_safetensors_write,
+ * NOMEM. */
+slapo_status slapo_bert_save(slapo_module *model, const char *path, int n_meta,
+                             const char *const *keys, const char *const *values);
 
 /* ------------------------------------------------------------------------ */
 /* FlashAttention (a replacement for GPT2Attention)                          */

@@ -39,7 +39,9 @@ static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int6
     return slapo_error(SLAPO_INVALID_ARG, "show: --seq %lld exceeds the %s context of %lld",
                        (long long)T, mo->config, (long long)d.n_ctx);
   slapo_memory_estimate e;
-  SLAPO_TRY(slapo_memory_estimate_train(m, B, T, d.n_ctx, &e));
+  /* Only a causal LM ends training with a sample (train/loop.c). */
+  bool samples = mo->family->objective == SLAPO_OBJECTIVE_CAUSAL_LM;
+  SLAPO_TRY(slapo_memory_estimate_train(m, B, T, samples ? d.n_ctx : 0, &e));
   char line[512];
   slapo_memory_format(&e, line, sizeof line);
   printf("training memory (batch %lld x seq %lld, estimated): %s\n", (long long)B, (long long)T,

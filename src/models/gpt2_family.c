@@ -10,8 +10,8 @@ static slapo_status gpt2_dims(const char *config, slapo_model_dims *out) {
   slapo_gpt2_config c;
   SLAPO_TRY(slapo_gpt2_config_named(config, &c));
   *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size, .dropout = c.dropout,
-                            .eos_token = c.vocab_size == 50257 ? 50256 : -1,
-                            .n_layer = c.n_layer, .width = c.n_embd};
+                            .eos_token = c.vocab_size == 50257 ? 50256 : -1, .mask_token = -1,
+                            .pad_token = -1, .n_layer = c.n_layer, .width = c.n_embd};
   snprintf(out->summary, sizeof out->summary, "%d layers, %lld wide, %d heads, context %lld",
            c.n_layer, (long long)c.n_embd, c.n_head, (long long)c.n_ctx);
   return SLAPO_OK;

@@ -1,6 +1,6 @@
 /* models/internal.h - what the families' files share: decoding attention,
  * the Hugging Face checkpoint layout, tied Linear copies for replacement
- * modules. Layer: models (internal). */
+ * modules, and what BERT's files share. Layer: models (internal). */
 #ifndef SLAPO_MODELS_INTERNAL_H
 #define SLAPO_MODELS_INTERNAL_H
 
@@ -80,5 +80,20 @@ slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx);
 /* The families' config names, NULL-terminated (the registry entries' lists). */
 extern const char *const slapo__gpt2_config_names[];
 extern const char *const slapo__llama_config_names[];
+
+/* BERT's config names, NULL-terminated (bert.c; the registry entry's list). */
+extern const char *const slapo__bert_config_names[];
+
+/* The additive attention bias of a Hugging Face attention_mask (bert_attention.c):
+ * mask [B, T] f32 (1 keep, 0 padding) -> (mask - 1) * FLT_MAX as [B, 1, 1, T]
+ * (0 where kept, -FLT_MAX at padded keys). NULL for a NULL mask or on error
+ * (recorded on ctx). */
+slapo_node *slapo__bert_mask_bias(slapo_ctx *ctx, slapo_node *mask);
+
+/* A BertSelfAttention module (query, key, value Linear [C, C] with bias,
+ * N(0, 0.02); dropout with c->attn_dropout): (hidden [B, T, C][, bias
+ * [B, 1, 1, T]]) -> context [B, T, C]. c is copied; *out owned. Errors:
+ * NOMEM. */
+slapo_status slapo__bert_self_attention_new(const slapo_bert_config *c, slapo_module **out);
 
 #endif

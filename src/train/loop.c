@@ -4,6 +4,9 @@
  * resume, and a text sample at the end. Progress goes to a callback: the
  * library never prints. slapo_train reads as its parts: configuration
  * checks, data, model, resume, one step, what a step reports, sampling.
+ * The family's objective decides what a batch is (draw_batch): causal LM
+ * trains on next tokens, masked LM on corrupted windows (slapo_mlm_mask),
+ * and only a causal LM is sampled from.
  * Layer: train. */
 #include <errno.h>
 #include <math.h>
@@ -72,21 +75,6 @@ static void optim_path(const char *model_path, char *out, size_t cap) {
     snprintf(out, cap, "%s.optim.safetensors", model_path);
 }
 
-
-static slapo_status eval_loss(slapo_runner *r, const slapo_dataset *d, const slapo_train_config *c,
-                              slapo_tensor *x, slapo_tensor *y, double *out) {
-  double sum = 0;
-  for (int64_t b = 0; b < c->val_batches; b++) {
-    SLAPO_TRY(slapo_dataset_batch(d, true, c->seed, b, x, y));
-    const slapo_tensor *in[2] = {x, y}, *loss;
-    slapo_kernel_env env = {c->seed, (uint64_t)b, false};
-    SLAPO_TRY(slapo_step(r, 2, in, SLAPO_STEP_EVAL, &env, &loss));
-    sum += *(const float *)slapo_tensor_data(loss);
-  }
-  *out = sum / (double)(c->val_batches > 0 ? c->val_batches : 1);
-  return SLAPO_OK;
-}
-
 static void json_num(FILE *f, const char *key, double v, bool last) {
   if (isfinite(v)) fprintf(f, "\"%s\": %.8g%s", key, v, last ? "" : ", ");
   else fprintf(f, "\"%s\": null%s", key, last ? "" : ", ");
@@ -113,6 +101,54 @@ typedef struct trainer {
   FILE *metrics;
   double t0;
 } trainer;
+
+/* The masked-LM recipe of BERT (Devlin et al. 2019 §3.1): 15 % of the
+ * positions, [MASK] from the family, random replacements from the data's
+ * vocabulary (bytes for text). */
+static slapo_mlm_config mlm_config(const trainer *t) {
+  return (slapo_mlm_config){.mask_prob = 0.15, .mask_token = t->dims.mask_token,
+                            .random_vocab = slapo_dataset_vocab(t->data)};
+}
+
+/* Batch `step` of a split as the objective wants it: idx and next-token
+ * targets (causal LM), or corrupted windows and the original ids at the
+ * chosen positions (masked LM). A pure function of (seed, split, step), so
+ * validation batches, masks included, are the same at every evaluation. */
+static slapo_status draw_batch(const trainer *t, bool val, int64_t step, slapo_tensor *x,
+                               slapo_tensor *y) {
+  SLAPO_TRY(slapo_dataset_batch(t->data, val, t->c.seed, step, x, y));
+  if (t->fam->objective != SLAPO_OBJECTIVE_MASKED_LM) return SLAPO_OK;
+  slapo_mlm_config mc = mlm_config(t);
+  return slapo_mlm_mask(&mc, t->c.seed, val, step, x, y);
+}
+
+/* Number of targets that count (not SLAPO_IGNORE_INDEX) in y [B, T] i32. */
+static int64_t count_valid(const slapo_tensor *y) {
+  const int32_t *p = slapo_tensor_data(y);
+  int64_t k = 0;
+  for (int64_t i = 0; i < slapo_tensor_numel(y); i++) k += p[i] != SLAPO_IGNORE_INDEX;
+  return k;
+}
+
+/* The validation loss: the mean over every counted target of the
+ * val_batches batches (each batch's mean weighted by its count; masked LM
+ * batches count different numbers of chosen positions). */
+static slapo_status eval_loss(const trainer *t, double *out) {
+  const slapo_train_config *c = &t->c;
+  double sum = 0;
+  int64_t total = 0;
+  for (int64_t b = 0; b < c->val_batches; b++) {
+    SLAPO_TRY(draw_batch(t, true, b, t->x, t->y));
+    const slapo_tensor *in[2] = {t->x, t->y}, *loss;
+    slapo_kernel_env env = {c->seed, (uint64_t)b, false};
+    SLAPO_TRY(slapo_step(t->runner, 2, in, SLAPO_STEP_EVAL, &env, &loss));
+    int64_t n = count_valid(t->y);
+    sum += (double)*(const float *)slapo_tensor_data(loss) * (double)n;
+    total += n;
+  }
+  *out = total ? sum / (double)total : 0.0;
+  return SLAPO_OK;
+}
 
 static slapo_status save_checkpoint(const trainer *t, int64_t step) {
   const slapo_train_config *c = &t->c;
@@ -171,6 +207,11 @@ static slapo_status check_config(trainer *t) {
                        (long long)c->seq);
   SLAPO_TRY(slapo_model_find(c->model, &t->fam));
   SLAPO_TRY(t->fam->dims(c->model_config, &t->dims));
+  if (t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM &&
+      !(t->dims.mask_token >= 0 && t->dims.mask_token < t->dims.vocab_size))
+    return slapo_error(SLAPO_INVALID_ARG, "train: %s %s trains a masked LM but its [MASK] id "
+                       "%lld is not in the vocabulary [0, %lld)", t->fam->name, c->model_config,
+                       (long long)t->dims.mask_token, (long long)t->dims.vocab_size);
   /* seq 0: the config's context, at most 256 (a CPU-sized default). */
   if (c->seq == 0) c->seq = t->dims.n_ctx < 256 ? t->dims.n_ctx : 256;
   if (c->seq > t->dims.n_ctx)
@@ -205,7 +246,20 @@ static slapo_status load_data(trainer *t) {
                        "%lld",
                        c->data, (long long)slapo_dataset_vocab(t->data) - 1, c->model_config,
                        (long long)t->dims.vocab_size);
+  if (t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM) {
+    slapo_mlm_config mc = mlm_config(t);
+    say(t->cb, t->ud, "objective: masked LM: %.0f %% of positions chosen, of those 80 %% become "
+        "[MASK] (id %lld), 10 %% a random id below %lld, 10 %% stay; loss over the chosen ones",
+        100 * mc.mask_prob, (long long)mc.mask_token, (long long)mc.random_vocab);
+  }
   return SLAPO_OK;
+}
+
+/* Whether the run ends with a text sample: asked for, and the objective
+ * generates left to right (a masked LM predicts positions it sees both
+ * sides of, so there is nothing to sample from). */
+static bool samples(const trainer *t) {
+  return t->c.sample_tokens > 0 && t->fam->objective == SLAPO_OBJECTIVE_CAUSAL_LM;
 }
 
 /* Refuses a run whose estimate does not fit, before anything is allocated
@@ -215,7 +269,7 @@ static slapo_status check_memory(trainer *t) {
   const slapo_train_config *c = &t->c;
   slapo_memory_estimate e;
   SLAPO_TRY(slapo_memory_estimate_train(t->model, c->batch, c->seq,
-                                        c->sample_tokens > 0 ? t->dims.n_ctx : 0, &e));
+                                        samples(t) ? t->dims.n_ctx : 0, &e));
   size_t avail;
   char source[96], line[512];
   SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
@@ -326,7 +380,7 @@ static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
   double ts = now_s(), loss = 0;
   for (int64_t m = 0; m < c->grad_accum; m++) {
     int64_t micro = step * c->grad_accum + m;
-    SLAPO_TRY(slapo_dataset_batch(t->data, false, c->seed, micro, t->xs[m], t->ys[m]));
+    SLAPO_TRY(draw_batch(t, false, micro, t->xs[m], t->ys[m]));
     t->micro_in[2 * m] = t->xs[m], t->micro_in[2 * m + 1] = t->ys[m];
     t->envs[m] = (slapo_kernel_env){c->seed, (uint64_t)micro, true};
   }
@@ -361,7 +415,7 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   bool last = e->step == c->steps;
   if ((c->val_every > 0 && e->step % c->val_every == 0) || last) {
-    SLAPO_TRY(eval_loss(t->runner, t->data, c, t->x, t->y, &e->val_loss));
+    SLAPO_TRY(eval_loss(t, &e->val_loss));
     e->has_val = true;
   }
   if (t->metrics) write_metrics(t->metrics, e);
@@ -431,7 +485,11 @@ static slapo_status run(trainer *t) {
     say(t->cb, t->ud, "plot: %s (loss and validation loss by step, from %s)", t->c.plot,
         t->c.metrics);
   }
-  return t->c.sample_tokens > 0 ? sample_text(t) : SLAPO_OK;
+  if (t->c.sample_tokens > 0 && !samples(t))
+    say(t->cb, t->ud, "sample: skipped: %s trains a masked LM, which predicts masked positions "
+        "from both sides and generates nothing left to right (--sample 0 silences this)",
+        t->fam->name);
+  return samples(t) ? sample_text(t) : SLAPO_OK;
 }
 
 slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void *ud) {

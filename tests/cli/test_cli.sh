@@ -77,8 +77,8 @@ run "int range" 2 "$SLAPO" train --top-k 4294967297
 ok "int range"
 run "stray argument" 2 "$SLAPO" train extra
 check "stray argument" err "unexpected argument 'extra'"
-run "unknown model" 2 "$SLAPO" train --model mamba
-check "unknown model" err "unknown model 'mamba'"
+run "unknown model" 2 "$SLAPO" train --model t5
+check "unknown model" err "unknown model 't5'"
 run "show bad option" 2 "$SLAPO" show --nope
 ok "show bad option"
 
@@ -163,8 +163,21 @@ run "models" 0 "$SLAPO" models
 check "models: family" out "gpt2 (GPT2LMHeadModel)"
 check "models: 124M count" out "124.44M parameters"
 check "models: 1.5B on meta" out "1557.61M parameters"
-run "verify unknown model" 2 "$SLAPO" verify --model mamba --schedule x.sched
-check "verify unknown model" err "unknown model 'mamba' (known: gpt2, llama"
+run "verify unknown model" 2 "$SLAPO" verify --model t5 --schedule x.sched
+check "verify unknown model" err "unknown model 't5' (known: gpt2, llama"
+# BERT: the masked-LM family through the same registry; bert-base-uncased's
+# shape on meta tensors (BertForMaskedLM without pooler, counted by torch in
+# tools/gen_bert_fixture.py), and a tiny masked-LM run that skips sampling.
+run "models (bert)" 0 "$SLAPO" models
+check "models: bert" out "bert (BertForMaskedLM)"
+check "models: bert base" out "109.51M parameters  12 layers, 768 wide, 12 heads, context 512, vocabulary 30522"
+run "show bert base" 0 "$SLAPO" show --model bert --config base
+check "show bert base" out "total: 109514298 parameters"
+check "show bert base: no sampling window" out "sampling window 0.0"
+run "train bert" 0 "$SLAPO" train --model bert --config tiny --steps 2 --batch 1 --seq 16 \
+  --val-every 1 --val-batches 1 --threads 1 --data "$TEXT"
+check "train bert: objective" out "objective: masked LM: 15 % of positions chosen"
+check "train bert: no sample" out "sample: skipped: bert trains a masked LM"
 run "show default schedule" 0 "$SLAPO" show --config tiny --schedule default
 check "show default schedule" out "gpt2.sched: 28 steps"
 run "models extra arg" 2 "$SLAPO" models now

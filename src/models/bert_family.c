@@ -1,0 +1,42 @@
+/* models/bert_family.c - BERT's registry entry: its configs and dims, its
+ * constructor, Hugging Face import/export (nothing stored transposed: BERT
+ * uses nn.Linear), the masked-LM objective; no default schedule yet.
+ * Layer: models. */
+#include <stdio.h>
+
+#include "core/assert.h"
+#include "models/internal.h"
+
+static slapo_status bert_dims(const char *config, slapo_model_dims *out) {
+  slapo_bert_config c;
+  SLAPO_TRY(slapo_bert_config_named(config, &c));
+  *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size, .dropout = c.dropout,
+                            .eos_token = -1, .mask_token = c.mask_token,
+                            .pad_token = c.pad_token};
+  snprintf(out->summary, sizeof out->summary, "%d layers, %lld wide, %d heads, context %lld",
+           c.n_layer, (long long)c.n_embd, c.n_head, (long long)c.n_ctx);
+  return SLAPO_OK;
+}
+
+/* dropout >= 0 replaces both of HF's probabilities (hidden and attention),
+ * as --dropout does for GPT-2's three. */
+static slapo_status bert_create(const char *config, double dropout, slapo_module **out) {
+  slapo_bert_config c;
+  SLAPO_TRY(slapo_bert_config_named(config, &c));
+  if (dropout >= 0) c.dropout = c.attn_dropout = dropout;
+  return slapo_bert_new(&c, out);
+}
+
+const slapo_model_family slapo__family_bert = {
+    .name = "bert",
+    .hf_class = "BertForMaskedLM",
+    .configs = slapo__bert_config_names,
+    .default_config = "small",
+    .objective = SLAPO_OBJECTIVE_MASKED_LM,
+    .default_schedule = NULL,
+    .dims = bert_dims,
+    .create = bert_create,
+    .load = slapo_bert_load,
+    .save = slapo_bert_save,
+    .stored_transposed = NULL,
+};
