@@ -32,18 +32,10 @@ _Static_assert(SLAPO_ARRAY_LEN(k_configs) + 1 == SLAPO_ARRAY_LEN(slapo__bert_con
 const char *const *slapo_bert_config_names(void) { return slapo__bert_config_names; }
 
 slapo_status slapo_bert_config_named(const char *name, slapo_bert_config *out) {
-  char known[128] = "";
-  size_t len = 0;
-  for (size_t i = 0; i < SLAPO_ARRAY_LEN(k_configs); i++) {
-    if (name && !strcmp(slapo__bert_config_names[i], name)) {
-      *out = k_configs[i];
-      return SLAPO_OK;
-    }
-    len += (size_t)snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "",
-                            slapo__bert_config_names[i]);
-  }
-  return slapo_error(SLAPO_NOT_FOUND, "bert: unknown config '%s' (known: %s)",
-                     name ? name : "(null)", known);
+  int i = slapo__config_index("bert", slapo__bert_config_names, name);
+  if (i < 0) return SLAPO_NOT_FOUND;
+  *out = k_configs[i];
+  return SLAPO_OK;
 }
 
 /* Every BERT module keeps its own copy of the config. */
@@ -263,19 +255,8 @@ static slapo_status with_cfg(const slapo_module_type *t, const slapo_bert_config
   return slapo_module_new(t, d, out);
 }
 
-/* Adds a freshly made child to `parent`; on failure frees `owner` (the top
- * of the tree under construction, which owns `parent`) and returns. */
-#define ADD(owner, parent, name, expr)                                         \
-  do {                                                                         \
-    slapo_module *child_ = NULL;                                               \
-    slapo_status s_ = (expr);                                                  \
-    if (s_ == SLAPO_OK) s_ = slapo_module_add_child(parent, name, child_);     \
-    if (s_ != SLAPO_OK) {                                                      \
-      slapo_module_free(owner);                                                \
-      return s_;                                                               \
-    }                                                                          \
-  } while (0)
-#define CHILD (&child_)
+#define ADD SLAPO__ADD
+#define CHILD SLAPO__CHILD
 
 /* dense (in -> out), dropout, LayerNorm: BertSelfOutput / BertOutput. */
 static slapo_status output_new(const slapo_module_type *t, const slapo_bert_config *c, int64_t in,
@@ -334,18 +315,6 @@ static slapo_status head_new(slapo_module *root, const slapo_bert_config *c,
   return s;
 }
 
-/* What `trace` builds the model on: ids and labels [2, 8]. */
-static slapo_status set_example(slapo_module *root, const slapo_bert_config *c) {
-  int64_t bt[2] = {2, c->n_ctx < 8 ? c->n_ctx : 8};
-  slapo_tensor *ex[2] = {NULL, NULL};
-  slapo_status s = SLAPO_OK;
-  for (int i = 0; i < 2 && s == SLAPO_OK; i++)
-    s = slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, bt, &ex[i]);
-  if (s == SLAPO_OK) s = slapo_module_set_example(root, 2, (const slapo_tensor *const *)ex);
-  slapo_tensor_free(ex[0]);
-  slapo_tensor_free(ex[1]);
-  return s;
-}
 
 slapo_status slapo_bert_new(const slapo_bert_config *c, slapo_module **out) {
   *out = NULL;
@@ -382,7 +351,7 @@ slapo_status slapo_bert_new(const slapo_bert_config *c, slapo_module **out) {
   }
   slapo_parameter *wte = slapo_module_param(slapo_module_child(emb, "word_embeddings"), "weight");
   SLAPO_TRY(head_new(root, c, wte)); /* frees root on error */
-  slapo_status s = set_example(root, c);
+  slapo_status s = slapo__set_lm_example(root, c->n_ctx); /* for `trace` */
   if (s != SLAPO_OK) {
     slapo_module_free(root);
     return s;

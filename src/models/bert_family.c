@@ -12,7 +12,7 @@ static slapo_status bert_dims(const char *config, slapo_model_dims *out) {
   SLAPO_TRY(slapo_bert_config_named(config, &c));
   *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size, .dropout = c.dropout,
                             .eos_token = -1, .mask_token = c.mask_token,
-                            .pad_token = c.pad_token};
+                            .pad_token = c.pad_token, .n_layer = c.n_layer, .width = c.n_embd};
   snprintf(out->summary, sizeof out->summary, "%d layers, %lld wide, %d heads, context %lld",
            c.n_layer, (long long)c.n_embd, c.n_head, (long long)c.n_ctx);
   return SLAPO_OK;

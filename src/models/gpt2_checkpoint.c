@@ -25,8 +25,7 @@ static const slapo__hf_layout k_gpt2_layout = {
     .family = "gpt2",
     .optional_prefix = "transformer.",
     .transposed = slapo_gpt2_is_conv1d_weight,
-    .head = "lm_head.weight",
-    .embedding = "transformer.wte.weight",
+    .tied = (const char *const[][2]){{"lm_head.weight", "transformer.wte.weight"}, {NULL, NULL}},
 };
 
 slapo_status slapo_gpt2_load(slapo_module *model, const char *path) {

@@ -18,16 +18,39 @@ typedef struct load_state {
   slapo_status status;
 } load_state;
 
-/* The file's name for the parameter at `path`: the path itself, or without
- * the layout's optional prefix (GPT-2 files name GPT2Model's tensors with or
- * without "transformer." depending on which class saved them). NULL when
- * neither is in the file; *meta then NULL. */
-static const char *file_name(const load_state *st, const char *path, slapo_tensor **meta) {
-  if (slapo_safetensors_meta(st->f, path, meta) == SLAPO_OK) return path;
-  const char *pre = st->layout->optional_prefix;
-  size_t n = pre ? strlen(pre) : 0;
-  if (n && !strncmp(path, pre, n) && slapo_safetensors_meta(st->f, path + n, meta) == SLAPO_OK)
-    return path + n;
+/* The names the parameter at `path` may have in a file, most likely first:
+ * the path, without the layout's optional prefix (GPT-2 files name
+ * GPT2Model's tensors with or without "transformer." depending on the class
+ * that saved them), and each with its older component names. */
+enum { MAX_NAMES = 8, NAME_CAP = 512 };
+static int candidates(const slapo__hf_layout *l, const char *path, char out[MAX_NAMES][NAME_CAP]) {
+  int n = 0;
+  size_t np = l->optional_prefix ? strlen(l->optional_prefix) : 0;
+  const char *bases[2] = {path, np && !strncmp(path, l->optional_prefix, np) ? path + np : NULL};
+  for (int i = 0; i < 2; i++) {
+    if (!bases[i]) continue;
+    snprintf(out[n++], NAME_CAP, "%s", bases[i]);
+    size_t len = strlen(bases[i]);
+    for (int k = 0; l->renamed && l->renamed[k][0] && n < MAX_NAMES; k++) {
+      size_t kl = strlen(l->renamed[k][0]);
+      if (len >= kl && !strcmp(bases[i] + len - kl, l->renamed[k][0]))
+        snprintf(out[n++], NAME_CAP, "%.*s%s", (int)(len - kl), bases[i], l->renamed[k][1]);
+    }
+  }
+  return n;
+}
+
+/* The file's name for the parameter at `path` (into buf [NAME_CAP]) and its
+ * metadata; NULL when the file has none of its names (*meta then NULL). */
+static const char *file_name(const load_state *st, const char *path, char *buf,
+                             slapo_tensor **meta) {
+  char names[MAX_NAMES][NAME_CAP];
+  int n = candidates(st->layout, path, names);
+  for (int i = 0; i < n; i++)
+    if (slapo_safetensors_meta(st->f, names[i], meta) == SLAPO_OK) {
+      memcpy(buf, names[i], NAME_CAP);
+      return buf;
+    }
   slapo_error_clear();
   *meta = NULL;
   return NULL;
@@ -57,7 +80,8 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
   load_state *st = ud;
   if (st->status != SLAPO_OK) return;
   slapo_tensor *meta = NULL, *t = NULL, *f32 = NULL, *view = NULL;
-  const char *name = file_name(st, path, &meta);
+  char buf[NAME_CAP];
+  const char *name = file_name(st, path, buf, &meta);
   if (!name) {
     st->status = slapo_error(SLAPO_NOT_FOUND, "%s load: %s: no tensor '%s'", st->layout->family,
                              st->file, path);
@@ -103,38 +127,39 @@ static slapo_status max_diff(const slapo_tensor *a, const slapo_tensor *b, doubl
   return s;
 }
 
-/* A model whose head is tied to its embedding cannot load a file whose head
- * is a different matrix without losing one of the two; checked before
- * anything is copied. A file without the head (save_pretrained omits a tied
- * one) is fine. */
-static slapo_status check_tied_head(const load_state *st) {
+/* A model that ties a tensor to another (a head to its embedding) cannot
+ * load a file whose copy differs without losing one of the two; checked
+ * before anything is copied. A file without the copy (save_pretrained omits
+ * tied ones) is fine. */
+static slapo_status check_tied(const load_state *st, const char *copy, const char *kept_path) {
   const slapo__hf_layout *l = st->layout;
-  slapo_tensor *head = NULL, *emb = NULL, *meta = NULL;
-  if (!l->head || slapo_safetensors_get(st->f, l->head, &head) != SLAPO_OK) {
+  slapo_tensor *a = NULL, *b = NULL, *meta = NULL;
+  if (slapo_safetensors_get(st->f, copy, &a) != SLAPO_OK) {
     slapo_error_clear();
     return SLAPO_OK;
   }
-  const char *emb_name = file_name(st, l->embedding, &meta);
+  char buf[NAME_CAP];
+  const char *kept = file_name(st, kept_path, buf, &meta);
   slapo_tensor_free(meta);
-  slapo_status s = emb_name ? slapo_safetensors_get(st->f, emb_name, &emb) : SLAPO_OK;
-  char a[96], b[96];
-  if (s == SLAPO_OK && emb && !slapo_shape_equal(head->ndim, head->shape, emb->ndim, emb->shape)) {
+  slapo_status s = kept ? slapo_safetensors_get(st->f, kept, &b) : SLAPO_OK;
+  char x[96], y[96];
+  if (s == SLAPO_OK && b && !slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) {
     s = slapo_error(SLAPO_SHAPE, "%s load: %s: %s %s differs in shape from %s %s, but the model "
-                    "ties them", l->family, st->file, l->head,
-                    slapo_shape_str(head->ndim, head->shape, a, sizeof a), emb_name,
-                    slapo_shape_str(emb->ndim, emb->shape, b, sizeof b));
-  } else if (s == SLAPO_OK && emb) {
+                    "ties them", l->family, st->file, copy,
+                    slapo_shape_str(a->ndim, a->shape, x, sizeof x), kept,
+                    slapo_shape_str(b->ndim, b->shape, y, sizeof y));
+  } else if (s == SLAPO_OK && b) {
     double worst;
     int64_t at;
-    s = max_diff(head, emb, &worst, &at);
+    s = max_diff(a, b, &worst, &at);
     if (s == SLAPO_OK && worst != 0)
       s = slapo_error(SLAPO_PRECOND, "%s load: %s: %s differs from %s (largest difference %.6g "
-                      "at element %lld), but the model ties them; an untied head cannot be "
-                      "loaded without losing one of them", l->family, st->file, l->head,
-                      emb_name, worst, (long long)at);
+                      "at element %lld), but the model ties them; an untied copy cannot be "
+                      "loaded without losing one of them", l->family, st->file, copy, kept,
+                      worst, (long long)at);
   }
-  slapo_tensor_free(head);
-  slapo_tensor_free(emb);
+  slapo_tensor_free(a);
+  slapo_tensor_free(b);
   return s;
 }
 
@@ -153,9 +178,14 @@ static slapo_parameter *param_at(slapo_module *m, const char *path) {
   return slapo_module_param(owner, dot + 1);
 }
 
-static bool head_tied(slapo_module *m, const slapo__hf_layout *l) {
-  slapo_parameter *h = l->head ? param_at(m, l->head) : NULL;
-  return h && h == param_at(m, l->embedding);
+/* Every tied pair the model does tie. */
+static slapo_status check_tied_pairs(slapo_module *model, const load_state *st) {
+  const char *const (*t)[2] = st->layout->tied;
+  for (int i = 0; t && t[i][0]; i++) {
+    slapo_parameter *p = param_at(model, t[i][0]);
+    if (p && p == param_at(model, t[i][1])) SLAPO_TRY(check_tied(st, t[i][0], t[i][1]));
+  }
+  return SLAPO_OK;
 }
 
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l) {
@@ -167,7 +197,7 @@ slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   load_state st = {f, path, l, SLAPO_OK};
-  slapo_status s = head_tied(model, l) ? check_tied_head(&st) : SLAPO_OK;
+  slapo_status s = check_tied_pairs(model, &st);
   if (s == SLAPO_OK) s = slapo_module_visit_params(model, load_one, &st);
   slapo_safetensors_free(f);
   return s != SLAPO_OK ? s : st.status;
@@ -193,8 +223,8 @@ static bool save_grow(save_state *st) {
   return true;
 }
 
-/* Visited once per parameter object, under its first path: a tied head
- * (visited as the embedding) is omitted, as save_pretrained does. */
+/* Visited once per parameter object, under its first path: a tied copy
+ * (a head visited as its embedding) is omitted, as save_pretrained does. */
 static void save_one(slapo_parameter *p, const char *path, void *ud) {
   save_state *st = ud;
   if (st->status != SLAPO_OK) return;
@@ -223,13 +253,16 @@ static void save_one(slapo_parameter *p, const char *path, void *ud) {
 
 slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__hf_layout *l,
                             int n_meta, const char *const *keys, const char *const *values) {
+  if (n_meta < 0 || n_meta > 15)
+    return slapo_error(SLAPO_INVALID_ARG, "%s save: %d metadata pairs (at most 15)", l->family,
+                       n_meta);
   save_state st = {.layout = l};
   slapo_status s = slapo_module_visit_params(model, save_one, &st);
   if (s == SLAPO_OK) s = st.status;
   const char *mk[16], *mv[16];
   int nm = 0;
   mk[nm] = "format", mv[nm++] = "pt";
-  for (int i = 0; i < n_meta && nm < 16; i++) mk[nm] = keys[i], mv[nm++] = values[i];
+  for (int i = 0; i < n_meta; i++) mk[nm] = keys[i], mv[nm++] = values[i];
   if (s == SLAPO_OK)
     s = slapo_safetensors_write(path, st.n, (const char *const *)st.names,
                                 (const slapo_tensor *const *)st.tensors, nm, mk, mv);

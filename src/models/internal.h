@@ -21,8 +21,13 @@ typedef struct slapo__hf_layout {
   const char *family;          /* message prefix: "gpt2"                     */
   const char *optional_prefix; /* files may name paths without it, or NULL   */
   bool (*transposed)(const char *path); /* 2-d weights stored [in, out]; NULL */
-  const char *head, *embedding; /* when the model ties them: a file's head   */
-                                /* must equal its embedding; NULL: no head    */
+  /* Older names of a path's last components that files may use instead
+   * ({"LayerNorm.weight", "LayerNorm.gamma"}); ends with {NULL, NULL}. */
+  const char *const (*renamed)[2];
+  /* Tied pairs {file name of the tied copy, path of the kept parameter}:
+   * when the model ties them (one object), a file's copy must equal the
+   * kept tensor, and save omits it; ends with {NULL, NULL}. */
+  const char *const (*tied)[2];
 } slapo__hf_layout;
 
 /* Loads every parameter of a materialized model from the file at `path`

@@ -11,6 +11,7 @@ static slapo_status llama_dims(const char *config, slapo_model_dims *out) {
   SLAPO_TRY(slapo_llama_config_named(config, &c));
   *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size,
                             .dropout = c.attn_dropout, .eos_token = c.vocab_size == 32000 ? 2 : -1,
+                            .mask_token = -1, .pad_token = -1,
                             .n_layer = c.n_layer, .width = c.hidden};
   snprintf(out->summary, sizeof out->summary,
            "%d layers, %lld wide, %d heads (%d kv), SwiGLU %lld, context %lld", c.n_layer,
