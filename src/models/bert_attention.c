@@ -26,36 +26,77 @@ slapo_node *slapo__bert_mask_bias(slapo_ctx *ctx, slapo_node *mask) {
   return slapo_reshape(ctx, bias, 4, b11t); /* [B, 1, 1, T], broadcast over heads, queries */
 }
 
+/* Checks (x [B, T, C]) or (x, bias [B, 1, 1, T]); q, k, v [B, NH, T, HS]
+ * from the query, key and value Linears. False on error (on ctx). */
+static bool project(slapo_ctx *ctx, slapo_module *self, int n_in, slapo_node *const *in,
+                    slapo_node **heads) {
+  const slapo_bert_config *c = self->config;
+  if (n_in < 1 || n_in > 2 || !in[0] || in[0]->ndim != 3 || in[0]->shape[2] != c->n_embd) {
+    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "%s: %s expects (hidden [B, T, %lld]) or (hidden, "
+                   "mask bias [B, 1, 1, T]), got %d inputs", slapo_ctx_origin(ctx),
+                   self->type->name, (long long)c->n_embd, n_in);
+    return false;
+  }
+  slapo_node *x = in[0];
+  int64_t B = x->shape[0], T = x->shape[1], NH = c->n_head, HS = c->n_embd / NH;
+  int64_t bthd[4] = {B, T, NH, HS}, perm[4] = {0, 2, 1, 3};
+  static const char *const names[3] = {"query", "key", "value"};
+  for (int i = 0; i < 3; i++)
+    heads[i] = slapo_permute(ctx, slapo_reshape(ctx, slapo_call1(ctx, self, names[i], x), 4, bthd),
+                             4, perm);
+  return heads[0] && heads[1] && heads[2];
+}
+
+/* y [B, NH, T, HS] -> [B, T, C]. */
+static slapo_node *merge(slapo_ctx *ctx, slapo_node *y) {
+  if (!y) return NULL;
+  int64_t perm[4] = {0, 2, 1, 3}, btc[3] = {y->shape[0], y->shape[2], y->shape[1] * y->shape[3]};
+  return slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
+}
+
 /* (x [B, T, C]) or (x, bias [B, 1, 1, T]) -> context [B, T, C], before
  * attention.output.dense. */
 static slapo_node *self_attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                      slapo_node *const *in) {
   const slapo_bert_config *c = self->config;
-  if (n_in < 1 || n_in > 2 || !in[0] || in[0]->ndim != 3 || in[0]->shape[2] != c->n_embd) {
-    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "%s: BertSelfAttention expects (hidden [B, T, %lld]) "
-                   "or (hidden, mask bias [B, 1, 1, T]), got %d inputs", slapo_ctx_origin(ctx),
-                   (long long)c->n_embd, n_in);
-    return NULL;
-  }
-  slapo_node *x = in[0], *bias = n_in == 2 ? in[1] : NULL;
-  int64_t B = x->shape[0], T = x->shape[1], C = c->n_embd, NH = c->n_head, HS = C / NH;
-  int64_t bthd[4] = {B, T, NH, HS}, perm[4] = {0, 2, 1, 3};
-  static const char *const names[3] = {"query", "key", "value"};
   slapo_node *heads[3]; /* q, k, v [B, NH, T, HS] */
-  for (int i = 0; i < 3; i++)
-    heads[i] = slapo_permute(ctx, slapo_reshape(ctx, slapo_call1(ctx, self, names[i], x), 4, bthd),
-                             4, perm);
+  if (!project(ctx, self, n_in, in, heads)) return NULL;
+  slapo_node *bias = n_in == 2 ? in[1] : NULL;
   /* att [B, NH, T, T] = q k^T / sqrt(HS) (+ bias): HF divides by sqrt(HS);
    * multiplying by its reciprocal is exact for the power-of-two head sizes
    * of every config here (16, 32, 64). */
   slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
-  att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS));
+  att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)(c->n_embd / c->n_head)));
   if (bias) att = slapo_add(ctx, att, bias);
   att = slapo_softmax(ctx, att, false);
   att = slapo_call1(ctx, self, "dropout", att);
-  slapo_node *y = slapo_matmul(ctx, att, heads[2], false, false); /* [B, NH, T, HS] */
-  int64_t btc[3] = {B, T, C};
-  return slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
+  return merge(ctx, slapo_matmul(ctx, att, heads[2], false, false));
+}
+
+/* The same through the fused flash_attention op: the bias [B, 1, 1, T] is
+ * its additive key mask [B, T] (a view), and its dropout uses the stream of
+ * the replaced module's `<path>.dropout` (this call's ordinal), so masks
+ * and numbers equal the composite's to rounding. */
+static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                 slapo_node *const *in) {
+  const slapo_bert_config *c = self->config;
+  slapo_node *args[4]; /* q, k, v [B, NH, T, HS], mask [B, T] */
+  if (!project(ctx, self, n_in, in, args)) return NULL;
+  int n = 3;
+  if (n_in == 2) {
+    int64_t bt[2] = {in[0]->shape[0], in[0]->shape[1]};
+    args[n++] = slapo_reshape(ctx, in[1], 2, bt);
+  }
+  const char *origin = slapo_ctx_origin(ctx);
+  char drop_path[1024];
+  snprintf(drop_path, sizeof drop_path, "%s%sdropout", origin, origin[0] ? "." : "");
+  slapo_attr attrs[4] = {
+      slapo_attr_int("causal", 0),
+      slapo_attr_float("scale", 1.0 / sqrt((double)(c->n_embd / c->n_head))),
+      slapo_attr_float("dropout_p", c->attn_dropout),
+      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
+  };
+  return merge(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), n, args, 4, attrs));
 }
 
 static void self_attn_describe(const slapo_module *self, char *buf, size_t cap) {
@@ -65,19 +106,25 @@ static void self_attn_describe(const slapo_module *self, char *buf, size_t cap) 
 
 static const slapo_module_type k_self_attn = {"BertSelfAttention", self_attn_forward,
                                               self_attn_describe, NULL, NULL};
+static const slapo_module_type k_flash = {"BertFlashAttention", flash_forward,
+                                          self_attn_describe, NULL, NULL};
 
-slapo_status slapo__bert_self_attention_new(const slapo_bert_config *c, slapo_module **out) {
+/* A self-attention of type t with c's config (copied) and, when `from` is
+ * given, Linears tied to its; otherwise fresh ones. */
+static slapo_status attention_new(const slapo_module_type *t, const slapo_bert_config *c,
+                                  const slapo_module *from, slapo_module **out) {
   *out = NULL;
   slapo_bert_config *d = slapo_malloc(sizeof *d);
   if (!d) return slapo_error(SLAPO_NOMEM, "bert: out of memory");
   *d = *c;
   slapo_module *m;
-  SLAPO_TRY(slapo_module_new(&k_self_attn, d, &m));
+  SLAPO_TRY(slapo_module_new(t, d, &m));
   static const char *const names[3] = {"query", "key", "value"};
   slapo_status s = SLAPO_OK;
   for (int i = 0; i < 3 && s == SLAPO_OK; i++) {
     slapo_module *lin = NULL;
-    s = slapo_linear_new(c->n_embd, c->n_embd, true, 0.02f, &lin);
+    s = from ? slapo__tied_linear(from, names[i], &lin)
+             : slapo_linear_new(c->n_embd, c->n_embd, true, 0.02f, &lin);
     if (s == SLAPO_OK) s = slapo_module_add_child(m, names[i], lin);
   }
   slapo_module *drop = NULL;
@@ -89,4 +136,12 @@ slapo_status slapo__bert_self_attention_new(const slapo_bert_config *c, slapo_mo
   }
   *out = m;
   return SLAPO_OK;
+}
+
+slapo_status slapo__bert_flash_attention_new(const slapo_module *replaced, slapo_module **out) {
+  return attention_new(&k_flash, replaced->config, replaced, out);
+}
+
+slapo_status slapo__bert_self_attention_new(const slapo_bert_config *c, slapo_module **out) {
+  return attention_new(&k_self_attn, c, NULL, out);
 }

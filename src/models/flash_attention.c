@@ -104,10 +104,13 @@ slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_modul
   *out = NULL;
   if (replaced && !strcmp(replaced->type->name, "LlamaAttention"))
     return slapo__llama_flash_attention_new(replaced, out);
+  if (replaced && !strcmp(replaced->type->name, "BertSelfAttention"))
+    return slapo__bert_flash_attention_new(replaced, out);
   if (!replaced || strcmp(replaced->type->name, "GPT2Attention"))
     return slapo_error(SLAPO_INVALID_ARG,
-                       "FlashAttention: can replace a GPT2Attention or a LlamaAttention only, "
-                       "got %s; it reuses that module's projections and dropout settings",
+                       "FlashAttention: can replace a GPT2Attention, a LlamaAttention or a "
+                       "BertSelfAttention only, got %s; it reuses that module's projections and "
+                       "dropout settings",
                        replaced ? replaced->type->name : "NULL");
   /* GPT2Attention modules carry the model's config (models/gpt2.c). */
   const slapo_gpt2_config *g = replaced->config;

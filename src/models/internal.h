@@ -47,6 +47,8 @@ slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__
  * such Linear child), NOMEM. */
 slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out);
 
+/* FlashAttention for a BertSelfAttention (models/bert_attention.c). */
+slapo_status slapo__bert_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 /* A LlamaAttention with c's config (models/llama_attention.c). */
 slapo_status slapo__llama_attention_new(const slapo_llama_config *c, slapo_module **out);
 /* FlashAttention for a LlamaAttention (models/llama_attention.c); the

@@ -408,14 +408,14 @@ static void collect_grad(slapo_parameter *p, const char *path, void *ud) {
   assert_int_equal(slapo_tensor_contiguous(p->grad, &o->grads[o->n++]), SLAPO_OK);
 }
 
-static void run_all(slapo_module *m, run_out *o) {
+static void run_env(slapo_module *m, const slapo_kernel_env *env, run_out *o) {
   slapo_runner *r;
   assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
   slapo_tensor *idx = fixture("input_ids"), *labels = fixture("labels");
   slapo_tensor *mask = fixture("attention_mask");
   const slapo_tensor *in3[3] = {idx, labels, mask}, *in2[2] = {idx, mask}, *out;
   slapo_module_zero_grad(m);
-  slapo_status s = slapo_step(r, 3, in3, SLAPO_STEP_TRAIN, NULL, &out);
+  slapo_status s = slapo_step(r, 3, in3, SLAPO_STEP_TRAIN, env, &out);
   if (s != SLAPO_OK) fail_msg("train: %s", slapo_last_error());
   o->loss = *(const float *)slapo_tensor_data(out);
   assert_int_equal(slapo_step(r, 2, in2, SLAPO_STEP_EVAL, NULL, &out), SLAPO_OK);
@@ -425,6 +425,8 @@ static void run_all(slapo_module *m, run_out *o) {
   slapo_tensor_free(idx), slapo_tensor_free(labels), slapo_tensor_free(mask);
   slapo_runner_free(r);
 }
+
+static void run_all(slapo_module *m, run_out *o) { run_env(m, NULL, o); }
 
 static void run_out_free(run_out *o) {
   slapo_tensor_free(o->logits);
@@ -464,6 +466,53 @@ static void test_trace(void **state) {
   slapo_module_free(m);
 }
 
+/* FlashAttention in every layer, its padding mask the op's additive key
+ * mask, with attention dropout 0.3 in training: the composite's loss,
+ * logits (eval, masked) and gradients to rounding. */
+static void test_flash_attention_with_mask(void **state) {
+  (void)state;
+  slapo_bert_config c = tiny_cfg();
+  c.attn_dropout = 0.3;
+  slapo_module *m;
+  assert_int_equal(slapo_bert_new(&c, &m), SLAPO_OK);
+  assert_int_equal(slapo_module_materialize(m, 0), SLAPO_OK);
+  assert_int_equal(slapo_bert_load(m, g_path), SLAPO_OK);
+  slapo_kernel_env env = {.seed = 5, .step = 1, .training = true};
+  run_out want, got;
+  run_env(m, &env, &want);
+  assert_int_equal(slapo_models_init(), SLAPO_OK);
+  slapo_sched *root;
+  slapo_sched_log *log;
+  assert_int_equal(slapo_sched_create(m, &root), SLAPO_OK);
+  assert_int_equal(slapo_sched_parse("bert.encoder.layer.*.attention.self replace FlashAttention\n",
+                                     "t", &log), SLAPO_OK);
+  assert_int_equal(slapo_apply_schedule(root, log, NULL, 0, 0, NULL), SLAPO_OK);
+  slapo_module *att;
+  assert_int_equal(slapo_module_at(m, "bert.encoder.layer.1.attention.self", &att), SLAPO_OK);
+  assert_string_equal(att->type->name, "BertFlashAttention");
+  run_env(m, &env, &got);
+  /* Errors relative to the largest gradient of all: the key biases'
+   * gradients are 0 in exact arithmetic (softmax ignores a per-row
+   * constant), so both sides hold rounding noise there. */
+  double worst = torchfix_rel_err(got.logits, want.logits), scale = 0;
+  assert_int_equal(got.n, want.n);
+  for (int i = 0; i < want.n; i++) scale = fmax(scale, max_abs(want.grads[i]));
+  for (int i = 0; i < got.n; i++) {
+    const float *a = slapo_tensor_data(got.grads[i]), *b = slapo_tensor_data(want.grads[i]);
+    for (int64_t j = 0; j < slapo_tensor_numel(got.grads[i]); j++)
+      worst = fmax(worst, fabs((double)a[j] - b[j]) / scale);
+  }
+  print_message("FlashAttention with the padding mask, dropout 0.3: loss %.7f vs %.7f, worst "
+                "logit/gradient error %.2e\n", got.loss, want.loss, worst);
+  assert_true(fabs(got.loss - want.loss) <= 1e-5 * fabs(want.loss));
+  assert_true(worst <= 1e-5);
+  slapo_sched_log_free(log);
+  slapo_sched_free(root);
+  run_out_free(&want);
+  run_out_free(&got);
+  slapo_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_logits_and_loss),
@@ -476,6 +525,7 @@ int main(void) {
       cmocka_unit_test(test_load_missing_tensor),
       cmocka_unit_test(test_bad_inputs),
       cmocka_unit_test(test_trace),
+      cmocka_unit_test(test_flash_attention_with_mask),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
