@@ -200,6 +200,36 @@ static slapo_status compute_needs(gen *G) {
   return SLAPO_OK;
 }
 
+/* Which FULL inputs' gradients are the output gradient itself: a chain of
+ * single uses from the input to the output through gradient expressions
+ * that are exactly "(g)" (add, sub's first input, a dropout with p = 0).
+ * Their backward is dy, with no pass over memory (as the unfused adds). */
+static slapo_status compute_identities(gen *G) {
+  char ebuf[1024];
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
+    int k = G->ph_of[n->id];
+    if (G->plan->kind[k] != SLAPO__CC_FULL ||
+        numel_of(n->ndim, n->shape) != numel_of(G->out->ndim, G->out->shape))
+      continue;
+    const slapo_node *cur = n;
+    bool ok = true;
+    while (ok && cur != G->out) {
+      const slapo_node *u = cur->n_users == 1 ? cur->users[0] : NULL;
+      ok = u && u->kind == SLAPO_NODE_CALL_OP && u->op != SLAPO_OP_DESC(full) &&
+           G->rand_of[u->id] < 0;
+      int j = -1;
+      for (int q = 0; ok && q < u->n_inputs; q++)
+        if (u->inputs[q] == cur) j = q;
+      if (ok && j >= 0) SLAPO_TRY(expr_of(G, u, j, ebuf, sizeof ebuf));
+      ok = ok && j >= 0 && !strcmp(ebuf, "(g)");
+      cur = u;
+    }
+    G->plan->grad_is_dy[k] = ok;
+  }
+  return SLAPO_OK;
+}
+
 /* The forward values of every node (the backward: those it needs), one
  * statement each, into G->b. */
 static slapo_status emit_values(gen *G, const char *indent, bool bwd) {
@@ -318,9 +348,10 @@ static void emit_header(gen *G, const char *name) {
       slapo_graph_count(G->g));
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER)
-      put(&G->b, " *   input %d (%s): %s%s\n", G->ph_of[n->id], n->target,
+      put(&G->b, " *   input %d (%s): %s%s%s\n", G->ph_of[n->id], n->target,
           kinds[G->plan->kind[G->ph_of[n->id]]],
-          G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)");
+          G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)",
+          G->plan->grad_is_dy[G->ph_of[n->id]] ? " (its gradient is dy itself: not written)" : "");
     else if (n->kind == SLAPO_NODE_CALL_OP)
       put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
   put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
@@ -402,7 +433,7 @@ static void emit_bwd(gen *G, slapo_status *s) {
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
     if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
     int k = G->ph_of[n->id];
-    if (G->plan->kind[k] == SLAPO__CC_FULL)
+    if (G->plan->kind[k] == SLAPO__CC_FULL && !G->plan->grad_is_dy[k])
       put(&G->b, "          pk[off[%d] + i] = ga%d;\n", k, n->id);
     if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "          acc%d[c] += ga%d;\n", k, n->id);
     if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "          s%d += ga%d;\n", k, n->id);
@@ -490,6 +521,7 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, boo
   slapo_status s = G.rand_of && G.ph_of && G.need ? analyse(&G)
                                                   : slapo_error(SLAPO_NOMEM, "cc: oom");
   if (s == SLAPO_OK) s = compute_needs(&G);
+  if (s == SLAPO_OK) s = compute_identities(&G);
   sbuf body = {0};
   if (s == SLAPO_OK) {
     /* The kernels first, so the prelude carries the fast kernels' helpers

@@ -122,7 +122,8 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   int64_t numels[SLAPO__CC_MAX_IN], N = numel_of(node);
   int n = c->plan.n_in, k = 0;
   for (int i = 0; i < n; i++) {
-    numels[i] = numel_of(node->inputs[i]);
+    /* A gradient that is dy itself takes no room in the packed buffer. */
+    numels[i] = c->plan.grad_is_dy[i] ? 0 : numel_of(node->inputs[i]);
     if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
   }
   args[k++] = dy;
@@ -137,7 +138,11 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   for (int i = 0; i < n; i++) {
     const slapo_node *x = node->inputs[i];
     slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
-    if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
+    if (need[i] && c->plan.grad_is_dy[i])
+      dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
+                  ? dy
+                  : slapo_reshape(ctx, dy, x->ndim, x->shape);
+    else if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
     off += numels[i];
   }
   return slapo_ctx_status(ctx);

@@ -30,6 +30,10 @@ typedef struct slapo__cc_plan {
   slapo__cc_kind kind[SLAPO__CC_MAX_IN];
   int n_rand;                        /* random nodes (dropout), graph order */
   uint64_t stream[SLAPO__CC_MAX_RAND];
+  bool grad_is_dy[SLAPO__CC_MAX_IN]; /* input k's gradient is the output's,
+                                        unchanged (a residual add): the
+                                        backward rule passes dy on and the
+                                        kernel writes nothing for it       */
   bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
                                         values (others: only its shape, so
                                         the step need not keep it alive)   */

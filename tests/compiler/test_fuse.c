@@ -5,7 +5,7 @@
  * on another ISA, shape-generic objects), compiler missing and failing,
  * unsupported ops, the generated source against a golden file, the
  * backward kernel's reductions (bitwise equal for 1, 2 and 3 threads, and
- * against a double sum), and the
+ * against a double sum), gradients passed on as dy, and the
  * preconditions of fuse and decompose with their messages. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -478,6 +478,37 @@ static void backward_reductions(void **state) {
   backward_reduction_at(false);
 }
 
+/* Gradients that are dy itself (a residual add; a bias add's input; a
+ * dropout with p = 0) are passed on by the rule, not written; a mask, a
+ * product or a broadcast input is not. */
+static void gradient_identities(void **state) {
+  (void)state;
+  for (int drop = 0; drop < 3; drop++) {
+    slapo_graph *g;
+    slapo_ctx *ctx;
+    OK(slapo_graph_new(&g));
+    OK(slapo_ctx_new(g, &ctx));
+    int64_t xs[2] = {4, 8}, bs[1] = {8};
+    slapo_node *x = slapo_input(ctx, "x0", SLAPO_DTYPE_F32, 2, xs);
+    slapo_node *y = slapo_input(ctx, "x1", SLAPO_DTYPE_F32, 2, xs);
+    slapo_node *b = slapo_input(ctx, "x2", SLAPO_DTYPE_F32, 1, bs);
+    slapo_node *t = slapo_add(ctx, y, b);
+    if (drop == 1) t = slapo_dropout(ctx, t, 0.0);
+    if (drop == 2) t = slapo_dropout(ctx, t, 0.1);
+    slapo_node *o = slapo_add(ctx, x, t);
+    assert_non_null(slapo_output(ctx, 1, &o));
+    slapo__cc_plan plan;
+    char *src;
+    OK(slapo__cc_generate(g, "Res", true, &plan, &src));
+    assert_true(plan.grad_is_dy[0]);
+    assert_int_equal(plan.grad_is_dy[1], drop != 2);
+    assert_false(plan.grad_is_dy[2]);
+    slapo_free(src);
+    slapo_ctx_free(ctx);
+    slapo_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bias_gelu_none_and_cc),
@@ -488,6 +519,7 @@ int main(void) {
       cmocka_unit_test(preconditions),
       cmocka_unit_test(golden_source),
       cmocka_unit_test(backward_reductions),
+      cmocka_unit_test(gradient_identities),
       cmocka_unit_test(fuse_all_blocks),
       cmocka_unit_test(concurrent_cache_fill),
   };
