@@ -40,6 +40,7 @@ static int teardown(void **state) {
 
 /* decompose every c_fc, trace every MLP flat, fuse bias + GELU. */
 static slapo_sched *bias_gelu_model(const char *compiler) {
+  /* compiler may carry backend options: "cc math=ref". */
   slapo_sched *root = pt_sched_new(&k_tiny);
   char text[512];
   snprintf(text, sizeof text,
@@ -71,6 +72,10 @@ static void bias_gelu_none_and_cc(void **state) {
   pt_expect_same_as_plain(cc, &k_tiny, PT_B, PT_T, false);
   pt_expect_same_as_plain(cc, &k_tiny, 3, 5, false); /* re-traced, kernels shape-generic */
   pt_expect_replays(cc, &k_tiny);
+  /* The reference forms (math=ref): another source, within tolerance. */
+  slapo_sched *ref = bias_gelu_model("cc math=ref");
+  pt_expect_same_as_plain(ref, &k_tiny, PT_B, PT_T, false);
+  pt_sched_free(ref);
   pt_sched_free(none);
   pt_sched_free(cc);
 }
@@ -293,6 +298,13 @@ static void preconditions(void **state) {
                     "pattern 'dropout(x)' matches 3 times", "all=true");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "gcc", "F", NULL, true), SLAPO_INVALID_ARG,
                     "no compiler 'gcc' (known: none, cc");
+  /* cc takes math=fast|ref and nothing else. */
+  const char *k_math[1] = {"math"}, *v_bad[1] = {"double"}, *k_bad[1] = {"opt"};
+  slapo_compile_opts bad_value = {1, k_math, v_bad}, bad_key = {1, k_bad, v_bad};
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", &bad_value, true), SLAPO_INVALID_ARG,
+                    "cc: math=double; expected math=fast");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", &bad_key, true), SLAPO_INVALID_ARG,
+                    "cc: unknown option 'opt'", "math=fast|ref");
   slapo_pattern_free(p);
   p = pt_parse("relu(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
