@@ -161,6 +161,14 @@ typedef struct slapo_op {
    * does not have). The expression must compute what the reference kernel
    * computes, to rounding. */
   bool (*cc_expr)(const slapo_node *node, int which, char *buf, size_t cap);
+  /* The float form of cc_expr, or NULL (then cc_expr serves both): the same
+   * contract, but computing what the op's FAST kernel computes (float math:
+   * the fast kernels' helpers slapo__gelu_tanh, slapo__gelu_tanh_grad ... that
+   * the generated source carries, libm's expf / erff / tanhf / logf, which
+   * glibc's libmvec vectorizes). The cc backend uses it unless a fuse asks
+   * for math=ref; results are within the fast kernel's tolerance of
+   * cc_expr's. May return false where cc_expr does not (cc_expr is used). */
+  bool (*cc_expr_fast)(const slapo_node *node, int which, char *buf, size_t cap);
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;

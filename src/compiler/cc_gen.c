@@ -8,18 +8,26 @@
  * from its descriptor, cc_expr) and writes every input's gradient into one
  * packed buffer at host-given offsets. A ROW input's gradient (a bias) is
  * the sum over rows, a SCALAR's the sum over all elements: the backward is
- * parallel over fixed blocks of 64 columns, each summing its columns over
- * the rows in order (double accumulators), scalar partials added in block
- * order after the loop, so reruns are byte-identical whatever the thread
- * count. Dropout draws Philox4x32-10 exactly as slapo_rng_uniform (the key
- * of each random node is computed by the host from the run's seed and the
- * node's stream); the generated source carries its own Philox.
+ * parallel over a fixed number of row blocks (SLAPO__CC_ROW_BLOCKS, set by
+ * R alone, never by the thread count), each walking its rows in order and
+ * summing its partials in double into a work area behind the gradients;
+ * the partials are then added in block order. So reruns are byte-identical
+ * whatever the thread count. Without a ROW input the elements are viewed
+ * as rows of a fixed chunk (SLAPO_CC_CHUNK), so a region of one row is
+ * still parallel. Expressions are the ops' float forms (cc_expr_fast: what
+ * their fast kernels compute) unless math=ref asks for the reference forms;
+ * the fast kernels' helpers the float forms call are pasted in from
+ * ops/vmath.h (slapo__cc_math_src). Dropout draws Philox4x32-10 exactly as
+ * slapo_rng_uniform (the key of each random node is computed by the host
+ * from the run's seed and the node's stream); the generated source carries
+ * its own Philox.
  * Layer: compiler. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "compiler/internal.h"
+#include "ops/cc_expr.h"
 
 /* ---- a growing string ---- */
 
@@ -125,6 +133,7 @@ typedef struct gen {
   int *rand_of;         /* node id -> random slot, or -1 */
   int *ph_of;           /* node id -> input index, or -1 */
   const slapo_node *out;
+  bool fast;            /* the ops' float forms (cc_expr_fast) where they have one */
   sbuf b;
 } gen;
 
@@ -132,10 +141,10 @@ static slapo_status expr_of(gen *G, const slapo_node *n, int which, char *buf, s
   if (!n->op || !n->op->elementwise || !n->op->cc_expr)
     return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc backend "
                        "generates elementwise regions only", n->target, n->name);
+  if (G->fast && n->op->cc_expr_fast && n->op->cc_expr_fast(n, which, buf, cap)) return SLAPO_OK;
   if (!n->op->cc_expr(n, which, buf, cap))
     return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) has no cc %s for these attributes",
                        n->target, n->name, which < 0 ? "expression" : "gradient");
-  (void)G;
   return SLAPO_OK;
 }
 
@@ -188,6 +197,36 @@ static slapo_status compute_needs(gen *G) {
       for (int j = 0; j < n->n_inputs; j++) G->need[n->inputs[j]->id] = true;
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER) G->plan->bwd_reads[G->ph_of[n->id]] = G->need[n->id];
+  return SLAPO_OK;
+}
+
+/* Which FULL inputs' gradients are the output gradient itself: a chain of
+ * single uses from the input to the output through gradient expressions
+ * that are exactly "(g)" (add, sub's first input, a dropout with p = 0).
+ * Their backward is dy, with no pass over memory (as the unfused adds). */
+static slapo_status compute_identities(gen *G) {
+  char ebuf[1024];
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
+    int k = G->ph_of[n->id];
+    if (G->plan->kind[k] != SLAPO__CC_FULL ||
+        numel_of(n->ndim, n->shape) != numel_of(G->out->ndim, G->out->shape))
+      continue;
+    const slapo_node *cur = n;
+    bool ok = true;
+    while (ok && cur != G->out) {
+      const slapo_node *u = cur->n_users == 1 ? cur->users[0] : NULL;
+      ok = u && u->kind == SLAPO_NODE_CALL_OP && u->op != SLAPO_OP_DESC(full) &&
+           G->rand_of[u->id] < 0;
+      int j = -1;
+      for (int q = 0; ok && q < u->n_inputs; q++)
+        if (u->inputs[q] == cur) j = q;
+      if (ok && j >= 0) SLAPO_TRY(expr_of(G, u, j, ebuf, sizeof ebuf));
+      ok = ok && j >= 0 && !strcmp(ebuf, "(g)");
+      cur = u;
+    }
+    G->plan->grad_is_dy[k] = ok;
+  }
   return SLAPO_OK;
 }
 
@@ -252,6 +291,7 @@ static slapo_status emit_adjoints(gen *G, const char *indent) {
 static const char k_prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
+    "#include <string.h>\n"
     "\n"
     "/* Vector variants from glibc's libmvec (the declarations <math.h> makes\n"
     " * only under -ffast-math), so the loops below vectorize their calls. */\n"
@@ -261,6 +301,10 @@ static const char k_prelude[] =
     "SLAPO_CC_SIMD double tanh(double);\n"
     "SLAPO_CC_SIMD double erf(double);\n"
     "SLAPO_CC_SIMD double pow(double, double);\n"
+    "SLAPO_CC_SIMD float expf(float);\n"
+    "SLAPO_CC_SIMD float logf(float);\n"
+    "SLAPO_CC_SIMD float tanhf(float);\n"
+    "SLAPO_CC_SIMD float erff(float);\n"
     "\n"
     "/* Philox4x32-10 (Salmon et al., SC'11), as slapo's core/philox.c: element\n"
     " * e of a stream is word (e mod 4) of the block with counter (e / 4, step)\n"
@@ -291,7 +335,9 @@ static const char k_prelude[] =
     "    u[k] = (float)(x >> 8) * (1.0f / 16777216.0f);\n"
     "  }\n"
     "}\n\n"
-    "#define CB 64 /* columns per block */\n\n";
+    "#define CB 64 /* columns per block */\n"
+    "#define RBLK " SLAPO__CC_STR(SLAPO__CC_ROW_BLOCKS) " /* row blocks of the backward's reductions */\n"
+    "#define SLAPO_CC_CHUNK " SLAPO__CC_STR(SLAPO__CC_CHUNK) " /* row length without a row input */\n\n";
 
 static void emit_header(gen *G, const char *name) {
   static const char *kinds[] = {"every element", "a row of C", "one value"};
@@ -302,9 +348,10 @@ static void emit_header(gen *G, const char *name) {
       slapo_graph_count(G->g));
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER)
-      put(&G->b, " *   input %d (%s): %s%s\n", G->ph_of[n->id], n->target,
+      put(&G->b, " *   input %d (%s): %s%s%s\n", G->ph_of[n->id], n->target,
           kinds[G->plan->kind[G->ph_of[n->id]]],
-          G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)");
+          G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)",
+          G->plan->grad_is_dy[G->ph_of[n->id]] ? " (its gradient is dy itself: not written)" : "");
     else if (n->kind == SLAPO_NODE_CALL_OP)
       put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
   put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
@@ -340,53 +387,81 @@ static void emit_fwd(gen *G, slapo_status *s) {
   put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
 }
 
+/* The backward: parallel over nrb fixed row blocks (at most RBLK, set by R
+ * alone). Block t sums its rows' gradients of a ROW input k into
+ * work[slot(k) * RBLK * C + t * C + c] and of a SCALAR input into one
+ * double, in row order; after the loop the partials are added in block
+ * order. Without a ROW input the elements are rows of SLAPO_CC_CHUNK (the
+ * last one shorter), whatever C the host passed. */
 static void emit_bwd(gen *G, slapo_status *s) {
-  put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
-             "                 float *pk, const int64_t *off, const uint64_t *keys, uint64_t step,\n"
-             "                 int training) {\n"
-             "  (void)keys, (void)step, (void)training;\n"
-             "  const int64_t R = N / C, nb = (C + CB - 1) / CB;\n");
-  int n_scalar = 0;
-  for (int k = 0; k < G->plan->n_in; k++) n_scalar += G->plan->kind[k] == SLAPO__CC_SCALAR;
-  for (int k = 0; k < G->plan->n_in; k++)
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR)
-      put(&G->b, "  double part%d[nb];\n", k);
-  put(&G->b, "#pragma omp parallel for schedule(static)\n"
-             "  for (int64_t jb = 0; jb < nb; jb++) {\n"
-             "    const int64_t c0 = jb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n");
+  int n_row = 0, n_scalar = 0;
   for (int k = 0; k < G->plan->n_in; k++) {
-    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "    double acc%d[CB] = {0};\n", k);
+    n_row += G->plan->kind[k] == SLAPO__CC_ROW;
+    n_scalar += G->plan->kind[k] == SLAPO__CC_SCALAR;
+  }
+  put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
+             "                 float *pk, const int64_t *off, double *work, const uint64_t *keys,\n"
+             "                 uint64_t step, int training) {\n"
+             "  (void)keys, (void)step, (void)training, (void)work;\n");
+  if (!n_row) put(&G->b, "  C = N < SLAPO_CC_CHUNK ? N : SLAPO_CC_CHUNK;\n");
+  put(&G->b, "  const int64_t R = (N + C - 1) / C;\n");
+  if (n_row || n_scalar)
+    put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = (R + rpb - 1) / rpb;\n");
+  else put(&G->b, "  const int64_t rpb = 1, nrb = R;\n");
+  put(&G->b, "#pragma omp parallel for schedule(static)\n"
+             "  for (int64_t t = 0; t < nrb; t++) {\n"
+             "    const int64_t r0 = t * rpb, r1 = r0 + rpb < R ? r0 + rpb : R;\n");
+  int slot = 0;
+  for (int k = 0; k < G->plan->n_in; k++) {
+    if (G->plan->kind[k] == SLAPO__CC_ROW) {
+      put(&G->b, "    double *acc%d = work + (int64_t)%d * RBLK * C + t * C;\n"
+                 "    for (int64_t c = 0; c < C; c++) acc%d[c] = 0;\n", k, slot++, k);
+    }
     if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
   }
+  put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n"
+             "      const int64_t cn = N - r * C < C ? N - r * C : C;\n"
+             "      for (int64_t c0 = 0; c0 < cn; c0 += CB) {\n"
+             "        const int64_t c1 = c0 + CB < cn ? c0 + CB : cn;\n");
+  emit_uniforms(G, "        ");
   /* Scalar sums stay sequential (a simd reduction would reorder them). */
-  put(&G->b, "    for (int64_t r = 0; r < R; r++) {\n");
-  emit_uniforms(G, "      ");
-  put(&G->b, "%s      for (int64_t c = c0; c < c1; c++) {\n"
-             "        const int64_t i = r * C + c;\n",
+  put(&G->b, "%s        for (int64_t c = c0; c < c1; c++) {\n"
+             "          const int64_t i = r * C + c;\n",
       n_scalar ? "" : "#pragma omp simd\n");
-  if (*s == SLAPO_OK) *s = emit_values(G, "        ", true);
-  if (*s == SLAPO_OK) *s = emit_adjoints(G, "        ");
+  if (*s == SLAPO_OK) *s = emit_values(G, "          ", true);
+  if (*s == SLAPO_OK) *s = emit_adjoints(G, "          ");
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
     if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
     int k = G->ph_of[n->id];
-    if (G->plan->kind[k] == SLAPO__CC_FULL) put(&G->b, "        pk[off[%d] + i] = ga%d;\n", k, n->id);
-    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "        acc%d[c - c0] += ga%d;\n", k, n->id);
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "        s%d += ga%d;\n", k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_FULL && !G->plan->grad_is_dy[k])
+      put(&G->b, "          pk[off[%d] + i] = ga%d;\n", k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "          acc%d[c] += ga%d;\n", k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "          s%d += ga%d;\n", k, n->id);
   }
-  put(&G->b, "      }\n    }\n");
-  for (int k = 0; k < G->plan->n_in; k++) {
-    if (G->plan->kind[k] == SLAPO__CC_ROW)
-      put(&G->b, "    for (int64_t c = c0; c < c1; c++) pk[off[%d] + c] = (float)acc%d[c - c0];\n",
-          k, k);
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    part%d[jb] = s%d;\n", k, k);
-  }
-  put(&G->b, "  }\n");
+  put(&G->b, "        }\n      }\n    }\n");
+  int sslot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
-      put(&G->b, "  { double t = 0; for (int64_t jb = 0; jb < nb; jb++) t += part%d[jb];\n"
-                 "    pk[off[%d]] = (float)t; }\n", k, k);
+      put(&G->b, "    work[(int64_t)%d * RBLK * C + %d * RBLK + t] = s%d;\n", n_row, sslot++, k);
+  put(&G->b, "  }\n");
+  if (n_row) {
+    put(&G->b, "#pragma omp parallel for schedule(static)\n"
+               "  for (int64_t c = 0; c < C; c++) {\n");
+    slot = 0;
+    for (int k = 0; k < G->plan->n_in; k++)
+      if (G->plan->kind[k] == SLAPO__CC_ROW)
+        put(&G->b, "    { double t = 0;\n"
+                   "      for (int64_t b = 0; b < nrb; b++) t += work[(int64_t)%d * RBLK * C + b * C + c];\n"
+                   "      pk[off[%d] + c] = (float)t; }\n", slot++, k);
+    put(&G->b, "  }\n");
+  }
+  sslot = 0;
+  for (int k = 0; k < G->plan->n_in; k++)
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR)
+      put(&G->b, "  { double t = 0;\n"
+                 "    for (int64_t b = 0; b < nrb; b++) t += work[(int64_t)%d * RBLK * C + %d * RBLK + b];\n"
+                 "    pk[off[%d]] = (float)t; }\n", n_row, sslot++, k);
   put(&G->b, "}\n");
-  (void)n_scalar;
 }
 
 /* Inputs' kinds (from their example shapes), random slots, checks. */
@@ -434,25 +509,36 @@ static slapo_status analyse(gen *G) {
   return SLAPO_OK;
 }
 
-slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
+slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, bool fast,
                                 slapo__cc_plan *plan, char **src) {
   *src = NULL;
   memset(plan, 0, sizeof *plan);
   slapo_graph_renumber((slapo_graph *)region);
-  gen G = {.g = region, .plan = plan, .n = slapo_graph_count(region)};
+  gen G = {.g = region, .plan = plan, .n = slapo_graph_count(region), .fast = fast};
   G.rand_of = slapo_calloc((size_t)G.n + 1, sizeof *G.rand_of);
   G.ph_of = slapo_calloc((size_t)G.n + 1, sizeof *G.ph_of);
   G.need = slapo_calloc((size_t)G.n + 1, sizeof *G.need);
   slapo_status s = G.rand_of && G.ph_of && G.need ? analyse(&G)
                                                   : slapo_error(SLAPO_NOMEM, "cc: oom");
   if (s == SLAPO_OK) s = compute_needs(&G);
+  if (s == SLAPO_OK) s = compute_identities(&G);
+  sbuf body = {0};
   if (s == SLAPO_OK) {
-    emit_header(&G, name);
-    put(&G.b, "%s", k_prelude);
+    /* The kernels first, so the prelude carries the fast kernels' helpers
+     * only when an expression calls one. */
     emit_fwd(&G, &s);
     emit_bwd(&G, &s);
-    if (s == SLAPO_OK && G.b.oom) s = slapo_error(SLAPO_NOMEM, "cc: out of memory");
+    body = G.b;
+    G.b = (sbuf){0};
+    emit_header(&G, name);
+    put(&G.b, "%s", k_prelude);
+    if (body.s && strstr(body.s, "slapo__"))
+      put(&G.b, "/* The fast kernels' float helpers (slapo's ops/vmath.h), verbatim. */\n%s\n\n",
+          slapo__cc_math_src());
+    put(&G.b, "%s", body.s ? body.s : "");
+    if (s == SLAPO_OK && (G.b.oom || body.oom)) s = slapo_error(SLAPO_NOMEM, "cc: out of memory");
   }
+  slapo_free(body.s);
   slapo_free(G.rand_of);
   slapo_free(G.ph_of);
   slapo_free(G.need);

@@ -122,13 +122,15 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   int64_t numels[SLAPO__CC_MAX_IN], N = numel_of(node);
   int n = c->plan.n_in, k = 0;
   for (int i = 0; i < n; i++) {
-    numels[i] = numel_of(node->inputs[i]);
+    /* A gradient that is dy itself takes no room in the packed buffer. */
+    numels[i] = c->plan.grad_is_dy[i] ? 0 : numel_of(node->inputs[i]);
     if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
   }
   args[k++] = dy;
-  slapo_attr attrs[3] = {slapo_attr_ints("numels", n, numels),
-                         slapo_attr_int("row", row_of(node, c, N))};
-  int n_attrs = 2;
+  int64_t C = row_of(node, c, N);
+  slapo_attr attrs[4] = {slapo_attr_ints("numels", n, numels), slapo_attr_int("row", C),
+                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C))};
+  int n_attrs = 3;
   const slapo_attr *st = slapo_node_attr(node, "streams");
   if (st) attrs[n_attrs++] = *st;
   slapo_node *pk = slapo_op_apply(ctx, &c->bwd, k, args, n_attrs, attrs);
@@ -136,18 +138,28 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   for (int i = 0; i < n; i++) {
     const slapo_node *x = node->inputs[i];
     slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
-    if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
+    if (need[i] && c->plan.grad_is_dy[i])
+      dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
+                  ? dy
+                  : slapo_reshape(ctx, dy, x->ndim, x->shape);
+    else if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
     off += numels[i];
   }
   return slapo_ctx_status(ctx);
 }
 
+/* The packed gradients, then (from a 64-byte boundary) the backward's work
+ * area of `work` doubles: its row blocks' partial sums. Keeping it in the
+ * node's own buffer lets the planner place it, and the kernel cannot fail. */
+static int64_t work_offset(int64_t grads) { return (grads + 15) / 16 * 16; }
+
 static slapo_status bwd_infer(slapo_node *node) {
   const slapo_attr *ne = slapo_node_attr(node, "numels");
   if (!ne || ne->kind != SLAPO_ATTR_INTS)
     return slapo_error(SLAPO_INVALID_ARG, "%s: needs the numels attribute", node->target);
-  int64_t total = 0;
+  int64_t total = 0, work = slapo_node_attr_int(node, "work", 0);
   for (int i = 0; i < ne->n; i++) total += ne->ints[i];
+  if (work > 0) total = work_offset(total) + 2 * work;
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &total);
 }
 
@@ -168,8 +180,10 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
   const slapo_tensor *dy = in[k];
   int64_t N = slapo_tensor_numel(dy);
   if (N == 0) return;
-  c->b(N, slapo_node_attr_int(node, "row", N), ins, slapo_tensor_data(dy),
-       slapo_tensor_data(out), off, keys, env ? env->step : 0, env && env->training);
+  float *pk = slapo_tensor_data(out);
+  double *work = slapo_node_attr_int(node, "work", 0) > 0 ? (double *)(pk + work_offset(at)) : NULL;
+  c->b(N, slapo_node_attr_int(node, "row", N), ins, slapo_tensor_data(dy), pk, off, work, keys,
+       env ? env->step : 0, env && env->training);
 }
 
 static slapo_status describe(cc_op *c, const char *name, const char *key) {
@@ -201,14 +215,22 @@ static slapo_status describe(cc_op *c, const char *name, const char *key) {
 static slapo_status cc_compile(const slapo_graph *region, const char *name,
                                const slapo_compile_opts *opts, const slapo_op **out) {
   *out = NULL;
-  if (opts && opts->n > 0)
-    return slapo_error(SLAPO_INVALID_ARG, "cc: unknown option '%s' (the cc backend takes none)",
-                       opts->keys[0]);
+  bool fast = true;
+  for (int i = 0; opts && i < opts->n; i++) {
+    if (strcmp(opts->keys[i], "math"))
+      return slapo_error(SLAPO_INVALID_ARG, "cc: unknown option '%s' (the cc backend takes "
+                         "math=fast|ref)", opts->keys[i]);
+    if (strcmp(opts->values[i], "fast") && strcmp(opts->values[i], "ref"))
+      return slapo_error(SLAPO_INVALID_ARG, "cc: math=%s; expected math=fast (the ops' fast "
+                         "kernels' float math, the default) or math=ref (their reference "
+                         "kernels' math)", opts->values[i]);
+    fast = !strcmp(opts->values[i], "fast");
+  }
   slapo__cc_plan plan;
   char *src = NULL, key[17];
   slapo__cc_fwd_fn f;
   slapo__cc_bwd_fn b;
-  SLAPO_TRY(slapo__cc_generate(region, name, &plan, &src));
+  SLAPO_TRY(slapo__cc_generate(region, name, fast, &plan, &src));
   slapo_status s = slapo__cc_build(src, &f, &b, key);
   slapo_free(src);
   if (s != SLAPO_OK) return s;
@@ -227,6 +249,7 @@ static slapo_status cc_compile(const slapo_graph *region, const char *name,
 const slapo_compiler slapo__compiler_cc = {
     .name = "cc",
     .summary = "generated C for elementwise regions (forward and backward kernels), compiled "
-               "with the system compiler into a cache",
+               "with the system compiler into a cache; math=fast (the ops' fast kernels' float "
+               "math, default) or math=ref (their reference kernels' math)",
     .compile = cc_compile,
 };

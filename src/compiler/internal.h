@@ -10,6 +10,15 @@
 
 #define SLAPO__CC_MAX_IN 16
 #define SLAPO__CC_MAX_RAND 8
+/* The backward's reductions: at most this many row blocks, each summing
+ * its rows' partials into the work area (SLAPO__CC_ROW_BLOCKS * (C doubles
+ * per ROW input + 1 per SCALAR input)); without a ROW input the elements
+ * are viewed as rows of SLAPO__CC_CHUNK. Both fixed: the sums' order does
+ * not depend on the thread count. */
+#define SLAPO__CC_ROW_BLOCKS 32
+#define SLAPO__CC_CHUNK 4096
+#define SLAPO__CC_STR_(x) #x
+#define SLAPO__CC_STR(x) SLAPO__CC_STR_(x)
 
 /* How an input of a fused elementwise region maps onto the output viewed
  * as [R, C]: every element (FULL, same numel), one row repeated (ROW: the
@@ -21,6 +30,10 @@ typedef struct slapo__cc_plan {
   slapo__cc_kind kind[SLAPO__CC_MAX_IN];
   int n_rand;                        /* random nodes (dropout), graph order */
   uint64_t stream[SLAPO__CC_MAX_RAND];
+  bool grad_is_dy[SLAPO__CC_MAX_IN]; /* input k's gradient is the output's,
+                                        unchanged (a residual add): the
+                                        backward rule passes dy on and the
+                                        kernel writes nothing for it       */
   bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
                                         values (others: only its shape, so
                                         the step need not keep it alive)   */
@@ -36,16 +49,26 @@ slapo_status slapo__cc_kinds(int n_in, const slapo_node *const *in, int ndim,
  * (cc_gen.c): *src owned (slapo_free), plan filled.
  * Errors: SLAPO_UNSUPPORTED (an op without codegen, naming it and "cc"; a
  * random op not of the output's shape; broadcasts cc cannot express),
- * SLAPO_NOMEM. */
-slapo_status slapo__cc_generate(const slapo_graph *region, const char *name,
+ * SLAPO_NOMEM. fast: the ops' float forms (cc_expr_fast) where they have
+ * one, else their reference forms (cc_expr) throughout. */
+slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, bool fast,
                                 slapo__cc_plan *plan, char **src);
+
+/* Doubles of the backward's work area for a region with these kinds and
+ * row size C (the ROW inputs' numel). */
+static inline int64_t slapo__cc_work_doubles(const slapo__cc_plan *plan, int64_t C) {
+  int64_t n = 0;
+  for (int k = 0; k < plan->n_in; k++)
+    n += plan->kind[k] == SLAPO__CC_ROW ? C : plan->kind[k] == SLAPO__CC_SCALAR ? 1 : 0;
+  return n * SLAPO__CC_ROW_BLOCKS;
+}
 
 /* The kernels of a compiled source. */
 typedef void (*slapo__cc_fwd_fn)(int64_t N, int64_t C, const float *const *in, float *y,
                                  const uint64_t *keys, uint64_t step, int training);
 typedef void (*slapo__cc_bwd_fn)(int64_t N, int64_t C, const float *const *in, const float *dy,
-                                 float *pk, const int64_t *off, const uint64_t *keys,
-                                 uint64_t step, int training);
+                                 float *pk, const int64_t *off, double *work,
+                                 const uint64_t *keys, uint64_t step, int training);
 
 /* Compiles `src` for the active ISA into the cache (or finds it there) and
  * loads it (cc_build.c). *key receives the cache key (16 hex digits).

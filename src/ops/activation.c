@@ -215,6 +215,43 @@ static bool gelu_backward_cc(const slapo_node *node, int which, char *buf, size_
   return which == -1 && gelu_cc_write(node, "b", buf, cap);
 }
 
+/* ---- cc float forms (cc_expr_fast): the fast kernels above, operation for
+ * operation (sigmoid_f, silu_grad_f, gelu_erf_f, gelu_erf_grad_f; the tanh
+ * GELU through vmath.h's helpers, which the generated source carries) ---- */
+
+#define SIGMOID_F_CC(X) "(1.0f / (1.0f + expf(-" X ")))"
+CC_EXPR_FIXED(sigmoid_fast, SIGMOID_F_CC("a"), NULL, NULL)
+#define SILU_GRAD_F_CC(DY)                                                     \
+  "(" DY " * (" SIGMOID_F_CC("a") " * (1.0f + a * (1.0f - " SIGMOID_F_CC("a") "))))"
+CC_EXPR_FIXED(silu_fast, "(a * " SIGMOID_F_CC("a") ")", SILU_GRAD_F_CC("g"), NULL)
+CC_EXPR_FIXED(silu_backward_fast, SILU_GRAD_F_CC("b"), NULL, NULL)
+
+static bool gelu_cc_write_fast(const slapo_node *node, const char *dy, char *buf, size_t cap) {
+  const slapo_attr *at = slapo_node_attr(node, "approximate");
+  if (at && (at->kind != SLAPO_ATTR_STR || (strcmp(at->s, "tanh") && strcmp(at->s, "none"))))
+    return false;
+  if (at && !strcmp(at->s, "tanh")) {
+    if (!dy) return cc_put(buf, cap, "(slapo__gelu_tanh(a))");
+    return cc_put(buf, cap, "(%s * slapo__gelu_tanh_grad(a))", dy);
+  }
+  /* The float constants of gelu_erf_f / gelu_erf_grad_f, exactly. */
+  char R2[CC_LIT_CAP], R2PI[CC_LIT_CAP];
+  cc_lit(R2, (double)(float)INV_SQRT2), cc_lit(R2PI, (double)(float)INV_SQRT2PI);
+  if (!dy) return cc_put(buf, cap, "(0.5f * a * (1.0f + erff(a * (float)%s)))", R2);
+  return cc_put(buf, cap,
+                "(%s * (0.5f * (1.0f + erff(a * (float)%s)) + a * expf(-0.5f * a * a) * "
+                "(float)%s))",
+                dy, R2, R2PI);
+}
+
+static bool gelu_fast_cc(const slapo_node *node, int which, char *buf, size_t cap) {
+  return (which == -1 || which == 0) &&
+         gelu_cc_write_fast(node, which == 0 ? "g" : NULL, buf, cap);
+}
+static bool gelu_backward_fast_cc(const slapo_node *node, int which, char *buf, size_t cap) {
+  return which == -1 && gelu_cc_write_fast(node, "b", buf, cap);
+}
+
 /* ---- test examples ---- */
 
 static slapo_node *example_x(slapo_ctx *ctx) {
@@ -273,6 +310,7 @@ SLAPO_OP_DESCRIPTOR(sigmoid) = {
     .backward = sigmoid_backward_rule,
     .elementwise = true,
     .cc_expr = sigmoid_cc,
+    .cc_expr_fast = sigmoid_fast_cc,
     .contiguous_inputs = false,
     .doc = "1 / (1 + e^-x); gradient dy * y * (1 - y)",
     .test = {.example = sigmoid_example, .lo = -3.0f, .hi = 3.0f},
@@ -287,6 +325,7 @@ SLAPO_OP_DESCRIPTOR(silu) = {
     .backward = silu_backward_rule,
     .elementwise = true,
     .cc_expr = silu_cc,
+    .cc_expr_fast = silu_fast_cc,
     .contiguous_inputs = false,
     .doc = "x * sigmoid(x) (Elfwing et al. 2017); backward via silu_backward",
     .test = {.example = silu_example, .lo = -3.0f, .hi = 3.0f},
@@ -301,6 +340,7 @@ SLAPO_OP_DESCRIPTOR(gelu) = {
     .backward = gelu_backward_rule,
     .elementwise = true,
     .cc_expr = gelu_cc,
+    .cc_expr_fast = gelu_fast_cc,
     .contiguous_inputs = false,
     .doc = "GELU (Hendrycks & Gimpel 2016); attribute approximate=\"none\" (default): "
            "0.5x(1+erf(x/sqrt2)) as PyTorch F.gelu; \"tanh\": GPT-2's "
@@ -331,6 +371,7 @@ SLAPO_OP_DESCRIPTOR(silu_backward) = {
     .fast = silu_backward_fast_k,
     .elementwise = true,
     .cc_expr = silu_backward_cc,
+    .cc_expr_fast = silu_backward_fast_cc,
     .contiguous_inputs = false,
     .doc = "(x, dy) -> dy * s * (1 + x * (1 - s)), s = sigmoid(x). Fused because the "
            "composite (sigmoid, sub, mul, add_scalar, mul, mul) needs six nodes, six "
@@ -346,6 +387,7 @@ SLAPO_OP_DESCRIPTOR(gelu_backward) = {
     .fast = gelu_backward_fast_k,
     .elementwise = true,
     .cc_expr = gelu_backward_cc,
+    .cc_expr_fast = gelu_backward_fast_cc,
     .contiguous_inputs = false,
     .doc = "(x, dy) -> dy * gelu'(x) for approximate=\"none\" (Phi(x) + x phi(x)) or "
            "\"tanh\" (0.5(1+t) + 0.5x(1-t^2)sqrt(2/pi)(1+3*0.044715x^2)). Fused because "

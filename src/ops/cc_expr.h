@@ -1,6 +1,7 @@
 /* ops/cc_expr.h - helpers for the ops' cc_expr callbacks (slapo_op.cc_expr:
  * C expressions for the `cc` fusion backend): double literals, bounded
- * formatting, and a generator for ops without attributes.
+ * formatting, a generator for ops without attributes, and the fast
+ * kernels' helpers as text for the float forms (cc_expr_fast).
  * Layer: ops (internal). */
 #ifndef SLAPO_OPS_CC_EXPR_H
 #define SLAPO_OPS_CC_EXPR_H
@@ -11,6 +12,12 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+
+/* The fast kernels' scalar float helpers (ops/vmath.h: slapo__gelu_tanh,
+ * slapo__gelu_tanh_grad, slapo__exp_bounded, ...) as one line of C that
+ * needs <stdint.h> and <string.h>; the cc backend pastes it into a
+ * generated source whose expressions call them (ops/cc_math.c). Static. */
+const char *slapo__cc_math_src(void);
 
 /* Room for any literal cc_lit writes ("(-2.2250738585072014e-308)"). */
 #define CC_LIT_CAP 40

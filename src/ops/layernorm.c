@@ -1,11 +1,14 @@
 /* ops/layernorm.c - LayerNorm over the last axis (Ba, Kiros, Hinton 2016;
  * PyTorch nn.LayerNorm: biased variance, eps inside the sqrt) with or without
- * the affine weight/bias, and its fused input gradient "layer_norm_backward".
+ * the affine weight/bias, and its fused gradient "layer_norm_backward": dx,
+ * or (attribute params = 1) dx, dw and db in one pass, packed.
  * Layer: ops. Math follows llm.c layernorm_forward/layernorm_backward:
  *   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), y = xhat * w + b
  *   dx = rstd * (dyw - mean(dyw) - xhat * mean(dyw * xhat)), dyw = dy * w
- * (derivation in docs/nn_backward.md); dw and db are built from other ops. */
+ *   dw = sum over rows of dy * xhat, db = sum over rows of dy
+ * (derivation in docs/nn_backward.md). */
 #include <math.h>
+#include <string.h>
 
 #include "ops/norm.h"
 #include "ops/vmath.h"
@@ -122,6 +125,25 @@ static slapo_status layer_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, s
   bool affine = node->n_inputs == 3;
   slapo_attr eps = slapo_attr_float("eps", slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT));
   for (int i = 0; i < node->n_inputs; i++) dx[i] = NULL;
+  if (affine && (need[1] || need[2])) {
+    /* One pass for dx, dw and db (layer_norm_backward with params = 1),
+     * read back through zero-copy unpack views, instead of dx plus a
+     * recomputed xhat, a product and two reductions over [R, C]. */
+    slapo_node *in[3] = {x, node->inputs[1], dy};
+    slapo_attr pa[2] = {eps, slapo_attr_int("params", 1)};
+    slapo_node *pk = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), 3, in, 2, pa);
+    int64_t n = 1, C = x->shape[x->ndim - 1];
+    for (int d = 0; d < x->ndim; d++) n *= x->shape[d];
+    for (int i = 0; i < 3; i++) {
+      if (!need[i]) continue;
+      int64_t off = i == 0 ? 0 : n + (i - 1) * C;
+      slapo_attr a[2] = {slapo_attr_int("offset", off),
+                         i == 0 ? slapo_attr_ints("shape", x->ndim, x->shape)
+                                : slapo_attr_ints("shape", 1, &C)};
+      dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
+    }
+    return slapo_ctx_status(ctx);
+  }
   if (need[0]) {
     slapo_node *in[3] = {x, affine ? node->inputs[1] : dy, dy};
     dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), affine ? 3 : 2, in, 1, &eps);
@@ -160,10 +182,6 @@ SLAPO_OP_DESCRIPTOR(layer_norm) = {
 };
 
 /* ---- fused backward: dx ---- */
-
-static slapo_status layer_norm_backward_infer(slapo_node *node) {
-  return slapo__norm_backward_infer(node, LN_EPS_DEFAULT);
-}
 
 static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                     slapo_tensor *out, const slapo_kernel_env *env) {
@@ -249,25 +267,152 @@ static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor 
   }
 }
 
+/* ---- fused backward with params = 1: dx, dw, db ---- */
+
+/* The packed output of layer_norm_backward with params = 1 over x [R, C]: dx [R * C],
+ * dw [C], db [C]; then, from a 64-byte boundary, the fast kernel's work
+ * area of LNB_BLOCKS * 2C doubles (the row blocks' partial sums of dw and
+ * db), zero when the kernel returns. The work lives in the node's own
+ * buffer because kernels cannot fail (no allocation in them). */
+enum { LNB_BLOCKS = 32 };
+static int64_t lnb_work_at(int64_t R, int64_t C) { return (R * C + 2 * C + 15) / 16 * 16; }
+
+static bool lnb_params(const slapo_node *node) { return slapo_node_attr_int(node, "params", 0); }
+
+static slapo_status layer_norm_backward_params_infer(slapo_node *node) {
+  if (node->n_inputs != 3)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: params = 1 expects (x, weight, dy), got %d inputs",
+                       node->target, node->n_inputs);
+  const slapo_node *x = node->inputs[0];
+  int64_t C = x->shape[x->ndim - 1], R = 1;
+  for (int d = 0; d + 1 < x->ndim; d++) R *= x->shape[d];
+  int64_t n = lnb_work_at(R, C) + 2 * (int64_t)LNB_BLOCKS * 2 * C;
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
+}
+
+static void layer_norm_backward_params_ref(const slapo_node *node, const slapo_tensor *const *in,
+                                           slapo_tensor *out, const slapo_kernel_env *env) {
+  layer_norm_backward_ref(node, in, out, env); /* dx: the first R * C values */
+  const float *x = slapo_tensor_data(in[0]);  /* x  [R, C] */
+  const float *dy = slapo_tensor_data(in[2]); /* dy [R, C] */
+  float *o = slapo_tensor_data(out);          /* dx [R, C], dw [C], db [C], work */
+  double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  slapo__norm_rows(in[0], &R, &C);
+  double *acc = (double *)(o + lnb_work_at(R, C)); /* dw, db [2, C]: the work area */
+  memset(acc, 0, sizeof(double) * 2 * (size_t)C);
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C;
+    double mean = 0, var = 0;
+    for (int64_t c = 0; c < C; c++) mean += xr[c];
+    mean /= (double)C;
+    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
+    var /= (double)C;
+    double rstd = 1.0 / sqrt(var + eps);
+    for (int64_t c = 0; c < C; c++) {
+      acc[c] += (double)dy[r * C + c] * ((xr[c] - mean) * rstd);
+      acc[C + c] += dy[r * C + c];
+    }
+  }
+  for (int64_t c = 0; c < 2 * C; c++) o[R * C + c] = (float)acc[c];
+  memset(o + R * C + 2 * C, 0,
+         sizeof(float) * (size_t)(slapo_tensor_numel(out) - R * C - 2 * C));
+}
+
+/* The row's terms of dw and db, added to the block's double partials. */
+SLAPO__SIMD_PROC(affine_row,
+                 (const float *restrict xr, const float *restrict dyr, double *restrict pw,
+                  double *restrict pb, int64_t C, float mean, float rstd),
+                 (xr, dyr, pw, pb, C, mean, rstd)) {
+  for (int64_t c = 0; c < C; c++) {
+    float xhat = (xr[c] - mean) * rstd;
+    pw[c] += (double)(dyr[c] * xhat);
+    pb[c] += (double)dyr[c];
+  }
+}
+
+/* Parallel over LNB_BLOCKS fixed row blocks (set by R, not by the thread
+ * count), each walking its rows in order: dx exactly as
+ * layer_norm_backward's fast kernel, dw and db into the block's partials,
+ * which are then added in block order: reruns are byte-identical at any
+ * thread count. */
+static void layer_norm_backward_params_fast(const slapo_node *node,
+                                            const slapo_tensor *const *in, slapo_tensor *out,
+                                            const slapo_kernel_env *env) {
+  (void)env;
+  const float *x = slapo_tensor_data(in[0]);  /* x  [R, C] */
+  const float *w = slapo_tensor_data(in[1]);  /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[2]); /* dy [R, C] */
+  float *o = slapo_tensor_data(out);          /* dx [R, C], dw [C], db [C], work */
+  float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
+  int64_t R, C;
+  slapo__norm_rows(in[0], &R, &C);
+  double *work = (double *)(o + lnb_work_at(R, C)); /* [nrb, 2, C] */
+  const int64_t rpb = (R + LNB_BLOCKS - 1) / LNB_BLOCKS, nrb = R ? (R + rpb - 1) / rpb : 0;
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t t = 0; t < nrb; t++) {
+    double *pw = work + t * 2 * C, *pb = pw + C;
+    memset(pw, 0, sizeof(double) * 2 * (size_t)C);
+    for (int64_t r = t * rpb; r < R && r < (t + 1) * rpb; r++) {
+      const float *xr = x + r * C, *dyr = dy + r * C;
+      float mean, rstd;
+      row_stats(xr, C, eps, &mean, &rstd);
+      backward_row(xr, w, dyr, o + r * C, C, mean, rstd);
+      affine_row(xr, dyr, pw, pb, C, mean, rstd);
+    }
+  }
+#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  for (int64_t c = 0; c < C; c++) {
+    double sw = 0, sb = 0;
+    for (int64_t t = 0; t < nrb; t++) sw += work[t * 2 * C + c], sb += work[t * 2 * C + C + c];
+    o[R * C + c] = (float)sw;
+    o[R * C + C + c] = (float)sb;
+  }
+  /* The tail as the reference leaves it: zeros. */
+  memset(o + R * C + 2 * C, 0,
+         sizeof(float) * (size_t)(slapo_tensor_numel(out) - R * C - 2 * C));
+}
+
+/* Both forms: dx alone (layer_norm_backward_ref / _fast), or packed with params. */
+static slapo_status layer_norm_backward_any_infer(slapo_node *node) {
+  SLAPO_TRY(slapo__norm_backward_infer(node, LN_EPS_DEFAULT));
+  return lnb_params(node) ? layer_norm_backward_params_infer(node) : SLAPO_OK;
+}
+static void layer_norm_backward_any_ref(const slapo_node *node, const slapo_tensor *const *in,
+                                        slapo_tensor *out, const slapo_kernel_env *env) {
+  if (lnb_params(node)) layer_norm_backward_params_ref(node, in, out, env);
+  else layer_norm_backward_ref(node, in, out, env);
+}
+static void layer_norm_backward_any_fast(const slapo_node *node, const slapo_tensor *const *in,
+                                         slapo_tensor *out, const slapo_kernel_env *env) {
+  if (lnb_params(node)) layer_norm_backward_params_fast(node, in, out, env);
+  else layer_norm_backward_fast(node, in, out, env);
+}
+
+/* The packed form over 37 rows: several row blocks, the last one shorter
+ * (dx alone is the same code, checked as the packed form's first part). */
 static slapo_node *layer_norm_backward_example(slapo_ctx *ctx) {
-  int64_t xs[2] = {3, 7}, cs[1] = {7};
+  int64_t xs[2] = {37, 7}, cs[1] = {7};
   slapo_node *in[3] = {slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, xs),
                        slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs),
                        slapo_input(ctx, "dy", SLAPO_DTYPE_F32, 2, xs)};
-  slapo_attr eps = slapo_attr_float("eps", 1e-5);
-  return slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), 3, in, 1, &eps);
+  slapo_attr a[2] = {slapo_attr_float("eps", 1e-5), slapo_attr_int("params", 1)};
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), 3, in, 2, a);
 }
 
 SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
     .name = "layer_norm_backward",
     .n_inputs = -1,
-    .infer = layer_norm_backward_infer,
-    .ref = layer_norm_backward_ref,
-    .fast = layer_norm_backward_fast,
+    .infer = layer_norm_backward_any_infer,
+    .ref = layer_norm_backward_any_ref,
+    .fast = layer_norm_backward_any_fast,
     .contiguous_inputs = true,
     .doc = "(x, [w,] dy) -> dx of layer_norm, recomputing mean/rstd per row (llm.c "
            "layernorm_backward): one pass per row instead of ~12 composite ops and their "
-           "[.., C] temporaries, and no stored mean/rstd; attr eps",
+           "[.., C] temporaries, and no stored mean/rstd; attr eps; with params = 1 and w, "
+           "[dx (R * C), dw (C), db (C), work] in the same pass (read back with unpack views) "
+           "instead of a recomputed xhat, dy * xhat and two row reductions; dw and db summed "
+           "in double over fixed row blocks",
     .test = {.example = layer_norm_backward_example, .checked_by = "layer_norm composite"},
 };
 

@@ -72,6 +72,15 @@ CC_EXPR_FIXED(sqrt, "((float)sqrt((double)a))", "((float)((double)(g / y) * 0.5)
 CC_EXPR_FIXED(rsqrt, "((float)(1.0 / sqrt((double)a)))",
               "((float)((double)(g * (float)pow((double)y, 3.0)) * (-0.5)))", NULL)
 
+/* cc float forms: the fast kernels' float libm calls (vectorized in the
+ * generated loops through libmvec); the gradients are cc_expr's. */
+CC_EXPR_FIXED(neg_fast, "(-a)", NULL, NULL)
+CC_EXPR_FIXED(exp_fast, "(expf(a))", NULL, NULL)
+CC_EXPR_FIXED(log_fast, "(logf(a))", NULL, NULL)
+CC_EXPR_FIXED(tanh_fast, "(tanhf(a))", NULL, NULL)
+CC_EXPR_FIXED(sqrt_fast, "(sqrtf(a))", NULL, NULL)
+CC_EXPR_FIXED(rsqrt_fast, "(1.0f / sqrtf(a))", NULL, NULL)
+
 /* ---- test examples ---- */
 
 static slapo_node *example_x(slapo_ctx *ctx) {
@@ -97,6 +106,7 @@ static slapo_node *rsqrt_example(slapo_ctx *ctx) { return slapo_rsqrt(ctx, examp
       .backward = NAME##_backward,                                             \
       .elementwise = true,                                                     \
       .cc_expr = NAME##_cc,                                                    \
+      .cc_expr_fast = NAME##_fast_cc,                                          \
       .contiguous_inputs = false,                                              \
       .doc = DOC,                                                              \
       .test = {.example = NAME##_example, __VA_ARGS__},                        \

@@ -51,92 +51,101 @@
 #define SLAPO__SIMD_FN(RET, NAME, PARAMS, ARGS) SLAPO__SIMD_(RET, NAME, PARAMS, ARGS, return)
 #define SLAPO__SIMD_PROC(NAME, PARAMS, ARGS) SLAPO__SIMD_(void, NAME, PARAMS, ARGS, )
 
-/* x with its magnitude limited to `lim_bits` (the bit pattern of a positive
- * float), sign kept; NaN passes through. An unsigned compare of the bit
- * patterns orders non-negative floats like the floats themselves. */
-static inline float slapo__clamp_abs(float x, uint32_t lim_bits) {
-  uint32_t b;
-  memcpy(&b, &x, sizeof b);
-  uint32_t m = b & 0x7fffffffu;
-  m = m > 0x7f800000u ? m : m < lim_bits ? m : lim_bits;
-  b = (b & 0x80000000u) | m;
-  memcpy(&x, &b, sizeof b);
-  return x;
-}
-
-/* e^a for |a| <= 87 (callers bound it; outside, the 2^n scale overflows).
- * The argument is a double and is reduced in double, so e^a is accurate to
- * ~2 ulp of float even when a is large: a float argument alone would carry
- * an error of |a| * 2^-24 into the result. */
-static inline float slapo__exp_bounded(double a) {
-  /* n = round-to-nearest(a / ln 2) by the 1.5 * 2^52 shift; r = a - n ln 2
-   * in double, |r| <= ln2 / 2, then rounded to float for the polynomial. */
-  double n = (a * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;
-  float r = (float)(a - n * 0.6931471805599453);
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n as a float */
-  float scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-/* e^a in double for |a| <= 700, relative error ~1e-12 (degree-10 Taylor
- * polynomial on |r| <= ln2 / 2; enough for float results that are formed
- * by cancelling differences of such terms). */
-static inline double slapo__exp_bounded_d(double a) {
-  double n = (a * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;
-  double r = (a - n * 0.693147180369123816490) - n * 1.90821492927058770002e-10;
-  double p = 1.0 / 3628800;
-  p = p * r + 1.0 / 362880;
-  p = p * r + 1.0 / 40320;
-  p = p * r + 1.0 / 5040;
-  p = p * r + 1.0 / 720;
-  p = p * r + 1.0 / 120;
-  p = p * r + 1.0 / 24;
-  p = p * r + 1.0 / 6;
-  p = p * r + 0.5;
-  p = p * r * r + r + 1.0;
-  int64_t bits = (int64_t)((int32_t)n + 1023) << 52; /* 2^n as a double */
-  double scale;
-  memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
-}
-
-/* GELU, tanh form (Hendrycks & Gimpel 2016 eq. 2; GPT-2), and its
- * derivative, without tanh: with u = sqrt(2/pi) (x + 0.044715 x^3),
- * E = e^(-2u) and s = 1 / (1 + E) = sigmoid(2u):
- *   0.5 x (1 + tanh u) = x s                       (1 + tanh u = 2s)
- *   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u'         (t = tanh u)
- *        = s + 2 x (E s) s sqrt(2/pi) (1 + 3 * 0.044715 x^2)
- * using 1 - t^2 = 4 s (1 - s) and 1 - s = E s. No term cancels, so the
- * relative error stays ~1e-7 where 1 + tanhf(u) would lose every digit
- * (x < -4). u is formed in double (see slapo__exp_bounded). x is clamped
- * to |x| <= 9.5 inside E only (|2u| <= 87): beyond, GELU is x itself to
- * float precision on the right, and below 4e-37 in magnitude on the left. */
+/* The scalar helpers below are defined through SLAPO__VMATH_SRC so that the
+ * cc backend can paste the very same text into the kernels it generates
+ * (slapo__cc_math_src, ops/cc_math.c): a fused region computes GELU with
+ * the same operations, in the same order, as the fast kernels. The macro
+ * holds no directives; comments inside it vanish when it is stringized. */
 #define SLAPO__GELU_XMAX_BITS 0x41180000u /* 9.5f */
+#define SLAPO__VMATH_SRC \
+/* x with its magnitude limited to `lim_bits` (the bit pattern of a positive                      \
+ * float), sign kept; NaN passes through. An unsigned compare of the bit                          \
+ * patterns orders non-negative floats like the floats themselves. */                             \
+static inline float slapo__clamp_abs(float x, uint32_t lim_bits) {                                \
+  uint32_t b;                                                                                     \
+  memcpy(&b, &x, sizeof b);                                                                       \
+  uint32_t m = b & 0x7fffffffu;                                                                   \
+  m = m > 0x7f800000u ? m : m < lim_bits ? m : lim_bits;                                          \
+  b = (b & 0x80000000u) | m;                                                                      \
+  memcpy(&x, &b, sizeof b);                                                                       \
+  return x;                                                                                       \
+}                                                                                                 \
+                                                                                                  \
+/* e^a for |a| <= 87 (callers bound it; outside, the 2^n scale overflows).                        \
+ * The argument is a double and is reduced in double, so e^a is accurate to                       \
+ * ~2 ulp of float even when a is large: a float argument alone would carry                       \
+ * an error of |a| * 2^-24 into the result. */                                                    \
+static inline float slapo__exp_bounded(double a) {                                                \
+  /* n = round-to-nearest(a / ln 2) by the 1.5 * 2^52 shift; r = a - n ln 2                       \
+   * in double, |r| <= ln2 / 2, then rounded to float for the polynomial. */                      \
+  double n = (a * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;                  \
+  float r = (float)(a - n * 0.6931471805599453);                                                  \
+  float p = 1.9875691500e-4f;                                                                     \
+  p = p * r + 1.3981999507e-3f;                                                                   \
+  p = p * r + 8.3334519073e-3f;                                                                   \
+  p = p * r + 4.1665795894e-2f;                                                                   \
+  p = p * r + 1.6666665459e-1f;                                                                   \
+  p = p * r + 5.0000001201e-1f;                                                                   \
+  p = p * r * r + r + 1.0f;                                                                       \
+  int32_t bits = ((int32_t)n + 127) << 23; /* 2^n as a float */                                   \
+  float scale;                                                                                    \
+  memcpy(&scale, &bits, sizeof scale);                                                            \
+  return p * scale;                                                                               \
+}                                                                                                 \
+                                                                                                  \
+/* e^a in double for |a| <= 700, relative error ~1e-12 (degree-10 Taylor                          \
+ * polynomial on |r| <= ln2 / 2; enough for float results that are formed                         \
+ * by cancelling differences of such terms). */                                                   \
+static inline double slapo__exp_bounded_d(double a) {                                             \
+  double n = (a * 1.4426950408889634 + 6755399441055744.0) - 6755399441055744.0;                  \
+  double r = (a - n * 0.693147180369123816490) - n * 1.90821492927058770002e-10;                  \
+  double p = 1.0 / 3628800;                                                                       \
+  p = p * r + 1.0 / 362880;                                                                       \
+  p = p * r + 1.0 / 40320;                                                                        \
+  p = p * r + 1.0 / 5040;                                                                         \
+  p = p * r + 1.0 / 720;                                                                          \
+  p = p * r + 1.0 / 120;                                                                          \
+  p = p * r + 1.0 / 24;                                                                           \
+  p = p * r + 1.0 / 6;                                                                            \
+  p = p * r + 0.5;                                                                                \
+  p = p * r * r + r + 1.0;                                                                        \
+  int64_t bits = (int64_t)((int32_t)n + 1023) << 52; /* 2^n as a double */                        \
+  double scale;                                                                                   \
+  memcpy(&scale, &bits, sizeof scale);                                                            \
+  return p * scale;                                                                               \
+}                                                                                                 \
+                                                                                                  \
+/* GELU, tanh form (Hendrycks & Gimpel 2016 eq. 2; GPT-2), and its                                \
+ * derivative, without tanh: with u = sqrt(2/pi) (x + 0.044715 x^3),                              \
+ * E = e^(-2u) and s = 1 / (1 + E) = sigmoid(2u):                                                 \
+ *   0.5 x (1 + tanh u) = x s                       (1 + tanh u = 2s)                             \
+ *   d/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) u'         (t = tanh u)                                 \
+ *        = s + 2 x (E s) s sqrt(2/pi) (1 + 3 * 0.044715 x^2)                                     \
+ * using 1 - t^2 = 4 s (1 - s) and 1 - s = E s. No term cancels, so the                           \
+ * relative error stays ~1e-7 where 1 + tanhf(u) would lose every digit                           \
+ * (x < -4). u is formed in double (see slapo__exp_bounded). x is clamped                         \
+ * to |x| <= 9.5 inside E only (|2u| <= 87): beyond, GELU is x itself to                          \
+ * float precision on the right, and below 4e-37 in magnitude on the left. */                     \
+                                                                                                  \
+static inline float slapo__gelu_tanh_E(float x) {                                                 \
+  double xd = slapo__clamp_abs(x, SLAPO__GELU_XMAX_BITS);                                         \
+  return slapo__exp_bounded(-1.5957691216057308 * (xd + 0.044715 * xd * xd * xd));                \
+}                                                                                                 \
+                                                                                                  \
+static inline float slapo__gelu_tanh(float x) { return x / (1.0f + slapo__gelu_tanh_E(x)); }      \
+                                                                                                  \
+/* The two terms of the derivative cancel near its root (x ~ -0.75) and                           \
+ * partly for x in [-1.5, -0.5]; formed in double from a double E, the                            \
+ * float result is within ~1 ulp. */                                                              \
+static inline float slapo__gelu_tanh_grad(float x) {                                              \
+  double xd = slapo__clamp_abs(x, SLAPO__GELU_XMAX_BITS);                                         \
+  double E = slapo__exp_bounded_d(-1.5957691216057308 * (xd + 0.044715 * xd * xd * xd));          \
+  double s = 1.0 / (1.0 + E);                                                                     \
+  double xf = x;                                                                                  \
+  return (float)(s + 2.0 * xf * (E * s) * s * 0.7978845608028654 * (1.0 + 0.134145 * xf * xf));   \
+}                                                                                                 \
+  /* end of SLAPO__VMATH_SRC */
 
-static inline float slapo__gelu_tanh_E(float x) {
-  double xd = slapo__clamp_abs(x, SLAPO__GELU_XMAX_BITS);
-  return slapo__exp_bounded(-1.5957691216057308 * (xd + 0.044715 * xd * xd * xd));
-}
-
-static inline float slapo__gelu_tanh(float x) { return x / (1.0f + slapo__gelu_tanh_E(x)); }
-
-/* The two terms of the derivative cancel near its root (x ~ -0.75) and
- * partly for x in [-1.5, -0.5]; formed in double from a double E, the
- * float result is within ~1 ulp. */
-static inline float slapo__gelu_tanh_grad(float x) {
-  double xd = slapo__clamp_abs(x, SLAPO__GELU_XMAX_BITS);
-  double E = slapo__exp_bounded_d(-1.5957691216057308 * (xd + 0.044715 * xd * xd * xd));
-  double s = 1.0 / (1.0 + E);
-  double xf = x;
-  return (float)(s + 2.0 * xf * (E * s) * s * 0.7978845608028654 * (1.0 + 0.134145 * xf * xf));
-}
+SLAPO__VMATH_SRC
 
 #endif

@@ -3,7 +3,9 @@
  * unfused model, dropout on), every elementwise op through cc against none
  * with broadcast shapes, byte-identical reruns, the kernel cache (hit, miss
  * on another ISA, shape-generic objects), compiler missing and failing,
- * unsupported ops, the generated source against a golden file, and the
+ * unsupported ops, the generated source against a golden file, the
+ * backward kernel's reductions (bitwise equal for 1, 2 and 3 threads, and
+ * against a double sum), gradients passed on as dy, and the
  * preconditions of fuse and decompose with their messages. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <omp.h>
 #include <unistd.h>
 
 #include "../primitives/prim_test.h"
@@ -37,6 +40,7 @@ static int teardown(void **state) {
 
 /* decompose every c_fc, trace every MLP flat, fuse bias + GELU. */
 static slapo_sched *bias_gelu_model(const char *compiler) {
+  /* compiler may carry backend options: "cc math=ref". */
   slapo_sched *root = pt_sched_new(&k_tiny);
   char text[512];
   snprintf(text, sizeof text,
@@ -68,6 +72,10 @@ static void bias_gelu_none_and_cc(void **state) {
   pt_expect_same_as_plain(cc, &k_tiny, PT_B, PT_T, false);
   pt_expect_same_as_plain(cc, &k_tiny, 3, 5, false); /* re-traced, kernels shape-generic */
   pt_expect_replays(cc, &k_tiny);
+  /* The reference forms (math=ref): another source, within tolerance. */
+  slapo_sched *ref = bias_gelu_model("cc math=ref");
+  pt_expect_same_as_plain(ref, &k_tiny, PT_B, PT_T, false);
+  pt_sched_free(ref);
   pt_sched_free(none);
   pt_sched_free(cc);
 }
@@ -290,6 +298,13 @@ static void preconditions(void **state) {
                     "pattern 'dropout(x)' matches 3 times", "all=true");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "gcc", "F", NULL, true), SLAPO_INVALID_ARG,
                     "no compiler 'gcc' (known: none, cc");
+  /* cc takes math=fast|ref and nothing else. */
+  const char *k_math[1] = {"math"}, *v_bad[1] = {"double"}, *k_bad[1] = {"opt"};
+  slapo_compile_opts bad_value = {1, k_math, v_bad}, bad_key = {1, k_bad, v_bad};
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", &bad_value, true), SLAPO_INVALID_ARG,
+                    "cc: math=double; expected math=fast");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", &bad_key, true), SLAPO_INVALID_ARG,
+                    "cc: unknown option 'opt'", "math=fast|ref");
   slapo_pattern_free(p);
   p = pt_parse("relu(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
@@ -388,7 +403,7 @@ static void golden_source(void **state) {
   assert_non_null(slapo_output(ctx, 1, &y));
   slapo__cc_plan plan;
   char *src;
-  OK(slapo__cc_generate(g, "FusedBiasGeLU", &plan, &src));
+  OK(slapo__cc_generate(g, "FusedBiasGeLU", true, &plan, &src));
   assert_int_equal(plan.kind[0], SLAPO__CC_FULL);
   assert_int_equal(plan.kind[1], SLAPO__CC_ROW);
   char path[512];
@@ -407,6 +422,105 @@ static void golden_source(void **state) {
   slapo_graph_free(g);
 }
 
+/* The backward kernel of `y` over inputs x [R, C] and b (a row [C] or one
+ * value []), called directly at 1, 2 and 3 threads: every output byte
+ * equal, the gradient of b within 1e-5 of its sum in double. R = 300 rows
+ * is not a multiple of the row blocks, so the last block is shorter. */
+static void backward_reduction_at(bool row) {
+  enum { R = 300, C = 200 };
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  OK(slapo_graph_new(&g));
+  OK(slapo_ctx_new(g, &ctx));
+  int64_t xs[2] = {R, C}, bs[1] = {C};
+  slapo_node *x = slapo_input(ctx, "x0", SLAPO_DTYPE_F32, 2, xs);
+  slapo_node *b = slapo_input(ctx, "x1", SLAPO_DTYPE_F32, row ? 1 : 0, bs);
+  slapo_node *y = row ? slapo_gelu(ctx, slapo_add(ctx, x, b), true) : slapo_mul(ctx, x, b);
+  assert_non_null(slapo_output(ctx, 1, &y));
+  slapo__cc_plan plan;
+  char *src;
+  OK(slapo__cc_generate(g, "Reduce", true, &plan, &src));
+  slapo__cc_fwd_fn f;
+  slapo__cc_bwd_fn bw;
+  char key[17];
+  OK(slapo__cc_build(src, &f, &bw, key));
+  slapo_free(src);
+  int64_t nb = row ? C : 1, nwork = slapo__cc_work_doubles(&plan, row ? C : R * C);
+  float *xv = malloc(sizeof(float) * R * C), *bv = malloc(sizeof(float) * nb);
+  float *dy = malloc(sizeof(float) * R * C);
+  for (int64_t i = 0; i < R * C; i++) {
+    xv[i] = -3 + 6 * slapo_rng_uniform(3, 1, 0, (uint64_t)i);
+    dy[i] = -1 + 2 * slapo_rng_uniform(3, 2, 0, (uint64_t)i);
+  }
+  for (int64_t c = 0; c < nb; c++) bv[c] = -1 + 2 * slapo_rng_uniform(3, 3, 0, (uint64_t)c);
+  const float *in[2] = {xv, bv};
+  int64_t off[2] = {0, R * C};
+  float *pk[3];
+  double *work = malloc(sizeof(double) * (size_t)(nwork ? nwork : 1));
+  int saved = omp_get_max_threads();
+  for (int k = 0; k < 3; k++) {
+    omp_set_num_threads(k + 1);
+    pk[k] = malloc(sizeof(float) * (R * C + nb));
+    bw(R * C, row ? C : R * C, in, dy, pk[k], off, work, NULL, 0, 1);
+  }
+  omp_set_num_threads(saved);
+  for (int k = 1; k < 3; k++)
+    assert_memory_equal(pk[0], pk[k], sizeof(float) * (R * C + nb));
+  /* b's gradient against a plain double sum: of x's gradient down column c
+   * (the add passes it on), or of dy * x over every element. */
+  for (int64_t c = 0; c < nb; c++) {
+    double t = 0;
+    for (int64_t r = 0; r < R; r++)
+      if (row) t += pk[0][r * C + c];
+      else
+        for (int64_t j = 0; j < C; j++) t += (double)dy[r * C + j] * xv[r * C + j];
+    if (fabs(t - pk[0][R * C + c]) > 1e-5 * (1 + fabs(t)))
+      fail_msg("%s: gradient of b[%lld] %.9g, double sum %.9g", row ? "row" : "scalar",
+               (long long)c, pk[0][R * C + c], t);
+  }
+  for (int k = 0; k < 3; k++) free(pk[k]);
+  free(xv), free(bv), free(dy), free(work);
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+}
+
+static void backward_reductions(void **state) {
+  (void)state;
+  backward_reduction_at(true);
+  backward_reduction_at(false);
+}
+
+/* Gradients that are dy itself (a residual add; a bias add's input; a
+ * dropout with p = 0) are passed on by the rule, not written; a mask, a
+ * product or a broadcast input is not. */
+static void gradient_identities(void **state) {
+  (void)state;
+  for (int drop = 0; drop < 3; drop++) {
+    slapo_graph *g;
+    slapo_ctx *ctx;
+    OK(slapo_graph_new(&g));
+    OK(slapo_ctx_new(g, &ctx));
+    int64_t xs[2] = {4, 8}, bs[1] = {8};
+    slapo_node *x = slapo_input(ctx, "x0", SLAPO_DTYPE_F32, 2, xs);
+    slapo_node *y = slapo_input(ctx, "x1", SLAPO_DTYPE_F32, 2, xs);
+    slapo_node *b = slapo_input(ctx, "x2", SLAPO_DTYPE_F32, 1, bs);
+    slapo_node *t = slapo_add(ctx, y, b);
+    if (drop == 1) t = slapo_dropout(ctx, t, 0.0);
+    if (drop == 2) t = slapo_dropout(ctx, t, 0.1);
+    slapo_node *o = slapo_add(ctx, x, t);
+    assert_non_null(slapo_output(ctx, 1, &o));
+    slapo__cc_plan plan;
+    char *src;
+    OK(slapo__cc_generate(g, "Res", true, &plan, &src));
+    assert_true(plan.grad_is_dy[0]);
+    assert_int_equal(plan.grad_is_dy[1], drop != 2);
+    assert_false(plan.grad_is_dy[2]);
+    slapo_free(src);
+    slapo_ctx_free(ctx);
+    slapo_graph_free(g);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(bias_gelu_none_and_cc),
@@ -416,6 +530,8 @@ int main(void) {
       cmocka_unit_test(compiler_missing_and_failing),
       cmocka_unit_test(preconditions),
       cmocka_unit_test(golden_source),
+      cmocka_unit_test(backward_reductions),
+      cmocka_unit_test(gradient_identities),
       cmocka_unit_test(fuse_all_blocks),
       cmocka_unit_test(concurrent_cache_fill),
   };

@@ -6,8 +6,10 @@
  * object and dlopen'ed, compute what the op's reference kernel (forward)
  * and its backward rule run with reference kernels (gradients) compute, on
  * 64 random inputs plus signed zeros, within 1e-6 relative (dropout: bit for
- * bit, with u from slapo_rng_uniform at a fixed seed, stream and step). The
- * numeric test is skipped when `cc` is not on PATH. */
+ * bit, with u from slapo_rng_uniform at a fixed seed, stream and step).
+ * The float forms (cc_expr_fast), compiled with the fast kernels' helpers
+ * (slapo__cc_math_src), are checked the same way against the fast kernels.
+ * The numeric test is skipped when `cc` is not on PATH. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "common/gradcheck.h"
+#include "ops/cc_expr.h"
 #include "slapo/autograd.h"
 #include "slapo/core.h"
 #include "slapo/exec.h"
@@ -264,6 +267,7 @@ typedef float (*expr_fn)(float a, float b, float y, float g, float u);
 
 typedef struct job {
   int case_i, which;
+  bool fast; /* cc_expr_fast, checked against the fast kernels */
   char expr[EXPR_CAP];
   expr_fn fn;
 } job;
@@ -282,7 +286,7 @@ static bool same(float e, float r) {
 /* Runs case c with reference kernels: outputs y and, for differentiable
  * ops, the gradient of every input for the cotangent dy; checks each
  * compiled expression of the case on every element. Returns mismatches. */
-static int check_case(int k, const job *jobs, int n_jobs, int *exact, int *total) {
+static int check_case(int k, bool fast, const job *jobs, int n_jobs, int *exact, int *total) {
   const cc_case *c = &CASES[k];
   static const int64_t shape[1] = {N};
   built b;
@@ -312,7 +316,7 @@ static int check_case(int k, const job *jobs, int n_jobs, int *exact, int *total
   if (slapo_ctx_status(b.ctx) != SLAPO_OK)
     fail_msg("%s: %s", c->label, slapo_ctx_message(b.ctx));
 
-  slapo_plan_opts o = {.reference = true};
+  slapo_plan_opts o = {.reference = !fast};
   slapo_plan *p;
   assert_ok(slapo_plan_new(b.g, &o, &p));
   slapo_tensor *t[3] = {NULL, NULL, NULL};
@@ -333,7 +337,7 @@ static int check_case(int k, const job *jobs, int n_jobs, int *exact, int *total
   int bad = 0;
   for (int q = 0; q < n_jobs; q++) {
     const job *jb = &jobs[q];
-    if (jb->case_i != k) continue;
+    if (jb->case_i != k || jb->fast != fast) continue;
     const slapo_tensor *rt = slapo_plan_output(p, jb->which + 1);
     assert_true(slapo_tensor_is_contiguous(rt));
     const float *r = slapo_tensor_data(rt);
@@ -348,9 +352,10 @@ static int check_case(int k, const job *jobs, int n_jobs, int *exact, int *total
       *exact += be == br || (isnan(e) && isnan(r[i]));
       (*total)++;
       if (!ok && miss++ < 3)
-        print_message("%s which=%d elem %d (a=%.9g b=%.9g u=%.9g): expr %.9g, reference %.9g\n"
+        print_message("%s which=%d%s elem %d (a=%.9g b=%.9g u=%.9g): expr %.9g, %s %.9g\n"
                       "  expr: %s\n",
-                      c->label, jb->which, i, a, bv, u[i], e, r[i], jb->expr);
+                      c->label, jb->which, fast ? " (float form)" : "", i, a, bv, u[i], e,
+                      fast ? "fast kernel" : "reference", r[i], jb->expr);
     }
     bad += miss;
   }
@@ -366,9 +371,9 @@ static void test_compiled_matches_reference(void **state) {
     print_message("no `cc` on PATH: the compiled-expression check is skipped\n");
     skip();
   }
-  job *jobs = calloc(N_CASES * 3, sizeof *jobs);
+  job *jobs = calloc(N_CASES * 6, sizeof *jobs);
   assert_non_null(jobs);
-  int n_jobs = 0;
+  int n_jobs = 0, n_fast = 0;
   for (int k = 0; k < N_CASES; k++) {
     built b;
     build_case(&CASES[k], &b);
@@ -376,9 +381,16 @@ static void test_compiled_matches_reference(void **state) {
       job *jb = &jobs[n_jobs++];
       jb->case_i = k, jb->which = w;
       assert_true(b.y->op->cc_expr(b.y, w, jb->expr, sizeof jb->expr));
+      jb = &jobs[n_jobs];
+      if (b.y->op->cc_expr_fast && b.y->op->cc_expr_fast(b.y, w, jb->expr, sizeof jb->expr)) {
+        assert_true(jb->expr[0] == '(' && jb->expr[strlen(jb->expr) - 1] == ')');
+        jb->case_i = k, jb->which = w, jb->fast = true;
+        n_jobs++, n_fast++;
+      }
     }
     built_free(&b);
   }
+  assert_true(n_fast >= 10); /* gelu (both forms), silu, sigmoid, exp, ... */
 
   char dir[] = "/tmp/slapo_cc_expr_XXXXXX";
   assert_non_null(mkdtemp(dir));
@@ -388,7 +400,8 @@ static void test_compiled_matches_reference(void **state) {
   snprintf(log, sizeof log, "%s/cc.log", dir);
   FILE *f = fopen(src, "w");
   assert_non_null(f);
-  fprintf(f, "#include <math.h>\n");
+  fprintf(f, "#include <math.h>\n#include <stdint.h>\n#include <string.h>\n%s\n",
+          slapo__cc_math_src());
   for (int q = 0; q < n_jobs; q++)
     fprintf(f,
             "float e%d(float a, float b, float y, float g, float u) {\n"
@@ -422,8 +435,13 @@ static void test_compiled_matches_reference(void **state) {
   }
 
   int bad = 0, exact = 0, total = 0;
-  for (int k = 0; k < N_CASES; k++) bad += check_case(k, jobs, n_jobs, &exact, &total);
-  print_message("%d expressions, %d elements compared, %d bit-exact\n", n_jobs, total, exact);
+  for (int k = 0; k < N_CASES; k++) bad += check_case(k, false, jobs, n_jobs, &exact, &total);
+  print_message("%d reference forms, %d elements compared, %d bit-exact\n", n_jobs - n_fast, total,
+                exact);
+  int fexact = 0, ftotal = 0;
+  for (int k = 0; k < N_CASES; k++) bad += check_case(k, true, jobs, n_jobs, &fexact, &ftotal);
+  print_message("%d float forms, %d elements compared with the fast kernels, %d bit-exact\n",
+                n_fast, ftotal, fexact);
 
   dlclose(h);
   free(jobs);
