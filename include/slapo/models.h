@@ -57,6 +57,9 @@ typedef struct slapo_model_family {
   const char *const *configs;   /* named configs, NULL-terminated             */
   const char *default_config;   /* --config default                           */
   slapo_objective objective;
+  /* The peak learning rate `slapo train` uses for this family when --lr is
+   * not given (0: the trainer's 1e-3); the final one is a tenth of it. */
+  float lr;
   /* The schedule file (in the repository's schedules/) that `--schedule
    * default` names; NULL: none. Without --schedule a model trains
    * unscheduled. */

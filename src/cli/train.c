@@ -74,8 +74,8 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
           "  --seq T             tokens per sequence (0: the config's context, at most\n"
           "                      256) [%lld]\n"
           "  --grad-accum K      micro-batches per step, weighted by valid tokens [%lld]\n"
-          "  --lr X              peak learning rate [%g]\n"
-          "  --min-lr X          final learning rate [%g]\n"
+          "  --lr X              peak learning rate [%g; bert: 5e-4]\n"
+          "  --min-lr X          final learning rate [%g; a tenth of a family's own]\n"
           "  --warmup N          warmup steps [%lld]\n"
           "  --weight-decay X    AdamW decoupled weight decay [%g]\n"
           "  --grad-clip X       clip the global gradient norm (0: off) [%g]\n"
@@ -174,8 +174,10 @@ int cmd_train(int argc, char **argv) {
   d = c;
   cli_model_opts mo = {0};
   int o, rc = -1;
+  bool lr_set = false, min_lr_set = false;
   opterr = 0;
   while (rc < 0 && (o = getopt_long(argc, argv, ":", k_opts, NULL)) != -1) {
+    lr_set |= o == OPT_LR, min_lr_set |= o == OPT_MIN_LR;
     int taken = cli_model_option(&mo, o, optarg);
     if (o == OPT_HELP) train_usage(stdout, &d), rc = 0;
     else if (taken < 0 || (!taken && !train_option(&c, o, optarg)))
@@ -185,6 +187,10 @@ int cmd_train(int argc, char **argv) {
   if (rc < 0 && (rc = cli_model_finish(&mo, "train")) == 0) {
     c.model = mo.model, c.model_config = mo.config, c.schedule = mo.schedule;
     c.disabled = mo.disabled, c.n_disabled = mo.n_disabled;
+    /* A family's own learning rate (BERT's post-LN blocks want a smaller
+     * one) unless the user gave one. */
+    if (!lr_set && mo.family->lr > 0) c.lr = mo.family->lr;
+    if (!min_lr_set && !lr_set && mo.family->lr > 0) c.min_lr = c.lr / 10;
     print_start(&c);
     progress p = {isatty(STDOUT_FILENO) != 0, false};
     slapo_status s = slapo_train(&c, on_event, &p);
