@@ -25,3 +25,39 @@ def write_safetensors(path, tensors, metadata):
         f.write(h)
         for b in blobs:
             f.write(b)
+
+
+def reference_run(w, forward, idx, labels, k_steps, lr, betas, eps, wd, clip):
+    """The fixture tensors of a causal LM given its weights `w` (name ->
+    tensor) and `forward(params, idx, labels) -> (logits, loss)`: the
+    weights, the inputs, logits, loss, every gradient ("grad.<name>") and the
+    losses of k_steps AdamW steps ("adamw_losses": the loss before each
+    step's update, starting after step 0), with no weight decay on 1-D
+    parameters and global-norm clipping, as slapo's trainer does. Returns
+    (tensors, loss, adamw losses)."""
+    params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
+    logits, loss = forward(params, idx, labels)
+    loss.backward()
+    out = dict(w)
+    out["input_ids"] = idx.to(torch.int32)
+    out["labels"] = labels.to(torch.int32)
+    out["logits"] = logits.detach()
+    out["loss"] = loss.detach().reshape(())
+    for k, p in params.items():
+        out["grad." + k] = p.grad.detach().clone()
+    decay = [p for k, p in params.items() if p.dim() >= 2]
+    no_decay = [p for k, p in params.items() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd},
+                             {"params": no_decay, "weight_decay": 0.0}],
+                            lr=lr, betas=betas, eps=eps)
+    losses = []
+    for step in range(k_steps + 1):
+        opt.zero_grad()
+        _, l = forward(params, idx, labels)
+        l.backward()
+        if step > 0:
+            losses.append(l.item())
+        torch.nn.utils.clip_grad_norm_(list(params.values()), clip)
+        opt.step()
+    out["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
+    return out, loss, losses

@@ -30,7 +30,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
-from fixture_io import write_safetensors
+from fixture_io import reference_run, write_safetensors
 
 L, C, NH, NKV, I, NCTX, V = 2, 32, 4, 2, 64, 16, 256
 THETA, RMS_EPS = 10000.0, 1e-5
@@ -122,34 +122,7 @@ def main():
     w = make_weights(gen)
     idx = torch.randint(0, V, (B, T), generator=gen)
     labels = torch.randint(0, V, (B, T), generator=gen)
-    params = {k: v.clone().requires_grad_(True) for k, v in w.items()}
-    logits, loss = forward(params, idx, labels)
-    loss.backward()
-    out = dict(w)
-    out["input_ids"] = idx.to(torch.int32)
-    out["labels"] = labels.to(torch.int32)
-    out["logits"] = logits.detach()
-    out["loss"] = loss.detach().reshape(())
-    for k, p in params.items():
-        out["grad." + k] = p.grad.detach().clone()
-
-    # K AdamW steps, no weight decay on 1-D parameters (RMSNorm weights),
-    # global-norm clipping, as slapo's trainer does.
-    decay = [p for k, p in params.items() if p.dim() >= 2]
-    no_decay = [p for k, p in params.items() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=LR, betas=BETAS, eps=EPS)
-    losses = []
-    for step in range(K_STEPS + 1):
-        opt.zero_grad()
-        _, l = forward(params, idx, labels)
-        l.backward()
-        if step > 0:
-            losses.append(l.item())
-        torch.nn.utils.clip_grad_norm_(list(params.values()), CLIP)
-        opt.step()
-    out["adamw_losses"] = torch.tensor(losses, dtype=torch.float32)
+    out, loss, losses = reference_run(w, forward, idx, labels, K_STEPS, LR, BETAS, EPS, WD, CLIP)
     meta = {"n_layer": str(L), "hidden": str(C), "n_head": str(NH), "n_kv_head": str(NKV),
             "intermediate": str(I), "n_ctx": str(NCTX), "vocab_size": str(V),
             "rope_theta": repr(THETA), "rms_eps": repr(RMS_EPS), "lr": repr(LR),
