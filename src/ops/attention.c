@@ -164,22 +164,7 @@ static void backward_kernel(const slapo_node *node, const slapo_tensor *const *i
   slapo__fa_backward(&g, reference, g.dq, slapo_tensor_numel(out));
 }
 
-static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                   const slapo_kernel_env *env) {
-  forward_kernel(node, in, out, env, true);
-}
-static void fa_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                    const slapo_kernel_env *env) {
-  forward_kernel(node, in, out, env, false);
-}
-static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
-                            slapo_tensor *out, const slapo_kernel_env *env) {
-  backward_kernel(node, in, out, env, true);
-}
-static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
-                             slapo_tensor *out, const slapo_kernel_env *env) {
-  backward_kernel(node, in, out, env, false);
-}
+FA_OP_KERNELS
 
 /* ------------------------------------------------------------------------ */
 /* Descriptors                                                               */

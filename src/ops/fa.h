@@ -68,6 +68,27 @@ void slapo__fa_attrs(fa_geom *g, const slapo_node *node, const slapo_kernel_env 
 void slapo__fa_forward(const fa_geom *g, bool reference);
 void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_out);
 
+/* The four kernels of an op form (reference and fast, forward and
+ * backward) from its two set-up functions forward_kernel and
+ * backward_kernel(node, in, out, env, reference). */
+#define FA_OP_KERNELS                                                                       \
+  static void fa_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out, \
+                     const slapo_kernel_env *env) {                                         \
+    forward_kernel(node, in, out, env, true);                                               \
+  }                                                                                         \
+  static void fa_fast(const slapo_node *node, const slapo_tensor *const *in,                \
+                      slapo_tensor *out, const slapo_kernel_env *env) {                     \
+    forward_kernel(node, in, out, env, false);                                              \
+  }                                                                                         \
+  static void fa_backward_ref(const slapo_node *node, const slapo_tensor *const *in,        \
+                              slapo_tensor *out, const slapo_kernel_env *env) {             \
+    backward_kernel(node, in, out, env, true);                                              \
+  }                                                                                         \
+  static void fa_backward_fast(const slapo_node *node, const slapo_tensor *const *in,       \
+                               slapo_tensor *out, const slapo_kernel_env *env) {            \
+    backward_kernel(node, in, out, env, false);                                             \
+  }
+
 /* The tile kernels of each ISA level: fwd_job computes query tile r0 of
  * head bh, bwd_job every gradient row of kv head kvh and of its G query
  * heads (see ops/fa_tiles.h). */
