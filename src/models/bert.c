@@ -132,12 +132,7 @@ static slapo_node *encoder_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                    slapo_node *const *in) {
   const slapo_bert_config *c = cfg_of(self);
   slapo_node *args[2] = {in[0], n_in > 1 ? in[1] : NULL};
-  char name[32];
-  for (int l = 0; l < c->n_layer && args[0]; l++) {
-    snprintf(name, sizeof name, "layer.%d", l);
-    args[0] = slapo_call(ctx, self, name, n_in, args);
-  }
-  return args[0];
+  return slapo__call_layers(ctx, self, "layer", c->n_layer, n_in, args);
 }
 
 static const slapo_module_type k_encoder = {"BertEncoder", encoder_forward, NULL, NULL, NULL};
@@ -249,10 +244,7 @@ static const slapo_module_type k_mlm = {"BertForMaskedLM", mlm_forward, NULL, NU
 
 static slapo_status with_cfg(const slapo_module_type *t, const slapo_bert_config *c,
                              slapo_module **out) {
-  slapo_bert_config *d = slapo_malloc(sizeof *d);
-  if (!d) return slapo_error(SLAPO_NOMEM, "bert: out of memory");
-  *d = *c;
-  return slapo_module_new(t, d, out);
+  return slapo__module_with_config(t, c, sizeof *c, out);
 }
 
 #define ADD SLAPO__ADD

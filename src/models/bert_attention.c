@@ -114,11 +114,8 @@ static const slapo_module_type k_flash = {"BertFlashAttention", flash_forward,
 static slapo_status attention_new(const slapo_module_type *t, const slapo_bert_config *c,
                                   const slapo_module *from, slapo_module **out) {
   *out = NULL;
-  slapo_bert_config *d = slapo_malloc(sizeof *d);
-  if (!d) return slapo_error(SLAPO_NOMEM, "bert: out of memory");
-  *d = *c;
   slapo_module *m;
-  SLAPO_TRY(slapo_module_new(t, d, &m));
+  SLAPO_TRY(slapo__module_with_config(t, c, sizeof *c, &m));
   static const char *const names[3] = {"query", "key", "value"};
   slapo_status s = SLAPO_OK;
   for (int i = 0; i < 3 && s == SLAPO_OK; i++) {

@@ -37,12 +37,6 @@ slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out) {
 /* Every GPT-2 module keeps a pointer to the shared config. */
 static const slapo_gpt2_config *cfg_of(const slapo_module *m) { return m->config; }
 
-static slapo_gpt2_config *cfg_copy(const slapo_gpt2_config *c) {
-  slapo_gpt2_config *d = slapo_malloc(sizeof *d);
-  if (d) *d = *c;
-  return d;
-}
-
 /* ---- GPT2Attention ---- */
 
 slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v) {
@@ -154,11 +148,7 @@ static slapo_node *model_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *pos = slapo_slice(ctx, slapo_weight(ctx, wpe, "weight"), 0, P, P + T); /* [T, C] */
   slapo_ctx_pop_origin(ctx);
   slapo_node *x = slapo_call1(ctx, self, "drop", slapo_add(ctx, tok, pos));
-  char name[32];
-  for (int l = 0; l < c->n_layer; l++) {
-    snprintf(name, sizeof name, "h.%d", l);
-    x = slapo_call1(ctx, self, name, x);
-  }
+  x = slapo__call_layers(ctx, self, "h", c->n_layer, 1, &x);
   return slapo_call1(ctx, self, "ln_f", x);
 }
 
@@ -177,9 +167,7 @@ static const slapo_module_type k_lm = {"GPT2LMHeadModel", lm_forward, NULL, NULL
 
 static slapo_status with_cfg(const slapo_module_type *t, const slapo_gpt2_config *c,
                              slapo_module **out) {
-  slapo_gpt2_config *d = cfg_copy(c);
-  if (!d) return slapo_error(SLAPO_NOMEM, "gpt2: out of memory");
-  return slapo_module_new(t, d, out);
+  return slapo__module_with_config(t, c, sizeof *c, out);
 }
 
 #define ADD SLAPO__ADD

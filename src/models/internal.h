@@ -80,6 +80,19 @@ int slapo__config_index(const char *family, const char *const *names, const char
 slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const char *cls,
                                      const char *body, int n_in, slapo_node *const *in);
 
+/* A module of type t owning a copy of the `size` bytes at cfg (a family's
+ * config struct, which every module of the family keeps). Errors: NOMEM,
+ * those of slapo_module_new. */
+slapo_status slapo__module_with_config(const slapo_module_type *t, const void *cfg, size_t size,
+                                       slapo_module **out);
+
+/* The blocks of a stack: calls self's children "<list>.0" .. "<list>.<n-1>"
+ * in order, each on the previous one's output as args[0] and the same
+ * args[1 .. n_in-1] (BERT's mask bias). Returns the last output, NULL on
+ * error (on ctx). */
+slapo_node *slapo__call_layers(slapo_ctx *ctx, slapo_module *self, const char *list, int n,
+                               int n_in, slapo_node **args);
+
 /* Sets the root's example inputs for `trace`: ids and labels [2, min(8,
  * n_ctx)] i32 (meta). Errors: NOMEM. */
 slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx);

@@ -78,11 +78,7 @@ static slapo_node *model_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     return NULL;
   }
   slapo_node *x = slapo_call1(ctx, self, "embed_tokens", idx); /* [B, T, C] */
-  char name[32];
-  for (int l = 0; l < c->n_layer; l++) {
-    snprintf(name, sizeof name, "layers.%d", l);
-    x = slapo_call1(ctx, self, name, x);
-  }
+  x = slapo__call_layers(ctx, self, "layers", c->n_layer, 1, &x);
   return slapo_call1(ctx, self, "norm", x);
 }
 
@@ -101,10 +97,7 @@ static const slapo_module_type k_lm = {"LlamaForCausalLM", lm_forward, NULL, NUL
 
 static slapo_status with_cfg(const slapo_module_type *t, const slapo_llama_config *c,
                              slapo_module **out) {
-  slapo_llama_config *d = slapo_malloc(sizeof *d);
-  if (!d) return slapo_error(SLAPO_NOMEM, "llama: out of memory");
-  *d = *c;
-  return slapo_module_new(t, d, out);
+  return slapo__module_with_config(t, c, sizeof *c, out);
 }
 
 #define ADD SLAPO__ADD

@@ -123,11 +123,8 @@ static const char *const k_linears[4] = {"q_proj", "k_proj", "v_proj", "o_proj"}
 static slapo_status attention_new(const slapo_module_type *t, const slapo_llama_config *c,
                                   const slapo_module *from, slapo_module **out) {
   *out = NULL;
-  slapo_llama_config *d = slapo_malloc(sizeof *d);
-  if (!d) return slapo_error(SLAPO_NOMEM, "%s: out of memory", t->name);
-  *d = *c;
   slapo_module *m;
-  SLAPO_TRY(slapo_module_new(t, d, &m));
+  SLAPO_TRY(slapo__module_with_config(t, c, sizeof *c, &m));
   int64_t C = c->hidden, HS = c->hidden / c->n_head;
   int64_t outs[4] = {C, c->n_kv_head * HS, c->n_kv_head * HS, C};
   slapo_status s = SLAPO_OK;

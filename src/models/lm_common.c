@@ -1,6 +1,7 @@
 /* models/lm_common.c - what the language-model families share: config
- * lookup by name, the causal-LM root forward (logits, or the loss with
- * labels), the example inputs `trace` builds on. Layer: models. */
+ * lookup by name, modules owning a config copy, the stack of blocks, the
+ * causal-LM root forward (logits, or the loss with labels), the example
+ * inputs `trace` builds on. Layer: models. */
 #include <stdio.h>
 #include <string.h>
 
@@ -42,4 +43,23 @@ slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx) {
   slapo_tensor_free(ex[0]);
   slapo_tensor_free(ex[1]);
   return s;
+}
+
+slapo_status slapo__module_with_config(const slapo_module_type *t, const void *cfg, size_t size,
+                                       slapo_module **out) {
+  *out = NULL;
+  void *d = slapo_malloc(size);
+  if (!d) return slapo_error(SLAPO_NOMEM, "%s: out of memory", t->name);
+  memcpy(d, cfg, size);
+  return slapo_module_new(t, d, out);
+}
+
+slapo_node *slapo__call_layers(slapo_ctx *ctx, slapo_module *self, const char *list, int n,
+                               int n_in, slapo_node **args) {
+  char name[64];
+  for (int l = 0; l < n && args[0]; l++) {
+    snprintf(name, sizeof name, "%s.%d", list, l);
+    args[0] = slapo_call(ctx, self, name, n_in, args);
+  }
+  return args[0];
 }
