@@ -31,6 +31,17 @@ static slapo_status layer_norm_infer(slapo_node *node) {
   return slapo__same_as_input(node, 0);
 }
 
+/* The reference kernels' mean and 1/std of one row, in double (two passes,
+ * biased variance, eps inside the sqrt: PyTorch's definition). */
+static void ref_row_stats(const float *xr, int64_t C, double eps, double *mean, double *rstd) {
+  double m = 0, var = 0;
+  for (int64_t c = 0; c < C; c++) m += xr[c];
+  m /= (double)C;
+  for (int64_t c = 0; c < C; c++) var += (xr[c] - m) * (xr[c] - m);
+  *mean = m;
+  *rstd = 1.0 / sqrt(var / (double)C + eps);
+}
+
 static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in,
                            slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
@@ -43,12 +54,8 @@ static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in
   slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
-    double mean = 0, var = 0;
-    for (int64_t c = 0; c < C; c++) mean += xr[c];
-    mean /= (double)C;
-    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
-    var /= (double)C;
-    double rstd = 1.0 / sqrt(var + eps);
+    double mean, rstd;
+    ref_row_stats(xr, C, eps, &mean, &rstd);
     for (int64_t c = 0; c < C; c++) {
       double v = (xr[c] - mean) * rstd;
       y[r * C + c] = (float)(w ? v * w[c] + b[c] : v);
@@ -196,12 +203,8 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
   slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
-    double mean = 0, var = 0;
-    for (int64_t c = 0; c < C; c++) mean += xr[c];
-    mean /= (double)C;
-    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
-    var /= (double)C;
-    double rstd = 1.0 / sqrt(var + eps);
+    double mean, rstd;
+    ref_row_stats(xr, C, eps, &mean, &rstd);
     double mean_dyw = 0, mean_dyw_xhat = 0;
     for (int64_t c = 0; c < C; c++) {
       double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
@@ -303,12 +306,8 @@ static void layer_norm_backward_params_ref(const slapo_node *node, const slapo_t
   memset(acc, 0, sizeof(double) * 2 * (size_t)C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
-    double mean = 0, var = 0;
-    for (int64_t c = 0; c < C; c++) mean += xr[c];
-    mean /= (double)C;
-    for (int64_t c = 0; c < C; c++) var += (xr[c] - mean) * (xr[c] - mean);
-    var /= (double)C;
-    double rstd = 1.0 / sqrt(var + eps);
+    double mean, rstd;
+    ref_row_stats(xr, C, eps, &mean, &rstd);
     for (int64_t c = 0; c < C; c++) {
       acc[c] += (double)dy[r * C + c] * ((xr[c] - mean) * rstd);
       acc[C + c] += dy[r * C + c];
