@@ -47,32 +47,3 @@ void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C) {
   *C = x->shape[x->ndim - 1];
   *R = *C ? slapo_tensor_numel(x) / *C : 0;
 }
-
-enum { PTILE = 64 }; /* columns per job */
-
-/* Columns [c0, c0 + n) of the sums, rows in order 0 .. R-1, in double. */
-static void param_cols(const float *x, const float *dy, const float *stats, int64_t R, int64_t C,
-                       int64_t c0, int64_t n, bool with_db, float *out) {
-  double dw[PTILE] = {0}, db[PTILE] = {0};
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C + c0, *dyr = dy + r * C + c0;
-    float mean = stats[2 * r], rstd = stats[2 * r + 1];
-    for (int64_t j = 0; j < n; j++) {
-      dw[j] += (double)(dyr[j] * ((xr[j] - mean) * rstd));
-      db[j] += dyr[j];
-    }
-  }
-  for (int64_t j = 0; j < n; j++) out[c0 + j] = (float)dw[j];
-  if (with_db)
-    for (int64_t j = 0; j < n; j++) out[C + c0 + j] = (float)db[j];
-}
-
-void slapo__norm_param_grads(const float *x, const float *dy, const float *stats, int64_t R,
-                             int64_t C, bool with_db, float *out) {
-  int64_t tiles = (C + PTILE - 1) / PTILE;
-#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(dynamic, 1)
-  for (int64_t t = 0; t < tiles; t++) {
-    int64_t c0 = t * PTILE;
-    param_cols(x, dy, stats, R, C, c0, C - c0 < PTILE ? C - c0 : PTILE, with_db, out);
-  }
-}

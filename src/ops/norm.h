@@ -12,13 +12,6 @@ slapo_status slapo__norm_want_rows(const slapo_node *node, double eps_default);
 slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char *what);
 /* Shape inference of a fused backward (x, dy) or (x, weight, dy) -> dx. */
 slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default);
-/* The weight (and bias) gradients of a normalization over rows of x, dy
- * [R, C]: out[c] = sum_r dy[r, c] (x[r, c] - mean_r) rstd_r and, with_db,
- * out[C + c] = sum_r dy[r, c]; mean_r, rstd_r = stats[2 r], stats[2 r + 1]
- * (mean 0 for RMSNorm). 64-column tiles in parallel, each column summing
- * its rows in order in double: bitwise independent of the thread count. */
-void slapo__norm_param_grads(const float *x, const float *dy, const float *stats, int64_t R,
-                             int64_t C, bool with_db, float *out);
 /* x [R, C]: C and R of a contiguous input. */
 void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C);
 

@@ -218,27 +218,48 @@ static void weight_ref(const slapo_node *node, const slapo_tensor *const *in, sl
   }
 }
 
-/* Rows' rstd (mean 0) into a scratch, then the shared column sums. */
+enum { WTILE = 64 }; /* columns per job */
+
+/* Columns [c0, c0 + n) of dw, rows in order 0 .. R-1 in double, each row's
+ * rstd from rstd [R]: bitwise independent of the thread count. */
+static void weight_cols(const float *x, const float *dy, const float *rstd, int64_t R, int64_t C,
+                        int64_t c0, int64_t n, float *dw) {
+  double acc[WTILE] = {0};
+  for (int64_t r = 0; r < R; r++) {
+    const float *xr = x + r * C + c0, *dyr = dy + r * C + c0;
+    for (int64_t j = 0; j < n; j++) acc[j] += (double)(dyr[j] * (xr[j] * rstd[r]));
+  }
+  for (int64_t j = 0; j < n; j++) dw[c0 + j] = (float)acc[j];
+}
+
+/* Pass 1 (rows in parallel): each row's rstd as the forward computes it,
+ * into a scratch [R]; pass 2 (64-column tiles in parallel): the sums.
+ * Without scratch memory (a kernel cannot fail): the reference. */
 static void weight_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                         const slapo_kernel_env *env) {
-  const float *x = slapo_tensor_data(in[0]); /* x [R, C] */
+  const float *x = slapo_tensor_data(in[0]), *dy = slapo_tensor_data(in[1]); /* [R, C] */
+  float *dw = slapo_tensor_data(out);                                        /* [C] */
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
   slapo__norm_rows(in[0], &R, &C);
-  float *stats = slapo_malloc((size_t)(2 * (R > 0 ? R : 1)) * sizeof(float)); /* [2 R] */
-  if (!stats) {
+  float *rstd = slapo_malloc((size_t)(R > 0 ? R : 1) * sizeof(float)); /* [R] */
+  if (!rstd) {
     weight_ref(node, in, out, env);
     return;
   }
-#pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
+  int nt = slapo__threads_for(R * C);
+#pragma omp parallel for num_threads(nt) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C;
     float ss = 0.0f;
     for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
-    stats[2 * r] = 0.0f, stats[2 * r + 1] = 1.0f / sqrtf(ss / (float)C + eps); /* as the forward */
+    rstd[r] = 1.0f / sqrtf(ss / (float)C + eps);
   }
-  slapo__norm_param_grads(x, slapo_tensor_data(in[1]), stats, R, C, false, slapo_tensor_data(out));
-  slapo_free(stats);
+  int64_t tiles = (C + WTILE - 1) / WTILE;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (int64_t t = 0; t < tiles; t++)
+    weight_cols(x, dy, rstd, R, C, t * WTILE, C - t * WTILE < WTILE ? C - t * WTILE : WTILE, dw);
+  slapo_free(rstd);
 }
 
 static slapo_node *weight_example(slapo_ctx *ctx) {
