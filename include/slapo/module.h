@@ -49,6 +49,12 @@ typedef struct slapo_parameter {
   bool no_weight_decay; /* AdamW skips it (biases, norms, 1-D params)    */
   int refcount;
   slapo_map *tags;      /* annotate: key -> owned value string; NULL = none */
+  /* Tensor parallelism (the shard primitive): NULL when whole; else value
+   * and grad hold this rank's piece of the unsharded tensor. Owned. */
+  slapo_shard *shard;
+  int shard_group;      /* the process group it is split across (slapo_group) */
+  int n_shard_users;    /* paths of the modules that declared the shard: a  */
+  char **shard_users;   /*   tied parameter must be sharded at every use     */
 } slapo_parameter;
 
 /* Sets tag `key` of p to `value` (copied), replacing an earlier value.
@@ -58,6 +64,21 @@ typedef struct slapo_parameter {
 slapo_status slapo_parameter_set_tag(slapo_parameter *p, const char *key, const char *value);
 /* Value of tag `key`, or NULL. Borrowed: valid until the tag changes. */
 const char *slapo_parameter_tag(const slapo_parameter *p, const char *key);
+
+/* Splits p across a process group: its value becomes rank s->index's piece
+ * of the unsharded tensor (s->full must be its shape): a meta value gets the
+ * local shape (materialize then gives each element the value the unsharded
+ * parameter has there), a materialized one is sliced and its gradient
+ * zeroed. `user` is the path of the module declaring it (copied); a
+ * parameter already split the same way only records another user (the
+ * second use of a tied weight). Errors (p unchanged): SLAPO_STATE (already
+ * split another way: names both layouts), SLAPO_SHAPE (s->full is not p's
+ * shape), NOMEM. */
+slapo_status slapo_parameter_shard(slapo_parameter *p, const slapo_shard *s, int group,
+                                   const char *user);
+/* The unsharded shape of p (its own shape when whole) into shape
+ * [SLAPO_MAX_DIMS]; returns ndim. */
+int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape);
 
 /* ------------------------------------------------------------------------ */
 /* Module types                                                              */
@@ -97,6 +118,19 @@ typedef struct slapo_module_type {
 
 typedef struct slapo_trace_state slapo_trace_state; /* a traced module's graphs (trace.c) */
 
+/* A collective a module's call applies to its first input before the
+ * forward or to its output after it (the sync primitive: fwd_pre and
+ * bwd_post act on the input, fwd_post on the output). `emit` builds it on
+ * x with the sync's arguments (the primitive's function: layers below dist
+ * hold it without knowing the collectives) and returns NULL on error,
+ * recorded on ctx. */
+typedef enum slapo_sync_where { SLAPO_SYNC_INPUT, SLAPO_SYNC_OUTPUT } slapo_sync_where;
+typedef struct slapo_module_sync {
+  slapo_sync_where where;
+  slapo_node *(*emit)(slapo_ctx *ctx, slapo_node *x, const int64_t *args);
+  int64_t args[4];
+} slapo_module_sync;
+
 /* A module instance. Fields are readable; change them through the API. */
 struct slapo_module {
   const slapo_module_type *type;
@@ -111,6 +145,8 @@ struct slapo_module {
   /* Schedule state that slapo_call obeys (primitives set it). */
   bool checkpoint;          /* activations recomputed in backward        */
   slapo_trace_state *trace; /* traced: slapo_call emits its stored graph */
+  int n_syncs;              /* applied by slapo_call, in order           */
+  slapo_module_sync *syncs; /* owned                                     */
   uint64_t version;         /* root only: bumped by slapo_module_touch   */
   int n_example;            /* root only: example inputs for `trace`     */
   slapo_tensor **example;   /*   (meta tensors, owned)                   */
@@ -153,6 +189,12 @@ slapo_status slapo_module_add_param(slapo_module *m, const char *name, int ndim,
 /* Makes m's parameter `name` refer to `p` (tying; p's refcount + 1),
  * replacing any parameter of that name. Errors: NOMEM. */
 slapo_status slapo_module_tie_param(slapo_module *m, const char *name, slapo_parameter *p);
+
+/* Appends a sync to m (copied); slapo_call applies input syncs in order
+ * before m's forward and output syncs in order after it, inside m's call
+ * (nodes stamped with m's path). A replace carries them to the new module.
+ * Errors: SLAPO_LIMIT (8 syncs), SLAPO_INVALID_ARG (emit NULL), NOMEM. */
+slapo_status slapo_module_add_sync(slapo_module *m, const slapo_module_sync *sync);
 
 /* Child named `name` (one segment), or NULL. */
 slapo_module *slapo_module_child(const slapo_module *m, const char *name);

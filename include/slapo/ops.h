@@ -72,6 +72,18 @@ int slapo_ctx_region(const slapo_ctx *ctx);
 void slapo_ctx_set_shapeless(slapo_ctx *ctx, bool on);
 bool slapo_ctx_shapeless(const slapo_ctx *ctx);
 
+/* Tensor parallelism: random ops built while a shard view is set (dim >=
+ * 0) draw as the slice [start, start + n) along `dim` of a value whose size
+ * there is `full` (attributes shard_dim, shard_start, shard_full), so a
+ * rank holding some attention heads drops exactly what the unsharded model
+ * drops in those heads (DESIGN.md §3: masks keyed by global coordinates).
+ * dim < 0 clears. The previous view is written to prev [3] (may be NULL)
+ * for restoring. */
+void slapo_ctx_set_rng_shard(slapo_ctx *ctx, int64_t dim, int64_t start, int64_t full,
+                             int64_t prev[3]);
+/* The current view {dim, start, full}; dim -1 when none. Borrowed. */
+const int64_t *slapo_ctx_rng_shard(const slapo_ctx *ctx);
+
 /* Upper layers (module/) attach their own state here. */
 void slapo_ctx_set_user(slapo_ctx *ctx, void *user);
 void *slapo_ctx_user(const slapo_ctx *ctx);

@@ -187,6 +187,28 @@ slapo_status slapo_fuse_all(slapo_sched *node, const char *compiler, const char 
  * bias), SLAPO_STATE (inlined into a flattened trace). */
 slapo_status slapo_decompose(slapo_sched *node);
 
+/* shard (primitives/shard.c): splits parameter `param` of node's module
+ * along `axis` across the tensor-parallel group (slapo_dist_init), in
+ * `parts` blocks each split on its own (3 for GPT-2's q|k|v c_attn).
+ * .sched: `PATH shard PARAM axis=A [parts=P]`. Errors: SLAPO_NOT_FOUND (no
+ * such parameter), SLAPO_SHAPE (size not divisible by parts x group size:
+ * names parameter, axis, size, group size), SLAPO_INVALID_ARG (bad axis or
+ * parts), SLAPO_STATE (sharded another way; inlined into a trace). */
+slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, int parts);
+
+/* sync (primitives/sync.c): a collective at node's module boundary: mode
+ * "fwd_pre" (on the first input), "fwd_post" (on the output) or "bwd_post"
+ * (the input's gradient); op "all_reduce", "all_gather", "reduce_scatter"
+ * or "scatter" along `axis`; reduce_grad: all_gather's backward
+ * reduce-scatters (true) or takes the own block. A row-parallel Linear with
+ * a bias becomes a SyncedLinear (matmul, collective, bias). .sched: `PATH
+ * sync MODE OP [axis=A] [reduce=false] [group=tp|dp|world]`. Errors:
+ * SLAPO_INVALID_ARG (unknown mode or op, a pair that does not exist),
+ * SLAPO_PRECOND (the collective does not fit the shards' output: the
+ * message names the one that does), SLAPO_STATE (inlined). */
+slapo_status slapo_sync(slapo_sched *node, const char *mode, const char *op, int axis,
+                        bool reduce_grad);
+
 /* trace: captures node's module as a static graph (slapo_module_trace; see
  * primitives/trace.c). opts NULL: no flatten, default leaves. Errors: those
  * of slapo_module_trace. */

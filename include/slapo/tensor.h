@@ -232,6 +232,44 @@ slapo_status slapo_safetensors_write(const char *path, int n, const char *const 
                                      const char *const *meta_keys,
                                      const char *const *meta_values);
 
+
+/* ------------------------------------------------------------------------ */
+/* Shards (tensor parallelism; src/tensor/shard.c)                           */
+/* ------------------------------------------------------------------------ */
+
+/* How a tensor is split across a group of `count` ranks along `axis`: the
+ * axis is `parts` equal blocks (3 for GPT-2's fused q|k|v weight), each cut
+ * into `count` equal chunks, and rank `index` holds chunk `index` of every
+ * block, blocks in order. parts = 1 is the plain contiguous split; parts =
+ * 3 on c_attn gives every rank its own heads' q, k and v (a plain split
+ * would give rank 0 all of q). */
+typedef struct slapo_shard {
+  int axis, parts, index, count;
+  int ndim;                      /* of the unsharded tensor   */
+  int64_t full[SLAPO_MAX_DIMS];  /* the unsharded shape       */
+} slapo_shard;
+
+/* Fills *out for a tensor [full] (ndim dims) split along axis (negative
+ * counts from the end). Errors: SLAPO_INVALID_ARG (axis outside the dims,
+ * parts < 1, count < 1, index outside [0, count)), SLAPO_SHAPE (the axis'
+ * size is not divisible by parts * count; the message gives size, parts and
+ * group size; callers prefix the parameter's name). */
+slapo_status slapo_shard_make(int ndim, const int64_t *full, int axis, int parts, int index,
+                              int count, slapo_shard *out);
+/* The local shape (full with the axis divided by count) into shape [ndim]. */
+void slapo_shard_local_shape(const slapo_shard *s, int64_t *shape);
+/* Flat index in the unsharded tensor of local element i (row-major). */
+int64_t slapo_shard_global_index(const slapo_shard *s, int64_t i);
+/* A new contiguous f32 tensor holding rank s->index's piece of `full`
+ * (f32, shape s->full, any strides). *out owned. Errors: SLAPO_SHAPE
+ * (full's shape is not s->full), SLAPO_DTYPE, NOMEM. */
+slapo_status slapo_shard_slice(const slapo_shard *s, const slapo_tensor *full,
+                               slapo_tensor **out);
+/* Writes rank `index`'s piece `local` [numel of the local shape] (f32,
+ * contiguous) into its place in `full` (f32, contiguous, shape s->full): a
+ * gather is every rank's piece placed. */
+void slapo_shard_place(const slapo_shard *s, int index, const float *local, slapo_tensor *full);
+
 #ifdef __cplusplus
 }
 #endif

@@ -9,6 +9,7 @@
 
 #include "core/assert.h"
 #include "slapo/apply.h"
+#include "slapo/dist.h"
 
 /* Results of one model on the batch. */
 typedef struct outcome {
@@ -107,7 +108,17 @@ static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
   }
   char what[300];
   snprintf(what, sizeof what, "grad %s", path);
-  compare(g->c, what, q->grad, p->grad, g->atol, g->rtol);
+  if (!q->shard || q->shard->count == 1) {
+    compare(g->c, what, q->grad, p->grad, g->atol, g->rtol);
+    return;
+  }
+  /* A sharded parameter's gradient, gathered to full shape (every rank
+   * visits the parameters in the same order, so the gathers meet). */
+  slapo_tensor *full;
+  g->status = slapo_dist_gather_shards((slapo_group)q->shard_group, q->shard, q->grad, &full);
+  if (g->status != SLAPO_OK) return;
+  compare(g->c, what, full, p->grad, g->atol, g->rtol);
+  slapo_tensor_free(full);
 }
 
 /* Whether every step up to `upto` (not disabled) uses a bitwise primitive. */
@@ -159,6 +170,11 @@ static slapo_status check_prefix(slapo_model_builder build, void *ud, const slap
     s = slapo_module_visit_params(ref.model, compare_grad, &g);
     if (s == SLAPO_OK) s = g.status;
   }
+  /* Ranks agree on the verdict: the worst over all of them. */
+  double worst = c->worst;
+  if (s == SLAPO_OK) s = slapo_dist_max_f64(SLAPO_GROUP_WORLD, &worst, 1);
+  if (worst > c->worst) snprintf(c->what, sizeof c->what, "another rank");
+  c->worst = worst;
   c->ok = s == SLAPO_OK && (c->bitwise ? c->worst == 0 : c->worst <= 1.0);
   slapo_sched_free(root);
   outcome_free(&ref);

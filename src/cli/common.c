@@ -8,8 +8,15 @@
 #include "cli/common.h"
 
 int cli_fail(slapo_status s) {
-  fprintf(stderr, "slapo: %s: %s\n", slapo_status_name(s), slapo_last_error());
-  return 1;
+  if (!slapo_dist_active()) {
+    fprintf(stderr, "slapo: %s: %s\n", slapo_status_name(s), slapo_last_error());
+    return 1;
+  }
+  fprintf(stderr, "slapo: rank %d: %s: %s\n", slapo_dist_rank(SLAPO_GROUP_WORLD),
+          slapo_status_name(s), slapo_last_error());
+  fflush(stdout);
+  fflush(stderr);
+  slapo_dist_abort(1);
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
@@ -95,6 +102,7 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
   case OPT_CONFIG: m->config = arg; return 1;
   case OPT_SCHEDULE: m->schedule = arg; return 1;
   case OPT_DISABLE: return cli_parse_list(arg, &m->disabled, &m->n_disabled) ? 1 : -1;
+  case OPT_TP: return cli_parse_i64(arg, &m->tp) && m->tp >= 1 && m->tp <= 4096 ? 1 : -1;
   default: return 0;
   }
 }
@@ -122,6 +130,12 @@ int cli_model_finish(cli_model_opts *m, const char *cmd) {
              m->family->default_schedule);
     m->schedule = m->schedule_path;
   }
+  slapo_status s = slapo_dist_init(m->tp ? (int)m->tp : 1);
+  if (s != SLAPO_OK) return cli_fail(s);
+  /* Rank 0 alone reports; errors still reach stderr from any rank. */
+  if (slapo_dist_rank(SLAPO_GROUP_WORLD) != 0 && !freopen("/dev/null", "w", stdout))
+    return cli_fail(slapo_error(SLAPO_IO, "cannot silence stdout of rank %d",
+                                slapo_dist_rank(SLAPO_GROUP_WORLD)));
   return 0;
 }
 
@@ -145,5 +159,7 @@ void cli_model_usage(FILE *f, const char *default_config) {
   fprintf(f, "  --schedule FILE     a .sched file applied to the model ('default': the\n"
              "                      family's default schedule, schedules/<family>.sched)\n"
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
-             "                      --schedule', e.g. 2,5)\n");
+             "                      --schedule', e.g. 2,5)\n"
+             "  --tp K              tensor-parallel group size under mpirun -np N (N = K x\n"
+             "                      data-parallel size) [1]\n");
 }

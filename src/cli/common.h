@@ -10,6 +10,7 @@
 #include <stdio.h>
 
 #include "core/assert.h"
+#include "slapo/dist.h"
 #include "slapo/train.h"
 
 /* Long-option values (getopt_long's `val`), one list for every command. */
@@ -19,10 +20,12 @@ enum {
   OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
   OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
-  OPT_REGEX, OPT_DEPTH, OPT_COMPARE
+  OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP
 };
 
-/* "slapo: <status>: <message>" on stderr; returns exit code 1. */
+/* "slapo: <status>: <message>" on stderr; returns exit code 1. Under
+ * mpirun "slapo: rank R: <status>: <message>", and the whole job is
+ * aborted (MPI_Abort): the other ranks may be waiting in a collective. */
 int cli_fail(slapo_status s);
 /* "slapo: usage: <fmt with arg>" and a --help hint; returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
@@ -43,6 +46,7 @@ void cli_fmt_duration(double s, char *buf, size_t cap);
  * the family's default schedule file). */
 typedef struct cli_model_opts {
   const char *model, *config, *schedule;
+  int64_t tp;       /* --tp: tensor-parallel group size (0: 1)          */
   size_t *disabled; /* malloc'd */
   size_t n_disabled;
   const slapo_model_family *family;
@@ -52,12 +56,14 @@ typedef struct cli_model_opts {
 #define CLI_MODEL_OPTIONS                                                                       \
   {"model", required_argument, 0, OPT_MODEL}, {"config", required_argument, 0, OPT_CONFIG},     \
       {"schedule", required_argument, 0, OPT_SCHEDULE},                                       \
-      {"disable", required_argument, 0, OPT_DISABLE}
+      {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP}
 
 /* Takes option `o` with value `arg` if it is a model option: 1 taken, 0 not
  * a model option, -1 a bad value. */
 int cli_model_option(cli_model_opts *m, int o, const char *arg);
-/* Resolves the family and defaults; 0, or a usage error's exit code 2. */
+/* Resolves the family and defaults and forms the process groups
+ * (slapo_dist_init with --tp; under mpirun only rank 0 keeps stdout); 0, or
+ * a usage error's exit code 2, or 1 when the groups cannot be formed. */
 int cli_model_finish(cli_model_opts *m, const char *cmd);
 void cli_model_opts_deinit(cli_model_opts *m);
 /* The help lines of the model options, for a command's usage. */

@@ -31,6 +31,8 @@ void cli_top_usage(FILE *f) {
           "Run 'slapo <command> --help' for the options of a command.\n");
 }
 
+static int run(const char *cmd, int argc, char **argv);
+
 int main(int argc, char **argv) {
   if (argc < 2) {
     cli_top_usage(stderr);
@@ -49,6 +51,13 @@ int main(int argc, char **argv) {
     cli_top_usage(stdout);
     return 0;
   }
+  int rc = run(cmd, argc, argv);
+  slapo_dist_finalize(); /* MPI ends only where a command started it */
+  return rc;
+}
+
+/* The commands that may start MPI (through cli_model_finish). */
+static int run(const char *cmd, int argc, char **argv) {
   if (!strcmp(cmd, "primitives")) return cmd_primitives();
   if (!strcmp(cmd, "models")) return cmd_models(argc - 1, argv + 1);
   if (!strcmp(cmd, "plot")) return cmd_plot(argc - 1, argv + 1);

@@ -35,7 +35,9 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     return NULL;
   }
   slapo_node *x = in[0];
-  int64_t B = x->shape[0], T = x->shape[1], C = c->n_embd, NH = c->n_head, HS = C / NH;
+  int64_t B = x->shape[0], T = x->shape[1], HS = c->n_embd / c->n_head, NH, head0;
+  slapo__local_heads(self, "c_attn", 3 * HS, c->n_head, &NH, &head0); /* this rank's heads */
+  int64_t C = NH * HS;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
   /* The replaced attention's dropout is the first random op of its
    * `<path>.attn_dropout` child, called once per call of the attention, so
@@ -43,13 +45,16 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
    * fused kernel drops exactly the probabilities the unfused module drops. */
   char drop_path[1024];
   snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[5] = {
+  slapo_attr attrs[7] = {
       slapo_attr_int("n_head", NH),
       slapo_attr_int("causal", 1),
       slapo_attr_float("scale", 1.0 / sqrt((double)HS)),
       slapo_attr_float("dropout_p", c->attn_pdrop),
       slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
+      slapo_attr_int("head_offset", head0),    /* tensor parallel: the unsharded */
+      slapo_attr_int("n_head_total", c->n_head), /*   model's masks in these heads */
   };
+  int n_attrs = NH != c->n_head ? 7 : 5;
   slapo_node *y; /* [B, T, C] */
   if (slapo_decode_past(ctx) >= 0) {
     /* Decoding with a KV cache: one new query over the cached keys needs no
@@ -66,7 +71,7 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   } else {
     /* The heads are read where c_attn wrote them and written where c_proj
      * reads them: no split, no head permutes, forward or backward. */
-    y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, 5, attrs);
+    y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, n_attrs, attrs);
   }
   y = slapo_call1(ctx, self, "c_proj", y);
   return slapo_call1(ctx, self, "resid_dropout", y);

@@ -62,7 +62,11 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   const slapo_gpt2_config *c = cfg_of(self);
   slapo_node *x = in[0];
   (void)n_in;
-  int64_t B = x->shape[0], T = x->shape[1], C = c->n_embd, NH = c->n_head, HS = C / NH;
+  int64_t B = x->shape[0], T = x->shape[1], HS = c->n_embd / c->n_head, NH, head0;
+  /* Under tensor parallelism c_attn holds this rank's heads (its weight
+   * sharded with parts=3): C and NH are the local ones. */
+  slapo__local_heads(self, "c_attn", 3 * HS, c->n_head, &NH, &head0);
+  int64_t C = NH * HS;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
   slapo_node *parts[3];
   int64_t sizes[3] = {C, C, C};
@@ -79,7 +83,10 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
     att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS));
     att = slapo_softmax(ctx, att, true);
+    int64_t prev[3];
+    if (NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, head0, c->n_head, prev);
     att = slapo_call1(ctx, self, "attn_dropout", att);
+    if (NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
     y = slapo_matmul(ctx, att, heads[2], false, false);
   }
   int64_t btc[3] = {B, T, C};

@@ -45,6 +45,12 @@ slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__
  * parameters are that child's parameter objects (tied), for replacement
  * modules that keep the replaced one's paths. Errors: SLAPO_INVALID_ARG (no
  * such Linear child), NOMEM. */
+/* Tensor parallelism: the query heads an attention module computes on this
+ * rank, read from its projection `proj`'s weight (rows_per_head rows a head:
+ * 3 HS for GPT-2's fused c_attn): *local heads starting at global head
+ * *head0; all n_head from 0 when the weight is whole. */
+void slapo__local_heads(const slapo_module *attn, const char *proj, int64_t rows_per_head,
+                        int64_t n_head, int64_t *local, int64_t *head0);
 slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out);
 
 /* FlashAttention for a BertSelfAttention (models/bert_attention.c). */

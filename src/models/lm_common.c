@@ -7,6 +7,7 @@
 
 #include "core/assert.h"
 #include "models/internal.h"
+#include "slapo/dist.h"
 
 int slapo__config_index(const char *family, const char *const *names, const char *name) {
   char known[160] = "";
@@ -30,8 +31,30 @@ slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const c
   }
   slapo_node *h = slapo_call1(ctx, self, body, in[0]);
   slapo_node *logits = slapo_call1(ctx, self, "lm_head", h); /* [B, T, V] */
-  if (n_in == 1) return logits;
-  return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+  slapo_module *head = slapo_module_child(self, "lm_head");
+  const slapo_parameter *w = head ? slapo_module_param(head, "weight") : NULL;
+  if (!w || !w->shard || w->shard->axis != 0 || !logits) {
+    if (n_in == 1) return logits;
+    return slapo_cross_entropy(ctx, logits, in[1], SLAPO_IGNORE_INDEX);
+  }
+  /* A vocab-parallel head (its weight split by rows): this rank's logits
+   * are classes [start, start + V/n); the loss takes the global max and sum
+   * (Megatron-LM), and plain logits are gathered. */
+  slapo_group g = (slapo_group)w->shard_group;
+  if (n_in == 1) return slapo_dist_all_gather(ctx, logits, -1, false, g);
+  int64_t start = slapo_shard_global_index(w->shard, 0) / w->shard->full[1];
+  return slapo_dist_vocab_parallel_cross_entropy(ctx, logits, in[1], start, w->shard->full[0],
+                                                 SLAPO_IGNORE_INDEX, g);
+}
+
+void slapo__local_heads(const slapo_module *attn, const char *proj, int64_t rows_per_head,
+                        int64_t n_head, int64_t *local, int64_t *head0) {
+  *local = n_head, *head0 = 0;
+  const slapo_module *l = slapo_module_child(attn, proj);
+  const slapo_parameter *w = l ? slapo_module_param(l, "weight") : NULL;
+  if (!w || !w->shard || w->value->ndim != 2) return;
+  *local = w->value->shape[0] / rows_per_head;
+  *head0 = slapo_shard_global_index(w->shard, 0) / w->shard->full[1] / (rows_per_head / w->shard->parts);
 }
 
 slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx) {

@@ -52,7 +52,21 @@ slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *n
    * checkpoints fold into the outermost: its recompute covers them). */
   int prev = slapo_ctx_region(ctx);
   if (child->checkpoint && prev == 0) slapo_ctx_set_region(ctx, slapo_ctx_new_region(ctx));
-  slapo_node *out = slapo__forward(ctx, child, n_in, in);
+  slapo_node *out;
+  if (child->n_syncs) { /* the sync primitive's collectives around the call */
+    slapo_node *ins[8];
+    int n = n_in;
+    if (n > 8) {
+      slapo_ctx_fail(ctx, SLAPO_LIMIT, "%s: a module with syncs takes at most 8 inputs", path);
+      n = 0;
+    }
+    memcpy(ins, in, sizeof *ins * (size_t)n);
+    if (n > 0) ins[0] = slapo__apply_syncs(ctx, child, SLAPO_SYNC_INPUT, ins[0]);
+    out = slapo_ctx_status(ctx) == SLAPO_OK ? slapo__forward(ctx, child, n, ins) : NULL;
+    out = slapo__apply_syncs(ctx, child, SLAPO_SYNC_OUTPUT, out);
+  } else {
+    out = slapo__forward(ctx, child, n_in, in);
+  }
   slapo_ctx_set_region(ctx, prev);
   slapo_ctx_pop_origin(ctx);
   if (!out && slapo_ctx_status(ctx) == SLAPO_OK)

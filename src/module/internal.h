@@ -49,6 +49,15 @@ typedef struct slapo__build_state {
   slapo__capture *capture; /* non-NULL while a trace is captured */
 } slapo__build_state;
 
+/* shard.c: frees p's shard record; checks before a step is built that every
+ * use of a sharded parameter declared the shard (SLAPO_PRECOND naming the
+ * use that did not and the module that sharded it). */
+void slapo__param_free_shard(slapo_parameter *p);
+slapo_status slapo__check_shards(slapo_module *root);
+/* Applies m's syncs at `where` to x (call.c). */
+slapo_node *slapo__apply_syncs(slapo_ctx *ctx, const slapo_module *m, slapo_sync_where where,
+                               slapo_node *x);
+
 /* Runs m's forward, or emits its traced graph, or captures it (call.c). */
 slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in);
 /* slapo_call without the tracer's interception (call.c). */

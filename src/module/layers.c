@@ -163,7 +163,15 @@ static slapo_node *emb_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                slapo_node *const *in) {
   slapo_node *idx = one_input(ctx, self, n_in, in);
   if (!idx) return NULL;
-  return slapo_embedding(ctx, slapo_weight(ctx, self, "weight"), idx);
+  const slapo_parameter *p = slapo_module_param(self, "weight");
+  if (!p || !p->shard || p->shard->axis != 0)
+    return slapo_embedding(ctx, slapo_weight(ctx, self, "weight"), idx);
+  /* Vocab-parallel (Megatron-LM): this rank holds rows [start, start + V/n);
+   * other ids read zeros, and the sync after the module sums the ranks. */
+  int64_t start = slapo_shard_global_index(p->shard, 0) / p->shard->full[1];
+  slapo_attr off = slapo_attr_int("offset", start);
+  slapo_node *ins[2] = {slapo_weight(ctx, self, "weight"), idx};
+  return slapo_op_apply(ctx, SLAPO_OP_DESC(embedding), 2, ins, 1, &off);
 }
 
 static void emb_describe(const slapo_module *self, char *buf, size_t cap) {

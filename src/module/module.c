@@ -36,6 +36,7 @@ static void free_tags(slapo_map *tags) {
 static void param_unref(slapo_parameter *p) {
   if (!p || --p->refcount > 0) return;
   free_tags(p->tags);
+  slapo__param_free_shard(p);
   slapo_tensor_free(p->value);
   slapo_tensor_free(p->grad);
   slapo_free(p->path);
@@ -55,6 +56,7 @@ void slapo_module_free(slapo_module *m) {
   if (m->type->free_config) m->type->free_config(m->config);
   else slapo_free(m->config);
   slapo__trace_free(m->trace);
+  slapo_free(m->syncs);
   for (int i = 0; i < m->n_example; i++) slapo_tensor_free(m->example[i]);
   slapo_free(m->example);
   slapo_free(m->name);
@@ -122,6 +124,10 @@ slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo
     return slapo_error(SLAPO_NOMEM, "module: out of memory replacing child '%s'", name);
   }
   slapo_module *prev = m->children[at];
+  if (!child->n_syncs) { /* syncs belong to the position (the original's hooks carry over) */
+    child->syncs = prev->syncs, child->n_syncs = prev->n_syncs;
+    prev->syncs = NULL, prev->n_syncs = 0;
+  }
   slapo_free(child->name);
   child->name = n;
   child->parent = m;
@@ -335,12 +341,14 @@ static void init_param(slapo_parameter *p, const char *path, void *ud) {
   int64_t n = slapo_tensor_numel(p->value);
   uint64_t stream = slapo_hash_str(path);
   for (int64_t i = 0; i < n; i++) {
+    /* A shard's element gets the value the unsharded parameter has there. */
+    uint64_t at = (uint64_t)(p->shard ? slapo_shard_global_index(p->shard, i) : i);
     switch (p->init) {
     case SLAPO_INIT_ZEROS: w[i] = 0.0f; break;
     case SLAPO_INIT_ONES: w[i] = 1.0f; break;
-    case SLAPO_INIT_NORMAL: w[i] = p->std * slapo_rng_normal(st->seed, stream, 0, (uint64_t)i); break;
+    case SLAPO_INIT_NORMAL: w[i] = p->std * slapo_rng_normal(st->seed, stream, 0, at); break;
     case SLAPO_INIT_UNIFORM:
-      w[i] = p->std * (2.0f * slapo_rng_uniform(st->seed, stream, 0, (uint64_t)i) - 1.0f);
+      w[i] = p->std * (2.0f * slapo_rng_uniform(st->seed, stream, 0, at) - 1.0f);
       break;
     }
   }

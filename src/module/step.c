@@ -116,7 +116,8 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   slapo_ctx *ctx = NULL;
   slapo__build_state bs = {0};
   slapo_node **wrt = NULL, **outs = NULL;
-  slapo_status s = slapo_graph_new(&b->g);
+  slapo_status s = slapo__check_shards(r->root);
+  if (s == SLAPO_OK) s = slapo_graph_new(&b->g);
   if (s == SLAPO_OK) s = slapo_ctx_new(b->g, &ctx);
   if (s == SLAPO_OK) s = slapo_map_new(&bs.param_nodes);
   if (s == SLAPO_OK) s = slapo_map_new(&bs.param_objs);

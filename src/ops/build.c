@@ -60,7 +60,7 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
     bool has = false;
     for (int i = 0; i < n_attrs; i++) has |= !strcmp(attrs[i].key, "stream");
     if (!has) {
-      SLAPO_ASSERT(n_attrs < 15);
+      SLAPO_ASSERT(n_attrs < 12);
       for (int i = 0; i < n_attrs; i++) local[i] = attrs[i];
       int idx = slapo__ctx_next_random(ctx);
       if (idx < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
@@ -68,6 +68,13 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
       local[n_attrs] = slapo_attr_int("stream", (int64_t)stream);
       use = local;
       n_use = n_attrs + 1;
+      const int64_t *view = slapo_ctx_rng_shard(ctx);
+      if (view[0] >= 0) {
+        SLAPO_ASSERT(n_use + 3 <= 16);
+        local[n_use++] = slapo_attr_int("shard_dim", view[0]);
+        local[n_use++] = slapo_attr_int("shard_start", view[1]);
+        local[n_use++] = slapo_attr_int("shard_full", view[2]);
+      }
     }
   }
 

@@ -22,7 +22,49 @@ static slapo_status dropout_infer(slapo_node *node) {
   if (offset < 0)
     return slapo_error(SLAPO_INVALID_ARG, "dropout: offset = %lld; it must be >= 0",
                        (long long)offset);
+  int64_t dim = slapo_node_attr_int(node, "shard_dim", -1);
+  if (dim >= 0) {
+    const slapo_node *x = node->inputs[0];
+    int64_t start = slapo_node_attr_int(node, "shard_start", 0);
+    int64_t full = slapo_node_attr_int(node, "shard_full", 0);
+    if (dim >= x->ndim || start < 0 || start + x->shape[dim] > full)
+      return slapo_error(SLAPO_INVALID_ARG, "dropout: x %s as the slice [%lld, %lld) of dim "
+                         "%lld of size %lld does not fit", slapo__shape_of(x), (long long)start,
+                         (long long)(start + (dim < x->ndim ? x->shape[dim] : 0)),
+                         (long long)dim, (long long)full);
+  }
   return slapo__same_as_input(node, 0);
+}
+
+/* x as runs of elements contiguous in the unsharded index space: all of it
+ * (one run at `offset`), or, for a slice along shard_dim, one run per index
+ * of the dims up to it, each `len` elements (slapo_ctx_set_rng_shard). */
+typedef struct drop_runs {
+  int64_t n, len;                  /* runs, elements each                 */
+  int64_t L, full, start, inner;   /* local and full size of the dim ...  */
+  uint64_t offset;
+} drop_runs;
+
+static drop_runs runs_of(const slapo_node *node, const slapo_tensor *x) {
+  drop_runs r = {1, slapo_tensor_numel(x), 1, 1, 0, 0, 0};
+  r.offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
+  int64_t dim = slapo_node_attr_int(node, "shard_dim", -1);
+  if (dim < 0 || r.len == 0) return r;
+  r.L = x->shape[dim];
+  r.full = slapo_node_attr_int(node, "shard_full", r.L);
+  r.start = slapo_node_attr_int(node, "shard_start", 0);
+  r.inner = 1;
+  for (int i = (int)dim + 1; i < x->ndim; i++) r.inner *= x->shape[i];
+  r.len = r.inner;
+  r.n = slapo_tensor_numel(x) / r.len;
+  return r;
+}
+
+/* Unsharded index of the first element of run k. */
+static uint64_t run_start(const drop_runs *r, int64_t k) {
+  if (r->n == 1 && r->inner == 0) return r->offset;
+  int64_t o = k / r->L, a = k % r->L;
+  return r->offset + (uint64_t)((o * r->full + r->start + a) * r->inner);
 }
 
 /* The parameters of one dropout node; `active` is false when it is the
@@ -58,9 +100,13 @@ static void dropout_ref(const slapo_node *node, const slapo_tensor *const *in,
     memcpy(y, x, (size_t)N * sizeof(float));
     return;
   }
-  for (int64_t i = 0; i < N; i++) {
-    float u = slapo_rng_uniform(env->seed, a.stream, env->step, a.offset + (uint64_t)i);
-    y[i] = (double)u >= a.p ? x[i] * a.scale : 0.0f;
+  drop_runs r = runs_of(node, in[0]);
+  for (int64_t k = 0; k < r.n; k++) {
+    uint64_t g0 = run_start(&r, k);
+    for (int64_t j = k * r.len; j < (k + 1) * r.len; j++) {
+      float u = slapo_rng_uniform(env->seed, a.stream, env->step, g0 + (uint64_t)(j - k * r.len));
+      y[j] = (double)u >= a.p ? x[j] * a.scale : 0.0f;
+    }
   }
 }
 
@@ -138,16 +184,20 @@ static void dropout_fast(const slapo_node *node, const slapo_tensor *const *in,
   uint64_t key = slapo_rng_key(env->seed, a.stream);
   uint32_t thresh = (uint32_t)ceil(a.p * 16777216.0);
   const uint64_t chunk = 4 * PHILOX_LANES * 16; /* elements */
-  uint64_t end = a.offset + (uint64_t)N;
-  uint64_t first = a.offset / chunk, last = (end + chunk - 1) / chunk;
-  int64_t n_chunks = (int64_t)(last - first);
-#pragma omp parallel for num_threads(slapo__threads_for(N * 4)) schedule(static)
-  for (int64_t c = 0; c < n_chunks; c++) {
-    uint64_t lo = (first + (uint64_t)c) * chunk, hi = lo + chunk;
-    lo = lo > a.offset ? lo : a.offset;
-    hi = hi < end ? hi : end;
-    dropout_span(x + (lo - a.offset), y + (lo - a.offset), lo, hi, env->step, key, thresh,
-                 a.scale);
+  drop_runs r = runs_of(node, in[0]);
+  for (int64_t k = 0; k < r.n; k++) {
+    uint64_t off = run_start(&r, k), end = off + (uint64_t)r.len;
+    const float *xk = x + k * r.len;
+    float *yk = y + k * r.len;
+    uint64_t first = off / chunk, last = (end + chunk - 1) / chunk;
+    int64_t n_chunks = (int64_t)(last - first);
+#pragma omp parallel for num_threads(slapo__threads_for(r.len * 4)) schedule(static)
+    for (int64_t c = 0; c < n_chunks; c++) {
+      uint64_t lo = (first + (uint64_t)c) * chunk, hi = lo + chunk;
+      lo = lo > off ? lo : off;
+      hi = hi < end ? hi : end;
+      dropout_span(xk + (lo - off), yk + (lo - off), lo, hi, env->step, key, thresh, a.scale);
+    }
   }
 }
 
@@ -167,7 +217,9 @@ static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap)
   const char *v = which == -1 ? "a" : "g";
   double p = slapo_node_attr_float(node, "p", 0.0);
   char P[CC_LIT_CAP], S[CC_LIT_CAP + 32];
-  if (slapo_node_attr_int(node, "offset", 0) != 0 || !cc_lit(P, p)) return false;
+  if (slapo_node_attr_int(node, "offset", 0) != 0 || slapo_node_attr(node, "shard_dim") ||
+      !cc_lit(P, p))
+    return false;
   if (p == 0) return cc_put(buf, cap, "(%s)", v);
   /* The scale exactly as drop_args_of computes it. */
   if (p < 1) snprintf(S, sizeof S, "(float)(1.0 / (1.0 - %s))", P);
@@ -195,7 +247,8 @@ SLAPO_OP_DESCRIPTOR(dropout) = {
     .cc_expr = dropout_cc,
     .doc = "inverted dropout: element i kept iff uniform(seed, stream, step, offset + i) >= p, "
            "scaled by 1/(1-p); identity when not training or p == 0; attrs p, stream (set by "
-           "slapo_op_call), offset (element index of x[0] in the unsharded tensor, default 0)",
+           "slapo_op_call), offset (element index of x[0] in the unsharded tensor, default 0), "
+           "shard_dim/shard_start/shard_full (x is a slice along one dim: slapo_ctx_set_rng_shard)",
     .test = {.example = dropout_example},
 };
 

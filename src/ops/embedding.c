@@ -38,15 +38,17 @@ static slapo_status embedding_infer(slapo_node *node) {
 
 /* Reference and fast share one body: a row copy has nothing to accumulate;
  * the fast one copies rows in parallel. */
-static void embedding_rows(const slapo_tensor *const *in, slapo_tensor *out, bool parallel) {
+static void embedding_rows(const slapo_node *node, const slapo_tensor *const *in,
+                           slapo_tensor *out, bool parallel) {
+  int64_t off = slapo_node_attr_int(node, "offset", 0);
   const float *w = slapo_tensor_data(in[0]); /* w   [V, C] */
   float *y = slapo_tensor_data(out);         /* y   [N, C] (N = numel(idx)) */
   int64_t V = in[0]->shape[0], C = in[0]->shape[1];
   int64_t N = slapo_tensor_numel(in[1]); /* idx [N] */
 #pragma omp parallel for if (parallel) num_threads(slapo__threads_for(N * C)) schedule(static)
   for (int64_t n = 0; n < N; n++) {
-    int64_t v = index_at(in[1], n);
-    /* Out of range: a zero row (documented; the loader validates ids). */
+    int64_t v = index_at(in[1], n) - off;
+    /* Out of range (or another rank's rows): a zero row (documented; the loader validates ids). */
     if (v >= 0 && v < V) memcpy(y + n * C, w + v * C, (size_t)C * sizeof(float));
     else memset(y + n * C, 0, (size_t)C * sizeof(float));
   }
@@ -54,14 +56,14 @@ static void embedding_rows(const slapo_tensor *const *in, slapo_tensor *out, boo
 
 static void embedding_ref(const slapo_node *node, const slapo_tensor *const *in,
                           slapo_tensor *out, const slapo_kernel_env *env) {
-  (void)node, (void)env;
-  embedding_rows(in, out, false);
+  (void)env;
+  embedding_rows(node, in, out, false);
 }
 
 static void embedding_fast(const slapo_node *node, const slapo_tensor *const *in,
                            slapo_tensor *out, const slapo_kernel_env *env) {
-  (void)node, (void)env;
-  embedding_rows(in, out, true);
+  (void)env;
+  embedding_rows(node, in, out, true);
 }
 
 static slapo_status embedding_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -84,7 +86,8 @@ static slapo_status embedding_backward(slapo_ctx *ctx, slapo_node *node, slapo_n
   slapo_attr fa[2] = {slapo_attr_ints("shape", 2, w->shape), slapo_attr_float("value", 0.0)};
   slapo_node *zeros = slapo_op_apply(ctx, SLAPO_OP_DESC(full), 0, NULL, 2, fa);
   slapo_node *in[3] = {zeros, idx, dy};
-  dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(index_add), 3, in, 0, NULL);
+  const slapo_attr *off = slapo_node_attr(node, "offset");
+  dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(index_add), 3, in, off ? 1 : 0, off);
   return slapo_ctx_status(ctx);
 }
 
@@ -105,7 +108,9 @@ SLAPO_OP_DESCRIPTOR(embedding) = {
     .backward = embedding_backward,
     .contiguous_inputs = true,
     .doc = "(weight [V, C] f32, idx [..] i32/i64) -> weight[idx] [.., C]; an index outside "
-           "[0, V) gives a zero row (the data loader validates ids; kernels cannot fail)",
+           "[0, V) gives a zero row (the data loader validates ids; kernels cannot fail); attr "
+           "offset (default 0): the weight holds rows [offset, offset + V) of a vocabulary "
+           "split across ranks, idx are global ids and other ranks' rows read zeros",
     .test = {.example = embedding_example, .int_high = 7},
 };
 
@@ -136,14 +141,15 @@ SLAPO__SIMD_PROC(add_row, (float *restrict y, const float *restrict s, int64_t n
  * and a kernel cannot report an allocation failure). */
 static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
                           slapo_tensor *out, const slapo_kernel_env *env) {
-  (void)node, (void)env;
+  (void)env;
   const float *base = slapo_tensor_data(in[0]); /* base [V, C] */
   const float *src = slapo_tensor_data(in[2]);  /* src  [N, C] */
   float *y = slapo_tensor_data(out);            /* y    [V, C] */
   int64_t V = in[0]->shape[0], C = in[0]->shape[1], N = in[1]->shape[0]; /* idx [N] */
+  int64_t off = slapo_node_attr_int(node, "offset", 0);
   memcpy(y, base, (size_t)(V * C) * sizeof(float));
   for (int64_t n = 0; n < N; n++) {
-    int64_t v = index_at(in[1], n);
+    int64_t v = index_at(in[1], n) - off;
     if (v < 0 || v >= V) continue; /* stray index: adds nothing (documented) */
     for (int64_t c = 0; c < C; c++) y[v * C + c] += src[n * C + c];
   }
@@ -158,11 +164,12 @@ static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
  * scratch memory, and a kernel has no way to report an allocation failure. */
 static void index_add_fast(const slapo_node *node, const slapo_tensor *const *in,
                            slapo_tensor *out, const slapo_kernel_env *env) {
-  (void)node, (void)env;
+  (void)env;
   const float *base = slapo_tensor_data(in[0]); /* base [V, C] */
   const float *src = slapo_tensor_data(in[2]);  /* src  [N, C] */
   float *y = slapo_tensor_data(out);            /* y    [V, C] */
   int64_t V = in[0]->shape[0], C = in[0]->shape[1], N = in[1]->shape[0]; /* idx [N] */
+  int64_t off = slapo_node_attr_int(node, "offset", 0);
   const int64_t BLOCK = 16;
   int64_t total = V * C, n_blocks = (C + BLOCK - 1) / BLOCK;
   if (total == 0) return;
@@ -180,7 +187,7 @@ static void index_add_fast(const slapo_node *node, const slapo_tensor *const *in
     if (c1 > C) c1 = C;
     if (c1 > c0)
       for (int64_t n = 0; n < N; n++) {
-        int64_t v = index_at(in[1], n);
+        int64_t v = index_at(in[1], n) - off;
         if (v < 0 || v >= V) continue; /* stray index: adds nothing (documented) */
         add_row(y + v * C + c0, src + n * C + c0, c1 - c0);
       }
@@ -191,7 +198,11 @@ static slapo_status index_add_backward(slapo_ctx *ctx, slapo_node *node, slapo_n
                                        const bool *need, slapo_node **dx) {
   dx[0] = need[0] ? dy : NULL;
   dx[1] = NULL; /* integer indices */
-  dx[2] = need[2] ? slapo_embedding(ctx, dy, node->inputs[1]) : NULL;
+  if (need[2]) {
+    slapo_node *in[2] = {dy, node->inputs[1]};
+    const slapo_attr *off = slapo_node_attr(node, "offset");
+    dx[2] = slapo_op_apply(ctx, SLAPO_OP_DESC(embedding), 2, in, off ? 1 : 0, off);
+  }
   return slapo_ctx_status(ctx);
 }
 

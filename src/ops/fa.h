@@ -37,6 +37,9 @@ typedef struct fa_geom {
   float keep_scale;  /* 1/(1-p), as the dropout op computes it      */
   uint32_t thresh;   /* keep iff (word >> 8) >= thresh = ceil(p 2^24) */
   uint64_t seed, stream, step, offset;
+  /* Tensor parallelism: these heads are [head0, head0 + NH) of NHg heads
+   * (NHg 0: all of them), so dropout draws the unsharded model's mask. */
+  int64_t head0, NHg;
   uint64_t key;      /* slapo_rng_key(seed, stream), hashed once      */
   /* Fast kernels: the tensors and their row layouts: q and dq (lq), k, v,
    * dk and dv (lkv, over BH / G kv heads), o and dO (lo). */
@@ -50,11 +53,16 @@ typedef struct fa_geom {
  * b); the reference kernels' contiguous layout. */
 static inline int64_t fa_kv_base(const fa_geom *g, int64_t bh) { return bh / g->G * g->T * g->HS; }
 
+/* The head index bh = b NH + h in the unsharded [B, NHg, T, T] index space. */
+static inline int64_t fa_drop_bh(const fa_geom *g, int64_t bh) {
+  return g->NHg ? bh / g->NH * g->NHg + g->head0 + bh % g->NH : bh;
+}
+
 /* Dropout factor of P[bh, t, s]: keep_scale or 0, decided exactly as the
  * dropout op decides element ((bh T) + t) T + s of the [B, NH, T, T] tensor. */
 static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t s) {
   if (!g->dropout) return 1.0f;
-  uint64_t i = g->offset + (uint64_t)((bh * g->T + t) * g->T + s);
+  uint64_t i = g->offset + (uint64_t)((fa_drop_bh(g, bh) * g->T + t) * g->T + s);
   float u4[4];
   slapo_rng_uniform4(g->key, g->step, i >> 2, u4); /* key hashed once per kernel */
   float u = u4[i & 3];

@@ -24,6 +24,8 @@ void slapo__fa_attrs(fa_geom *g, const slapo_node *node, const slapo_kernel_env 
   g->step = env ? env->step : 0;
   g->stream = (uint64_t)slapo_node_attr_int(node, "stream", 0);
   g->offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
+  g->head0 = slapo_node_attr_int(node, "head_offset", 0);
+  g->NHg = slapo_node_attr_int(node, "n_head_total", 0);
   g->key = slapo_rng_key(g->seed, g->stream);
 }
 

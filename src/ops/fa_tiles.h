@@ -266,7 +266,7 @@ enum { DROP_BLOCKS = 16 };
 _Static_assert(4 * DROP_BLOCKS >= BC + 3, "one batch covers a tile row");
 FA_INLINE void drop_row(const fa_geom *g, int64_t bh, int64_t t, int64_t c0, int64_t n,
                         float Z[BC]) {
-  uint64_t i0 = g->offset + (uint64_t)((bh * g->T + t) * g->T + c0), b0 = i0 >> 2;
+  uint64_t i0 = g->offset + (uint64_t)((fa_drop_bh(g, bh) * g->T + t) * g->T + c0), b0 = i0 >> 2;
   uint32_t w[4][DROP_BLOCKS]; /* w[q][l]: word q of block b0 + l */
   uint32_t k0 = (uint32_t)g->key, k1 = (uint32_t)(g->key >> 32);
   uint32_t s0 = (uint32_t)g->step, s1 = (uint32_t)(g->step >> 32);

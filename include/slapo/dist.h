@@ -1,0 +1,146 @@
+/* slapo/dist.h - distributed training over MPI (DESIGN.md §8): the process
+ * groups (world, tensor parallel, data parallel), collectives as graph ops
+ * with gradient rules, and the few host-side collectives the trainer needs
+ * (data-parallel gradient all-reduce, gathered checkpoints).
+ *
+ * One process needs no mpirun: slapo_dist_init starts MPI only when the
+ * environment says a launcher started this process (Open MPI's
+ * OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK or a PMI_SIZE); otherwise every
+ * group has one rank, collectives are copies, and MPI is never touched.
+ * Layer: dist (depends on exec). */
+#ifndef SLAPO_DIST_H
+#define SLAPO_DIST_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "slapo/exec.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Process groups, by id (the `group` attribute of collective nodes). */
+typedef enum slapo_group {
+  SLAPO_GROUP_WORLD = 0, /* every rank                                      */
+  SLAPO_GROUP_TP = 1,    /* the ranks sharing one model replica (--tp K)    */
+  SLAPO_GROUP_DP = 2,    /* the ranks holding the same shard of the replicas */
+  SLAPO_GROUP_COUNT
+} slapo_group;
+
+/* Starts the distributed runtime and forms groups: N = world size, tp
+ * divides N; ranks r = d * tp + t form TP group d (t = rank in it) and DP
+ * group t (d = rank in it), so TP neighbours are adjacent ranks (on one node
+ * under mpirun's default by-core mapping). Idempotent with the same tp;
+ * after slapo_dist_finalize it may be called again only without MPI.
+ * Errors: SLAPO_INVALID_ARG (tp < 1, or tp does not divide the world size:
+ * names both), SLAPO_STATE (already initialized with another tp; MPI
+ * failed to start or lacks MPI_THREAD_FUNNELED), NOMEM. */
+slapo_status slapo_dist_init(int tp);
+/* Ends MPI if slapo_dist_init started it (MPI_Finalize); groups are back to
+ * one rank. Safe to call when not initialized. */
+void slapo_dist_finalize(void);
+/* True when MPI runs (launched by mpirun). */
+bool slapo_dist_active(void);
+/* Size of / this process's rank in group g (1 / 0 before init). */
+int slapo_dist_size(slapo_group g);
+int slapo_dist_rank(slapo_group g);
+/* One line describing the layout, e.g. "world 4 = tp 2 x dp 2; rank 3: tp
+ * rank 1, dp rank 1", into buf [cap]. */
+void slapo_dist_describe(char *buf, size_t cap);
+
+/* Ends every rank of the job at once (MPI_Abort with `code`; exit(code)
+ * without MPI). For the CLI after a rank failed: the other ranks may be
+ * waiting in a collective and would otherwise hang. Never returns. */
+_Noreturn void slapo_dist_abort(int code);
+
+/* ------------------------------------------------------------------------ */
+/* Host-side collectives (outside graphs; all ranks of g must call them in   */
+/* the same order with the same sizes).                                      */
+/* ------------------------------------------------------------------------ */
+
+/* buf [n] f32 <- sum over the ranks of g, in place. Errors: SLAPO_STATE
+ * (MPI failed; message names the call). */
+slapo_status slapo_dist_all_reduce_f32(slapo_group g, float *buf, int64_t n);
+/* buf [n] f64 <- sum over the ranks of g, in place (token counts, norms). */
+slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n);
+/* buf [n] f64 <- the maximum over the ranks of g, in place. */
+slapo_status slapo_dist_max_f64(slapo_group g, double *buf, int64_t n);
+/* *full (owned, f32, shape s->full) <- every rank's piece `local` (f32,
+ * the local shape) of a tensor split as s across g, placed by layout: the
+ * gathered gradient or weight of a sharded parameter. Errors: SLAPO_SHAPE
+ * (local is not the local shape), NOMEM, those of MPI. */
+slapo_status slapo_dist_gather_shards(slapo_group g, const slapo_shard *s,
+                                      const slapo_tensor *local, slapo_tensor **full);
+/* out [size(g) * n] <- every rank's in [n] in rank order. */
+slapo_status slapo_dist_all_gather_f32(slapo_group g, const float *in, float *out, int64_t n);
+/* in [n] of root -> buf [n] of every rank (in place). */
+slapo_status slapo_dist_broadcast(slapo_group g, void *buf, int64_t nbytes, int root);
+/* Waits until every rank of g got here. */
+slapo_status slapo_dist_barrier(slapo_group g);
+
+/* ------------------------------------------------------------------------ */
+/* Collectives as graph ops (src/dist/collectives.c)                         */
+/* ------------------------------------------------------------------------ */
+
+/* Each reads its group from the `group` int attribute. Gradient rules
+ * (Megatron-LM's f and g, Shoeybi et al. 2019):
+ *   all_reduce      y = sum_r x_r                 dx = dy (the sum is replicated)
+ *   reduce_grad     y = x                         dx = sum_r dy_r
+ *   all_gather      y = [x_0; ..; x_{n-1}] dim 0  dx = own block of sum_r dy_r
+ *                                                  (attr reduce=0: own block of dy)
+ *   reduce_scatter  y = own block of sum_r x_r    dx = all_gather(dy)
+ *   scatter         y = own block of x, dim 0     dx = all_gather(dy)
+ * all_gather/reduce_scatter/scatter work on dim 0 (contiguous blocks); the
+ * builders below move another axis there and back with permutes. */
+extern const slapo_op slapo_dist_op_all_reduce;
+extern const slapo_op slapo_dist_op_reduce_grad;
+extern const slapo_op slapo_dist_op_all_gather;
+extern const slapo_op slapo_dist_op_reduce_scatter;
+extern const slapo_op slapo_dist_op_scatter;
+/* Vocab-parallel cross-entropy (src/dist/vocab_parallel.c), see below. */
+extern const slapo_op slapo_dist_op_vocab_parallel_cross_entropy;
+extern const slapo_op slapo_dist_op_vocab_parallel_cross_entropy_backward;
+
+/* SLAPO_OK, or SLAPO_STATE naming the first MPI call of a collective
+ * kernel that failed since the last call (kernels cannot return errors;
+ * the trainer checks this after each step), which it then clears. */
+slapo_status slapo_dist_kernel_status(void);
+
+/* Registers the collective ops by name (for text patterns and .sched
+ * files); slapo_dist_init calls it. Idempotent. Errors: NOMEM. */
+slapo_status slapo_dist_register_ops(void);
+
+/* Builders (NULL on error, recorded on ctx). `axis` may be negative (from
+ * the end). Errors: SLAPO_SHAPE (the axis' size is not divisible by the
+ * group's size for reduce_scatter / scatter: names both). */
+slapo_node *slapo_dist_all_reduce(slapo_ctx *ctx, slapo_node *x, slapo_group g);
+slapo_node *slapo_dist_reduce_grad(slapo_ctx *ctx, slapo_node *x, slapo_group g);
+/* reduce_grad: true gives the backward a reduce-scatter (the consumers of y
+ * are tensor-parallel, each rank holding part of dy); false takes the own
+ * block of dy (the consumers are replicated). */
+slapo_node *slapo_dist_all_gather(slapo_ctx *ctx, slapo_node *x, int axis, bool reduce_grad,
+                                  slapo_group g);
+slapo_node *slapo_dist_reduce_scatter(slapo_ctx *ctx, slapo_node *x, int axis, slapo_group g);
+slapo_node *slapo_dist_scatter(slapo_ctx *ctx, slapo_node *x, int axis, slapo_group g);
+
+/* Mean cross-entropy over targets != ignore_index of logits whose last
+ * axis is split across group g (Megatron-LM's vocab-parallel loss):
+ * logits [.., Vl] f32 hold classes [vocab_start, vocab_start + Vl) of the
+ * full vocabulary; targets [..] i32/i64 are global ids. The loss uses the
+ * global row max and sum of exponentials (two all-reduces of one value per
+ * row) and the target logit from the rank that owns it (a third), so every
+ * rank gets the unsharded loss; classes >= `vocab_valid` (padding of the
+ * vocabulary) are left out. Backward: (softmax - onehot) * dy / count on
+ * each rank's own classes, no communication. Returns a scalar [] node.
+ * Errors: SLAPO_SHAPE (targets' shape is not logits' without the last
+ * axis), SLAPO_DTYPE. */
+slapo_node *slapo_dist_vocab_parallel_cross_entropy(slapo_ctx *ctx, slapo_node *logits,
+                                                    slapo_node *targets, int64_t vocab_start,
+                                                    int64_t vocab_valid, int64_t ignore_index,
+                                                    slapo_group g);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SLAPO_DIST_H */

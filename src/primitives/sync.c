@@ -1,0 +1,224 @@
+/* primitives/sync.c - the `sync` primitive: a collective at a module's
+ * boundary, so sharded modules compute what the unsharded model computes
+ * (Megatron-LM's f and g operators, Shoeybi et al. 2019). Layer: primitives.
+ *
+ * Signature   slapo_status slapo_sync(slapo_sched *node, const char *mode,
+ *                                     const char *op, int axis, bool reduce_grad)
+ * .sched form <path> sync fwd_pre|fwd_post|bwd_post OP [axis=A] [reduce=B]
+ *             [group=tp|dp|world]
+ *             OP: all_reduce, all_gather, reduce_scatter, scatter
+ * Effect      fwd_post OP: OP on the module's output (all_reduce sums the
+ *             partial sums of a row-parallel Linear or a vocab-parallel
+ *             Embedding; all_gather axis=-1 joins a column-parallel output;
+ *             its backward reduce-scatters unless reduce=false). fwd_pre OP:
+ *             on the first input (all_gather / scatter: sequence parallel).
+ *             bwd_post all_reduce: identity forward, the input's gradient
+ *             summed over the group (the input of a column-parallel region).
+ *             A row-parallel Linear (or DecomposedLinear) with a bias becomes
+ *             a SyncedLinear: x W^T, then the collective, then + b, so the
+ *             bias is added once and its gradient is not scaled by the group
+ *             size; a flattened trace sees the add and can fuse it.
+ * Fails       SLAPO_INVALID_ARG an unknown mode or op, a mode/op pair that
+ *                               does not exist (bwd_post takes all_reduce)
+ *             SLAPO_PRECOND     a collective that does not fit what the
+ *                               module's shards produce (all_reduce on a
+ *                               split output, all_gather on partial sums):
+ *                               the message names the collective needed
+ *             SLAPO_STATE       inlined into a flattened trace (sync first)
+ * Verified by verify across ranks (within tolerance). */
+#include <stdio.h>
+#include <string.h>
+
+#include "primitives/internal.h"
+#include "slapo/dist.h"
+
+enum { OP_ALL_REDUCE, OP_ALL_GATHER, OP_REDUCE_SCATTER, OP_SCATTER, OP_REDUCE_GRAD };
+static const char *const k_ops[] = {"all_reduce", "all_gather", "reduce_scatter", "scatter",
+                                    NULL};
+static const char *const k_groups[] = {"world", "tp", "dp", NULL};
+
+/* args: op, axis, reduce_grad, group */
+static slapo_node *emit(slapo_ctx *ctx, slapo_node *x, const int64_t *a) {
+  slapo_group g = (slapo_group)a[3];
+  switch ((int)a[0]) {
+  case OP_ALL_REDUCE: return slapo_dist_all_reduce(ctx, x, g);
+  case OP_ALL_GATHER: return slapo_dist_all_gather(ctx, x, (int)a[1], a[2] != 0, g);
+  case OP_REDUCE_SCATTER: return slapo_dist_reduce_scatter(ctx, x, (int)a[1], g);
+  case OP_SCATTER: return slapo_dist_scatter(ctx, x, (int)a[1], g);
+  default: return slapo_dist_reduce_grad(ctx, x, g);
+  }
+}
+
+/* ---- SyncedLinear: x W^T, the collective, + b ---- */
+
+static slapo_node *sl_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                              slapo_node *const *in) {
+  if (n_in != 1) {
+    slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "%s: SyncedLinear expects 1 input, got %d",
+                   slapo_ctx_origin(ctx), n_in);
+    return NULL;
+  }
+  slapo_node *y = slapo_linear(ctx, in[0], slapo_weight(ctx, self, "weight"), NULL);
+  y = emit(ctx, y, self->config);
+  return slapo_add(ctx, y, slapo_weight(ctx, self, "bias"));
+}
+
+static void sl_describe(const slapo_module *self, char *buf, size_t cap) {
+  const slapo_parameter *w = slapo_module_param(self, "weight");
+  const int64_t *a = self->config;
+  snprintf(buf, cap, "in_features=%lld, out_features=%lld, bias=True, sync=%s",
+           (long long)w->value->shape[1], (long long)w->value->shape[0], k_ops[a[0]]);
+}
+
+static const slapo_module_type k_synced = {"SyncedLinear", sl_forward, sl_describe, NULL, NULL};
+
+/* ---- what a module's shards produce ---- */
+
+typedef enum { OUT_UNKNOWN, OUT_SPLIT_LAST, OUT_PARTIAL } out_kind;
+
+static bool is_linear(const slapo_module *m) {
+  return !strcmp(m->type->name, "Linear") || !strcmp(m->type->name, "DecomposedLinear");
+}
+
+static out_kind output_kind(const slapo_module *m) {
+  const slapo_parameter *w = slapo_module_param(m, "weight");
+  if (!w || !w->shard || w->shard->count == 1) return OUT_UNKNOWN;
+  if (is_linear(m)) return w->shard->axis == 0 ? OUT_SPLIT_LAST : OUT_PARTIAL;
+  if (!strcmp(m->type->name, "Embedding"))
+    return w->shard->axis == 0 ? OUT_PARTIAL : OUT_SPLIT_LAST;
+  return OUT_UNKNOWN;
+}
+
+static int word_index(const char *const *words, const char *w) {
+  for (int i = 0; words[i]; i++)
+    if (!strcmp(words[i], w)) return i;
+  return -1;
+}
+
+/* Refuses a fwd_post collective that does not fit the output. */
+static slapo_status check_fit(const char *path, const slapo_module *m, int op, int axis) {
+  out_kind k = output_kind(m);
+  const char *split = "is split along its last axis (weight sharded on axis %d)";
+  const char *partial = "holds partial sums (weight sharded on axis %d)";
+  int wa = k != OUT_UNKNOWN ? slapo_module_param(m, "weight")->shard->axis : 0;
+  char what[128];
+  snprintf(what, sizeof what, k == OUT_PARTIAL ? partial : split, wa);
+  if (k == OUT_SPLIT_LAST && (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s; %s would add different "
+                       "features: use 'sync fwd_post all_gather axis=-1'", path, m->type->name,
+                       what, k_ops[op]);
+  if (k == OUT_SPLIT_LAST && op == OP_ALL_GATHER && axis != -1)
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s: gather it with axis=-1, "
+                       "not axis=%d", path, m->type->name, what, axis);
+  if (k == OUT_PARTIAL && op == OP_ALL_GATHER)
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s; all_gather would "
+                       "concatenate them: use 'sync fwd_post all_reduce' (or reduce_scatter)",
+                       path, m->type->name, what);
+  if (k != OUT_UNKNOWN && op == OP_SCATTER)
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s already; scatter splits a "
+                       "replicated value", path, m->type->name, what);
+  return SLAPO_OK;
+}
+
+/* A row-parallel Linear with a bias becomes a SyncedLinear (same params). */
+static slapo_status make_synced(slapo_module *m, const int64_t *args, slapo_module **out) {
+  int64_t *cfg = slapo_malloc(sizeof(int64_t) * 4);
+  if (!cfg) return slapo_error(SLAPO_NOMEM, "sync: out of memory");
+  memcpy(cfg, args, sizeof(int64_t) * 4);
+  SLAPO_TRY(slapo_module_new(&k_synced, cfg, out));
+  slapo_status s = slapo_module_tie_param(*out, "weight", slapo_module_param(m, "weight"));
+  if (s == SLAPO_OK) s = slapo_module_tie_param(*out, "bias", slapo_module_param(m, "bias"));
+  if (s != SLAPO_OK) slapo_module_free(*out), *out = NULL;
+  return s;
+}
+
+static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *op_name,
+                              int axis, bool reduce, int group, const slapo_sched_entry *from) {
+  const char *path = slapo__prim_path(node);
+  slapo_module *m = slapo_sched_module(node);
+  int where = !strcmp(mode, "fwd_pre") ? 0 : !strcmp(mode, "fwd_post") ? 1
+              : !strcmp(mode, "bwd_post") ? 2 : -1;
+  int op = word_index(k_ops, op_name);
+  if (where < 0)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: %s: unknown mode '%s' (known: fwd_pre, "
+                       "fwd_post, bwd_post)", path, mode);
+  if (op < 0)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: %s: unknown collective '%s' (known: "
+                       "all_reduce, all_gather, reduce_scatter, scatter)", path, op_name);
+  if (where == 2 && op != OP_ALL_REDUCE)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: %s: bwd_post takes all_reduce (the input's "
+                       "gradient summed over the group), not %s", path, op_name);
+  if (where == 0 && op != OP_ALL_GATHER && op != OP_SCATTER)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: %s: fwd_pre takes all_gather or scatter, not "
+                       "%s (bwd_post all_reduce sums the input's gradient)", path, op_name);
+  if (!slapo_sched_parent(node))
+    return slapo_error(SLAPO_INVALID_ARG, "sync: the root's inputs and output are the batch; "
+                       "sync a submodule");
+  SLAPO_TRY(slapo__prim_not_inlined(node, "sync"));
+  if (where == 1) SLAPO_TRY(check_fit(path, m, op, axis));
+  slapo_sched_arg args[6] = {slapo_sched_arg_word(NULL, mode), slapo_sched_arg_word(NULL, op_name)};
+  int na = 2;
+  if (op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER || op == OP_SCATTER)
+    args[na++] = slapo_sched_arg_int("axis", axis);
+  if (op == OP_ALL_GATHER && !reduce) args[na++] = slapo_sched_arg_bool("reduce", false);
+  if (group != SLAPO_GROUP_TP) args[na++] = slapo_sched_arg_word("group", k_groups[group]);
+  SLAPO_TRY(slapo__prim_log_check(node, "sync", na, args));
+  slapo_module_sync s = {where == 1 ? SLAPO_SYNC_OUTPUT : SLAPO_SYNC_INPUT, emit,
+                         {where == 2 ? OP_REDUCE_GRAD : op, axis, reduce, group}};
+  if (where == 1 && output_kind(m) == OUT_PARTIAL && is_linear(m) &&
+      slapo_module_param(m, "bias")) {
+    slapo_module *synced;
+    SLAPO_TRY(make_synced(m, s.args, &synced));
+    SLAPO_TRY(slapo__prim_swap(node, synced));
+  } else {
+    SLAPO_TRY(slapo_module_add_sync(m, &s));
+    slapo_module_touch(m);
+  }
+  return slapo__prim_log(node, "sync", na, args, from, true);
+}
+
+slapo_status slapo_sync(slapo_sched *node, const char *mode, const char *op, int axis,
+                        bool reduce_grad) {
+  if (!mode || !op) return slapo_error(SLAPO_INVALID_ARG, "sync: mode and op must not be NULL");
+  return sync_impl(node, mode, op, axis, reduce_grad, SLAPO_GROUP_TP, NULL);
+}
+
+static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"axis", "reduce", "group",
+                                                                   NULL}, 2));
+  const slapo_sched_arg *mode = slapo_sched_entry_positional(e, 0);
+  const slapo_sched_arg *op = slapo_sched_entry_positional(e, 1);
+  if (!mode || !op || mode->kind != SLAPO_SCHED_ARG_WORD || op->kind != SLAPO_SCHED_ARG_WORD)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: expected a mode and a collective, e.g. 'sync "
+                       "fwd_post all_reduce'");
+  int64_t axis = -1;
+  bool reduce = true;
+  const char *group = "tp";
+  SLAPO_TRY(slapo_sched_entry_get_int(e, "axis", false, &axis));
+  SLAPO_TRY(slapo_sched_entry_get_bool(e, "reduce", false, &reduce));
+  SLAPO_TRY(slapo_sched_entry_get_string(e, "group", false, &group));
+  int g = word_index(k_groups, group);
+  if (g < 0)
+    return slapo_error(SLAPO_INVALID_ARG, "sync: group=%s: expected tp, dp or world", group);
+  return sync_impl(node, mode->text, op->text, (int)axis, reduce, g, e);
+}
+
+SLAPO_PRIMITIVE_DESCRIPTOR(sync) = {
+    .name = "sync",
+    .summary = "insert a collective at a module's forward input/output or backward",
+    .doc = "sync fwd_pre|fwd_post|bwd_post all_reduce|all_gather|reduce_scatter|scatter\n"
+           "     [axis=A] [reduce=false] [group=tp|dp|world]\n"
+           "  C: slapo_sync(node, \"fwd_post\", \"all_reduce\", -1, true)\n"
+           "  Applies to any module but the root (before trace).\n"
+           "  Effect: fwd_post all_reduce sums a row-parallel Linear's partial outputs\n"
+           "  (its bias is then added once: the module becomes a SyncedLinear); fwd_post\n"
+           "  all_gather axis=-1 joins a column-parallel output; bwd_post all_reduce\n"
+           "  sums the input's gradient (input of a column-parallel region); fwd_pre\n"
+           "  all_gather / scatter for sequence parallelism.\n"
+           "  Fails: INVALID_ARG for an unknown mode or collective; PRECOND when the\n"
+           "  collective does not fit what the shards produce (the message says which\n"
+           "  one does).\n"
+           "  Verified: across ranks, within tolerance.\n",
+    .bitwise = false,
+    .apply = apply,
+};

@@ -1,0 +1,87 @@
+/* tensor/shard.c - shard layouts: which elements of an unsharded tensor a
+ * rank holds when it is split along one axis (possibly in `parts` blocks,
+ * each split on its own). Used to materialize sharded parameters with the
+ * unsharded model's values, to slice loaded weights, and to place gathered
+ * pieces for a checkpoint. Layer: tensor. */
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/tensor.h"
+
+slapo_status slapo_shard_make(int ndim, const int64_t *full, int axis, int parts, int index,
+                              int count, slapo_shard *out) {
+  if (axis < 0) axis += ndim;
+  if (ndim < 1 || ndim > SLAPO_MAX_DIMS || axis < 0 || axis >= ndim)
+    return slapo_error(SLAPO_INVALID_ARG, "axis %d is outside a %d-d tensor", axis, ndim);
+  if (parts < 1 || count < 1 || index < 0 || index >= count)
+    return slapo_error(SLAPO_INVALID_ARG, "parts %d, rank %d of %d: parts and group size must "
+                       "be >= 1 and the rank inside the group", parts, index, count);
+  if (full[axis] % ((int64_t)parts * count))
+    return slapo_error(SLAPO_SHAPE, "axis %d has size %lld, not divisible by %s%d (group size "
+                       "%d%s)", axis, (long long)full[axis], parts > 1 ? "parts x group = " : "",
+                       parts * count, count, parts > 1 ? ", parts" : "");
+  *out = (slapo_shard){axis, parts, index, count, ndim, {0}};
+  memcpy(out->full, full, sizeof(int64_t) * (size_t)ndim);
+  return SLAPO_OK;
+}
+
+void slapo_shard_local_shape(const slapo_shard *s, int64_t *shape) {
+  memcpy(shape, s->full, sizeof(int64_t) * (size_t)s->ndim);
+  shape[s->axis] /= s->count;
+}
+
+/* inner = elements per step of the axis; L = local axis size. */
+static void dims(const slapo_shard *s, int64_t *inner, int64_t *L) {
+  *inner = 1;
+  for (int i = s->axis + 1; i < s->ndim; i++) *inner *= s->full[i];
+  *L = s->full[s->axis] / s->count;
+}
+
+/* The unsharded axis coordinate of local axis coordinate a of rank r. */
+static int64_t global_coord(const slapo_shard *s, int r, int64_t a) {
+  int64_t block = s->full[s->axis] / s->parts, chunk = block / s->count;
+  return a / chunk * block + (int64_t)r * chunk + a % chunk;
+}
+
+int64_t slapo_shard_global_index(const slapo_shard *s, int64_t i) {
+  int64_t inner, L;
+  dims(s, &inner, &L);
+  int64_t e = i % inner, a = i / inner % L, o = i / inner / L;
+  return (o * s->full[s->axis] + global_coord(s, s->index, a)) * inner + e;
+}
+
+slapo_status slapo_shard_slice(const slapo_shard *s, const slapo_tensor *full,
+                               slapo_tensor **out) {
+  *out = NULL;
+  if (full->dtype != SLAPO_DTYPE_F32) return slapo_error(SLAPO_DTYPE, "shard: tensor is not f32");
+  if (!slapo_shape_equal(full->ndim, full->shape, s->ndim, s->full))
+    return slapo_error(SLAPO_SHAPE, "shard: tensor does not have the unsharded shape");
+  slapo_tensor *c = NULL;
+  const slapo_tensor *src = full;
+  if (!slapo_tensor_is_contiguous(full)) {
+    SLAPO_TRY(slapo_tensor_contiguous(full, &c));
+    src = c;
+  }
+  int64_t shape[SLAPO_MAX_DIMS];
+  slapo_shard_local_shape(s, shape);
+  slapo_status st = slapo_tensor_new(SLAPO_DTYPE_F32, s->ndim, shape, out);
+  if (st == SLAPO_OK) {
+    const float *x = slapo_tensor_data(src);
+    float *y = slapo_tensor_data(*out);
+    int64_t n = slapo_tensor_numel(*out);
+    for (int64_t i = 0; i < n; i++) y[i] = x[slapo_shard_global_index(s, i)];
+  }
+  slapo_tensor_free(c);
+  return st;
+}
+
+void slapo_shard_place(const slapo_shard *s, int index, const float *local, slapo_tensor *full) {
+  slapo_shard r = *s;
+  r.index = index;
+  float *y = slapo_tensor_data(full);
+  int64_t inner, L;
+  dims(s, &inner, &L);
+  int64_t n = L * inner;
+  for (int i = 0; i < s->axis; i++) n *= s->full[i];
+  for (int64_t i = 0; i < n; i++) y[slapo_shard_global_index(&r, i)] = local[i];
+}
