@@ -29,13 +29,14 @@ typedef enum slapo_group {
 } slapo_group;
 
 /* Starts the distributed runtime and forms groups: N = world size, tp
- * divides N; ranks r = d * tp + t form TP group d (t = rank in it) and DP
+ * divides N (tp 0: tp = N, one tensor-parallel group); ranks r = d * tp + t form TP group d (t = rank in it) and DP
  * group t (d = rank in it), so TP neighbours are adjacent ranks (on one node
  * under mpirun's default by-core mapping). Idempotent with the same tp;
  * after slapo_dist_finalize it may be called again only without MPI.
- * Errors: SLAPO_INVALID_ARG (tp < 1, or tp does not divide the world size:
+ * Errors: SLAPO_INVALID_ARG (tp does not divide the world size:
  * names both), SLAPO_STATE (already initialized with another tp; MPI
- * failed to start or lacks MPI_THREAD_FUNNELED), NOMEM. */
+ * failed to start or lacks MPI_THREAD_FUNNELED), NOMEM. tp < 0 is
+ * SLAPO_INVALID_ARG. */
 slapo_status slapo_dist_init(int tp);
 /* Ends MPI if slapo_dist_init started it (MPI_Finalize); groups are back to
  * one rank. Safe to call when not initialized. */

@@ -81,15 +81,15 @@ static slapo_status form_groups(int tp) {
 }
 
 slapo_status slapo_dist_init(int tp) {
-  if (tp < 1) return slapo_error(SLAPO_INVALID_ARG, "--tp must be at least 1, got %d", tp);
+  if (tp < 0) return slapo_error(SLAPO_INVALID_ARG, "--tp must be at least 1, got %d", tp);
   if (g_dist.inited) {
-    if (tp == g_dist.tp) return SLAPO_OK;
+    if (tp == g_dist.tp || tp == 0) return SLAPO_OK;
     return slapo_error(SLAPO_STATE, "distributed groups already formed with tp %d (asked: %d)",
                        g_dist.tp, tp);
   }
   SLAPO_TRY(slapo_dist_register_ops());
   if (!launched()) {
-    if (tp != 1)
+    if (tp > 1)
       return slapo_error(SLAPO_INVALID_ARG, "--tp %d needs %d processes; this is one process "
                          "(start it with mpirun -np %d)", tp, tp, tp);
     g_dist.tp = 1;
@@ -97,6 +97,7 @@ slapo_status slapo_dist_init(int tp) {
     return SLAPO_OK;
   }
   SLAPO_TRY(start_mpi());
+  if (tp == 0) MPI_Comm_size(MPI_COMM_WORLD, &tp);
   slapo_status s = form_groups(tp);
   if (s != SLAPO_OK) return s;
   g_dist.tp = tp;

@@ -61,11 +61,15 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   slapo_shard s;
   slapo_status st = slapo_shard_make(nd, full, axis, parts, slapo_dist_rank(SLAPO_GROUP_TP),
                                      slapo_dist_size(SLAPO_GROUP_TP), &s);
-  if (st != SLAPO_OK)
-    return slapo_error(st, "shard: %s.%s (%s [%lld%s]) across the tensor-parallel group of %d: "
-                       "%s", path, param, p->path ? p->path : param, (long long)full[0],
-                       nd > 1 ? ", ..." : "", slapo_dist_size(SLAPO_GROUP_TP),
-                       slapo_last_error());
+  if (st != SLAPO_OK) {
+    char why[256];
+    snprintf(why, sizeof why, "%s", slapo_last_error()); /* slapo_error overwrites it */
+    char dims[96];
+    slapo_shape_str(nd, full, dims, sizeof dims);
+    return slapo_error(st, "shard: %s.%s (%s %s) across the tensor-parallel group of %d: %s",
+                       path, param, p->path ? p->path : param, dims,
+                       slapo_dist_size(SLAPO_GROUP_TP), why);
+  }
   slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, param),
                              slapo_sched_arg_int("axis", axis),
                              slapo_sched_arg_int("parts", parts)};
@@ -75,7 +79,11 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   if (!user) return slapo_error(SLAPO_NOMEM, "shard: out of memory");
   st = slapo_parameter_shard(p, &s, SLAPO_GROUP_TP, user);
   slapo_free(user);
-  if (st != SLAPO_OK) return slapo_error(st, "shard: %s.%s: %s", path, param, slapo_last_error());
+  if (st != SLAPO_OK) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", slapo_last_error());
+    return slapo_error(st, "shard: %s.%s: %s", path, param, why);
+  }
   slapo_module_touch(m);
   return slapo__prim_log(node, "shard", na, args, from, true);
 }

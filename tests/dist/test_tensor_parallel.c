@@ -1,0 +1,198 @@
+/* tests/dist/test_tensor_parallel.c - shard and sync on GPT-2: the Megatron
+ * schedule (schedules/gpt2_tp.sched) verified against the unsharded model
+ * with dropout on (and with checkpointed blocks and FlashAttention on top),
+ * and every refusal of shard and sync with its message. CTest runs it on
+ * one rank (shards of one: the schedule must still verify; errors that
+ * need a real split are skipped) and under mpirun -np 2. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "core/assert.h"
+#include "slapo/apply.h"
+#include "slapo/dist.h"
+#include "slapo/models.h"
+
+static int N;
+
+static slapo_status build(void *ud, slapo_module **out) {
+  const slapo_model_family *f;
+  SLAPO_TRY(slapo_model_find("gpt2", &f));
+  return slapo_model_new(f, ud ? ud : "tiny", 0.1, 1337, out);
+}
+
+/* Verifies `text` (a .sched file's content) on tiny GPT-2: batch 2 x 16. */
+static slapo_status verify_text(const char *text, size_t *first_bad) {
+  slapo_sched_log *log;
+  SLAPO_TRY(slapo_sched_parse(text, "test.sched", &log));
+  int64_t bt[2] = {2, 16};
+  slapo_tensor *idx, *tgt;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &idx), SLAPO_OK);
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &tgt), SLAPO_OK);
+  for (int i = 0; i < 32; i++) {
+    ((int32_t *)slapo_tensor_data(idx))[i] = (i * 37 + 5) % 256;
+    ((int32_t *)slapo_tensor_data(tgt))[i] = (i * 91 + 3) % 256;
+  }
+  const slapo_tensor *in[2] = {idx, tgt};
+  slapo_verify_opts o = {.n_in = 2, .in = in, .seed = 7, .step = 3};
+  slapo_status s = slapo_verify(build, NULL, log, &o, NULL, NULL, first_bad);
+  slapo_tensor_free(idx);
+  slapo_tensor_free(tgt);
+  slapo_sched_log_free(log);
+  return s;
+}
+
+/* The file's text with `extra` appended. */
+static char *read_sched(const char *name, const char *extra) {
+  char path[1024];
+  snprintf(path, sizeof path, "%s/../../schedules/%s", getenv("SLAPO_TEST_DATA"), name);
+  FILE *f = fopen(path, "rb");
+  assert_non_null(f);
+  static char buf[16384];
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = '\0';
+  strncat(buf, extra, sizeof buf - n - 1);
+  return buf;
+}
+
+static void expect_ok(const char *text) {
+  size_t bad = 0;
+  slapo_status s = verify_text(text, &bad);
+  if (s != SLAPO_OK) fail_msg("verify: %s: %s", slapo_status_name(s), slapo_last_error());
+  assert_int_equal(bad, 0);
+}
+
+static void test_megatron_gpt2(void **state) {
+  (void)state;
+  expect_ok(read_sched("gpt2_tp.sched", ""));
+}
+
+/* Activation checkpointing re-emits the collectives and the dropout masks
+ * keyed by global head coordinates: still the unsharded model's numbers. */
+static void test_megatron_gpt2_checkpointed(void **state) {
+  (void)state;
+  expect_ok(read_sched("gpt2_tp.sched", "transformer.h checkpoint ratio=1.0\n"));
+}
+
+/* FlashAttention first (its c_attn/c_proj are the same parameters), then TP. */
+static void test_megatron_gpt2_flash_attention(void **state) {
+  (void)state;
+  static char text[20000];
+  snprintf(text, sizeof text, "transformer.h.*.attn replace FlashAttention\n%s",
+           read_sched("gpt2_tp.sched", ""));
+  expect_ok(text);
+}
+
+/* A schedule line applied to tiny GPT-2 on this rank; its status. */
+static slapo_status apply_text(const char *text) {
+  slapo_module *m;
+  assert_int_equal(build(NULL, &m), SLAPO_OK);
+  slapo_sched_log *log;
+  assert_int_equal(slapo_sched_parse(text, "t.sched", &log), SLAPO_OK);
+  slapo_sched *root;
+  assert_int_equal(slapo_sched_create(m, &root), SLAPO_OK);
+  slapo_status s = slapo_apply_schedule(root, log, NULL, 0, 0, NULL);
+  if (s == SLAPO_OK) { /* refusals that come when a step is built */
+    slapo_runner *r;
+    assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
+    int64_t bt[2] = {1, 4};
+    slapo_tensor *idx;
+    assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &idx), SLAPO_OK);
+    const slapo_tensor *in[1] = {idx};
+    slapo_kernel_env env = {1, 0, false};
+    s = slapo_step(r, 1, in, SLAPO_STEP_EVAL, &env, NULL);
+    slapo_tensor_free(idx);
+    slapo_runner_free(r);
+  }
+  slapo_sched_free(root);
+  slapo_sched_log_free(log);
+  slapo_module_free(m);
+  return s;
+}
+
+static void expect_error(const char *text, slapo_status want, const char *const *parts) {
+  slapo_status s = apply_text(text);
+  if (s != want)
+    fail_msg("'%s': got %s (%s), want %s", text, slapo_status_name(s), slapo_last_error(),
+             slapo_status_name(want));
+  for (; *parts; parts++)
+    if (!strstr(slapo_last_error(), *parts))
+      fail_msg("'%s': message '%s' lacks '%s'", text, slapo_last_error(), *parts);
+}
+
+static void test_tied_parameter_sharded_once(void **state) {
+  (void)state;
+  expect_error("transformer.wte shard weight axis=0\n", SLAPO_PRECOND,
+               (const char *const[]){"lm_head.weight is transformer.wte.weight",
+                                     "lm_head shard weight axis=0", NULL});
+}
+
+static void test_shard_unknown_parameter(void **state) {
+  (void)state;
+  expect_error("transformer.h.0.mlp.c_fc shard gamma axis=0\n", SLAPO_NOT_FOUND,
+               (const char *const[]){"c_fc", "gamma", "weight, bias", NULL});
+  expect_error("transformer.h.0.mlp.c_fc shard weight axis=2\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"axis 2", NULL});
+  expect_error("transformer.wte shard weight axis=0 parts=2\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"Embedding", "parts=1", NULL});
+}
+
+static void test_sync_bad_mode_and_op(void **state) {
+  (void)state;
+  expect_error("transformer.h.0.mlp.c_fc sync bwd_pre all_reduce\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"unknown mode 'bwd_pre'", NULL});
+  expect_error("transformer.h.0.mlp.c_fc sync bwd_post all_gather\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"bwd_post takes all_reduce", NULL});
+  expect_error("transformer.h.0.mlp.c_fc sync fwd_post broadcast\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"unknown collective 'broadcast'", NULL});
+}
+
+/* Refusals that need a real split (two ranks or more). */
+static void test_split_refusals(void **state) {
+  (void)state;
+  if (N < 2) skip();
+  char text[256];
+  /* LayerNorm weight [128] over 3 ranks would not divide; over 2 a [3C]
+   * bias split as 3 parts of 2 does, so use the tiny head of 256 rows with
+   * parts that cannot divide: 256 / (3 x N). */
+  snprintf(text, sizeof text, "lm_head shard weight axis=0 parts=3\n");
+  expect_error(text, SLAPO_SHAPE,
+               (const char *const[]){"lm_head.weight", "axis 0", "256", "group size", NULL});
+  expect_error("transformer.h.0.mlp.c_fc shard weight axis=0\n"
+               "transformer.h.0.mlp.c_fc sync fwd_post all_reduce\n",
+               SLAPO_PRECOND, (const char *const[]){"split along its last axis",
+                                                    "all_gather axis=-1", NULL});
+  expect_error("transformer.h.0.mlp.c_proj shard weight axis=1\n"
+               "transformer.h.0.mlp.c_proj sync fwd_post all_gather axis=-1\n",
+               SLAPO_PRECOND, (const char *const[]){"partial sums", "all_reduce", NULL});
+  expect_error("transformer.h.0.mlp.c_fc shard weight axis=0\n"
+               "transformer.h.0.mlp.c_fc decompose\n",
+               SLAPO_STATE, (const char *const[]){"decompose before shard", NULL});
+  expect_error("transformer.h.0.mlp.c_fc shard weight axis=0\n"
+               "transformer.h.0.mlp.c_fc shard weight axis=1\n",
+               SLAPO_STATE, (const char *const[]){"already sharded along axis 0", NULL});
+}
+
+int main(void) {
+  if (slapo_dist_init(0) != SLAPO_OK) return 1; /* every rank in one TP group */
+  if (slapo_models_init() != SLAPO_OK) return 1;
+  N = slapo_dist_size(SLAPO_GROUP_TP);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_megatron_gpt2),
+      cmocka_unit_test(test_megatron_gpt2_checkpointed),
+      cmocka_unit_test(test_megatron_gpt2_flash_attention),
+      cmocka_unit_test(test_tied_parameter_sharded_once),
+      cmocka_unit_test(test_shard_unknown_parameter),
+      cmocka_unit_test(test_sync_bad_mode_and_op),
+      cmocka_unit_test(test_split_refusals),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  slapo_dist_finalize();
+  return rc;
+}
