@@ -70,6 +70,10 @@ typedef struct slapo_verify_check {
   bool ok;
   double worst;         /* worst |a - b| / (atol + rtol |b|), or 0/1 bitwise */
   char what[256];       /* where it was: "loss", "logits", a parameter path */
+  /* The prefix cannot run on its own (SLAPO_PRECOND while building: one use
+   * of a tied weight sharded before the next step shards the other); not
+   * a failure unless it is the whole schedule. `what` holds the reason. */
+  bool incomplete;
 } slapo_verify_check;
 
 /* Called after each comparison (progress); may be NULL. */
@@ -85,6 +89,8 @@ typedef void (*slapo_verify_cb)(const slapo_verify_check *c, const slapo_sched_s
  * gradient, dropout on) on both, and compares: bytes where every applied
  * primitive is bitwise, otherwise |a - b| <= atol + rtol |b| per element.
  * *first_bad receives the first failing step number (0 when all pass).
+ * A prefix shorter than the schedule whose model refuses to build with
+ * SLAPO_PRECOND is reported incomplete (c->incomplete) and skipped.
  * Errors: SLAPO_VERIFY when a check fails (message names the step, its
  * file:line, the worst value and where), and those of building, applying
  * and running. */

@@ -62,9 +62,19 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
 slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path));
 
+/* Data parallelism: sums every parameter's gradient over the data-parallel
+ * group (the micro-batches' weights already divide by the global token
+ * count), in buckets of about 32 MiB packed in visit order, one
+ * MPI_Allreduce each. Without data parallelism it does nothing.
+ * `comm_s` (may be NULL) receives the seconds spent. Errors: NOMEM, those
+ * of MPI. */
+slapo_status slapo_dp_all_reduce_grads(slapo_module *model, double *comm_s);
+
 /* Scales all gradients so their global L2 norm is at most max_norm (PyTorch
  * clip_grad_norm_); returns the norm before clipping. max_norm <= 0: only
- * measures. */
+ * measures. Under tensor parallelism the norm is over the unsharded
+ * model: a sharded parameter's squares are summed over the group, a
+ * replicated one counted once. */
 double slapo_clip_grad_norm(slapo_module *model, double max_norm);
 /* The factor slapo_clip_grad_norm scales the gradients by, for a measured
  * global norm: max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm,
@@ -164,8 +174,11 @@ slapo_status slapo_sample(slapo_runner *r, const slapo_sample_opts *o, int32_t *
  * i64, contiguous; the root's output must be the mean cross-entropy over
  * its valid targets); envs [n_micro]: each micro-batch's kernel env (its
  * dropout step). *loss = L; *n_valid = N (may be NULL). With N = 0 the loss
- * and gradients are 0. Errors: SLAPO_INVALID_ARG (n_micro < 1, targets),
- * those of slapo_step. */
+ * and gradients are 0. Under data parallelism (slapo_dist_init) N and L
+ * are over every data-parallel rank's micro-batches (all-reduced), so
+ * after slapo_dp_all_reduce_grads the gradients are those of the global
+ * batch. Errors: SLAPO_INVALID_ARG (n_micro < 1, targets), those of
+ * slapo_step and of the all-reduce. */
 slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                                     const slapo_tensor *const *inputs,
                                     const slapo_kernel_env *envs, double *loss,
@@ -314,6 +327,7 @@ typedef struct slapo_train_event {
   bool has_val;
   double val_loss;
   size_t peak_nbytes;    /* planned activation peak            */
+  double comm_s;         /* data-parallel gradient all-reduce  */
   const char *sample;    /* final event only: sampled text     */
   int64_t sample_done;   /* sampling progress: tokens drawn of  */
   int64_t sample_total;  /* sample_total (0: not this event)    */

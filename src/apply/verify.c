@@ -211,6 +211,10 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
       while (s == SLAPO_OK && hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
         s = check_prefix(build, ud, log, &steps, mid, opts, &c);
+        if (s == SLAPO_PRECOND) { /* incomplete on its own: not where it breaks */
+          c.incomplete = true, c.ok = true, s = SLAPO_OK;
+          snprintf(c.what, sizeof c.what, "%s", slapo_last_error());
+        }
         if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
         if (c.ok) lo = mid;
         else hi = mid, bad = c;
@@ -220,6 +224,10 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
   } else if (s == SLAPO_OK) {
     for (size_t k = opts->per_entry ? 1 : n; s == SLAPO_OK && k <= n; k++) {
       s = check_prefix(build, ud, log, &steps, k, opts, &c);
+      if (s == SLAPO_PRECOND && k < n) { /* only valid together with later steps */
+        c.incomplete = true, c.ok = true, s = SLAPO_OK;
+        snprintf(c.what, sizeof c.what, "%s", slapo_last_error());
+      }
       if (s == SLAPO_OK && cb) cb(&c, &steps, cb_ud);
       if (s == SLAPO_OK && !c.ok) {
         *first_bad = k;

@@ -26,7 +26,8 @@ static void on_check(const slapo_verify_check *c, const slapo_sched_steps *steps
   if (st)
     printf(" (last: %s:%d %s %s)", st->entry->file ? st->entry->file : "?", st->entry->line,
            st->path, st->entry->primitive);
-  if (c->bitwise) printf(": %s bitwise%s%s\n", c->ok ? "equal" : "NOT equal", c->ok ? "" : " at ",
+  if (c->incomplete) printf(": not checked alone: %s\n", c->what);
+  else if (c->bitwise) printf(": %s bitwise%s%s\n", c->ok ? "equal" : "NOT equal", c->ok ? "" : " at ",
                          c->ok ? "" : c->what);
   else printf(": %s, worst error %.3g of tolerance at %s\n", c->ok ? "within tolerance" : "FAILS",
               c->worst, c->what);
@@ -68,6 +69,12 @@ static void print_start(const verify_args *v) {
          "atol=%g rtol=%g%s\n",
          mo->model, mo->config, mo->schedule, (long long)v->batch, (long long)v->seq, v->dropout,
          v->atol, v->rtol, v->bisect ? " bisect" : v->per_entry ? " (checked after every step)" : "");
+  if (slapo_dist_active()) {
+    char layout[160];
+    slapo_dist_describe(layout, sizeof layout);
+    printf("distributed: %s (every rank also runs the unsharded model; sharded gradients are "
+           "gathered to full shape)\n", layout);
+  }
   if (mo->n_disabled) {
     printf("disabled steps:");
     for (size_t i = 0; i < mo->n_disabled; i++) printf(" %zu", mo->disabled[i]);

@@ -10,6 +10,7 @@
 
 #include "core/assert.h"
 #include "models/internal.h"
+#include "slapo/dist.h"
 
 typedef struct load_state {
   const slapo_safetensors *f;
@@ -87,8 +88,18 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
                              st->file, path);
     return;
   }
-  slapo_status s = check_shape(st, name, path, meta, p->value);
+  /* A sharded parameter loads its piece of the file's unsharded tensor (so
+   * a run resumes at any tensor-parallel size). */
+  slapo_tensor *full_meta = NULL;
+  const slapo_tensor *want = p->value;
+  slapo_status s = SLAPO_OK;
+  if (p->shard) {
+    s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim, p->shard->full, &full_meta);
+    want = full_meta;
+  }
+  if (s == SLAPO_OK) s = check_shape(st, name, path, meta, want);
   slapo_tensor_free(meta);
+  slapo_tensor_free(full_meta);
   if (s == SLAPO_OK) s = slapo_safetensors_get(st->f, name, &t);
   if (s == SLAPO_OK && t->dtype != SLAPO_DTYPE_F32) s = slapo_tensor_to_dtype(t, SLAPO_DTYPE_F32, &f32);
   const slapo_tensor *src = f32 ? f32 : t;
@@ -97,8 +108,14 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
     s = slapo_tensor_permute(src, perm, &view);
     src = view;
   }
+  slapo_tensor *piece = NULL;
+  if (s == SLAPO_OK && p->shard) {
+    s = slapo_shard_slice(p->shard, src, &piece);
+    src = piece;
+  }
   if (s == SLAPO_OK) s = slapo_tensor_copy(p->value, src);
   if (s != SLAPO_OK) st->status = s;
+  slapo_tensor_free(piece);
   slapo_tensor_free(view);
   slapo_tensor_free(f32);
   slapo_tensor_free(t);
@@ -232,14 +249,23 @@ static void save_one(slapo_parameter *p, const char *path, void *ud) {
     st->status = slapo_error(SLAPO_NOMEM, "%s save: out of memory", st->layout->family);
     return;
   }
-  slapo_tensor *view = NULL;
-  slapo_status s;
-  if (transposed(st->layout, path) && p->value->ndim == 2) {
-    int perm[2] = {1, 0};
-    s = slapo_tensor_permute(p->value, perm, &view);
-  } else {
-    s = slapo_tensor_view(p->value, &view);
+  slapo_tensor *view = NULL, *full = NULL;
+  const slapo_tensor *value = p->value;
+  slapo_status s = SLAPO_OK;
+  /* A sharded parameter is saved gathered, in the unsharded layout, so the
+   * file loads into any tensor-parallel size (every rank gathers; rank 0
+   * writes). */
+  if (p->shard && p->shard->count > 1) {
+    s = slapo_dist_gather_shards((slapo_group)p->shard_group, p->shard, p->value, &full);
+    value = full;
   }
+  if (s == SLAPO_OK && transposed(st->layout, path) && value->ndim == 2) {
+    int perm[2] = {1, 0};
+    s = slapo_tensor_permute(value, perm, &view);
+  } else if (s == SLAPO_OK) {
+    s = slapo_tensor_view(value, &view);
+  }
+  slapo_tensor_free(full); /* the view holds the storage */
   char *name = s == SLAPO_OK ? slapo_strdup(path) : NULL;
   if (!name) {
     slapo_tensor_free(view);
@@ -263,7 +289,7 @@ slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__
   int nm = 0;
   mk[nm] = "format", mv[nm++] = "pt";
   for (int i = 0; i < n_meta; i++) mk[nm] = keys[i], mv[nm++] = values[i];
-  if (s == SLAPO_OK)
+  if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0)
     s = slapo_safetensors_write(path, st.n, (const char *const *)st.names,
                                 (const slapo_tensor *const *)st.tensors, nm, mk, mv);
   for (int i = 0; i < st.n; i++) {

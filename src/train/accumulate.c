@@ -6,8 +6,12 @@
  * enters with weight n_i / N: sum_i (n_i / N) mean_i = L, and the backward's
  * seed n_i / N makes the gradients add up to dL/dθ. Averaging each
  * micro-batch's mean equally (weight 1 / K) is right only when every n_i is
- * the same. Layer: train. */
+ * the same. Under data parallelism N counts the valid targets of every
+ * data-parallel rank's micro-batches (one all-reduce), so after the
+ * gradients' all-reduce (slapo_dp_all_reduce_grads) they are those of the
+ * global batch's token mean. Layer: train. */
 #include "core/assert.h"
+#include "slapo/dist.h"
 #include "slapo/train.h"
 
 /* Targets of a micro-batch that are not SLAPO_IGNORE_INDEX. */
@@ -41,16 +45,19 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                          "contiguous i32 or i64", m);
     total += valid_targets(t);
   }
+  double global = (double)total; /* over every data-parallel rank */
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &global, 1));
   double sum = 0;
   for (int m = 0; m < n_micro; m++) {
     /* With no valid target anywhere the loss and every gradient are 0, as
      * cross-entropy's mean over nothing is. */
-    double w = total ? (double)valid_targets(inputs[2 * m + 1]) / (double)total : 0.0;
+    double w = global > 0 ? (double)valid_targets(inputs[2 * m + 1]) / global : 0.0;
     const slapo_tensor *out;
     SLAPO_TRY(slapo_step_scaled(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w, &out));
     sum += w * (double)*(const float *)slapo_tensor_data(out);
   }
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1));
   *loss = sum;
-  if (n_valid) *n_valid = total;
+  if (n_valid) *n_valid = (int64_t)global;
   return SLAPO_OK;
 }

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/assert.h"
+#include "slapo/dist.h"
 #include "slapo/train.h"
 
 typedef struct slot {
@@ -179,6 +180,18 @@ static slapo_status file_view(const slapo_tensor *t, bool transposed, slapo_tens
   return slapo_tensor_permute(t, perm, out);
 }
 
+/* A moment tensor as the file stores it: gathered when its parameter is
+ * sharded (every rank calls this; rank 0 writes), then transposed. */
+static slapo_status state_view(const slapo_parameter *p, const slapo_tensor *t, bool transposed,
+                               slapo_tensor **out) {
+  if (!p->shard || p->shard->count == 1) return file_view(t, transposed, out);
+  slapo_tensor *full;
+  SLAPO_TRY(slapo_dist_gather_shards((slapo_group)p->shard_group, p->shard, t, &full));
+  slapo_status s = file_view(full, transposed, out);
+  slapo_tensor_free(full);
+  return s;
+}
+
 slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path)) {
   int n = 2 * o->n;
@@ -199,14 +212,15 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
     snprintf(owned[2 * i + 1], len, "%s.exp_avg_sq", o->slots[i].path);
     names[2 * i] = owned[2 * i], names[2 * i + 1] = owned[2 * i + 1];
     bool tr = transposed && transposed(o->slots[i].path);
-    s = file_view(o->slots[i].m, tr, &views[2 * i]);
-    if (s == SLAPO_OK) s = file_view(o->slots[i].v, tr, &views[2 * i + 1]);
+    s = state_view(o->slots[i].p, o->slots[i].m, tr, &views[2 * i]);
+    if (s == SLAPO_OK) s = state_view(o->slots[i].p, o->slots[i].v, tr, &views[2 * i + 1]);
     ts[2 * i] = views[2 * i], ts[2 * i + 1] = views[2 * i + 1];
   }
   char step[32];
   snprintf(step, sizeof step, "%lld", (long long)o->t);
   const char *mk[1] = {"step"}, *mv[1] = {step};
-  if (s == SLAPO_OK) s = slapo_safetensors_write(path, n, names, ts, 1, mk, mv);
+  if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0)
+    s = slapo_safetensors_write(path, n, names, ts, 1, mk, mv);
   for (int i = 0; owned && i < n; i++) slapo_free(owned[i]);
   for (int i = 0; views && i < n; i++) slapo_tensor_free(views[i]);
   slapo_free(owned);
@@ -255,16 +269,39 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
           break;
         }
         sprintf(name, "%s.%s", o->slots[i].path, k ? "exp_avg_sq" : "exp_avg");
-        slapo_tensor *dst = NULL, *src = NULL;
-        s = file_view(k ? o->slots[i].v : o->slots[i].m,
-                      transposed && transposed(o->slots[i].path), &dst);
+        slapo_tensor *dst = NULL, *src = NULL, *want = NULL, *piece = NULL;
+        const slapo_parameter *p = o->slots[i].p;
+        bool tr = transposed && transposed(o->slots[i].path);
+        s = file_view(k ? o->slots[i].v : o->slots[i].m, tr, &dst);
         if (s == SLAPO_OK && pass == 0) {
-          s = check_state(f, path, name, dst);
+          /* A sharded parameter's state is stored unsharded: check that. */
+          if (p->shard) s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim,
+                                                  p->shard->full, &want);
+          if (s == SLAPO_OK && want && tr) {
+            int perm[2] = {1, 0};
+            slapo_tensor *w2;
+            s = slapo_tensor_permute(want, perm, &w2);
+            slapo_tensor_free(want);
+            want = w2;
+          }
+          if (s == SLAPO_OK) s = check_state(f, path, name, want ? want : dst);
         } else if (s == SLAPO_OK) {
           s = slapo_safetensors_get(f, name, &src);
-          if (s == SLAPO_OK) s = slapo_tensor_copy(dst, src);
+          if (s == SLAPO_OK && p->shard) { /* back to the parameter's layout, then its piece */
+            slapo_tensor *un = NULL;
+            s = file_view(src, tr, &un);
+            if (s == SLAPO_OK) s = slapo_shard_slice(p->shard, un, &piece);
+            slapo_tensor_free(un);
+            slapo_tensor_free(dst);
+            dst = NULL;
+            if (s == SLAPO_OK) s = slapo_tensor_copy(k ? o->slots[i].v : o->slots[i].m, piece);
+          } else if (s == SLAPO_OK) {
+            s = slapo_tensor_copy(dst, src);
+          }
           slapo_tensor_free(src);
         }
+        slapo_tensor_free(piece);
+        slapo_tensor_free(want);
         slapo_tensor_free(dst);
         slapo_free(name);
       }

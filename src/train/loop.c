@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/assert.h"
+#include "slapo/dist.h"
 #include "slapo/train.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
@@ -137,7 +138,9 @@ static slapo_status eval_loss(const trainer *t, double *out) {
   const slapo_train_config *c = &t->c;
   double sum = 0;
   int64_t total = 0;
-  for (int64_t b = 0; b < c->val_batches; b++) {
+  /* Data-parallel ranks split the validation batches and sum. */
+  int D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
+  for (int64_t b = d; b < c->val_batches; b += D) {
     SLAPO_TRY(draw_batch(t, true, b, t->x, t->y));
     const slapo_tensor *in[2] = {t->x, t->y}, *loss;
     slapo_kernel_env env = {c->seed, (uint64_t)b, false};
@@ -146,7 +149,9 @@ static slapo_status eval_loss(const trainer *t, double *out) {
     sum += (double)*(const float *)slapo_tensor_data(loss) * (double)n;
     total += n;
   }
-  *out = total ? sum / (double)total : 0.0;
+  double acc[2] = {sum, (double)total};
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, acc, 2));
+  *out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   return SLAPO_OK;
 }
 
@@ -315,6 +320,12 @@ static slapo_status build_model(trainer *t) {
         t->sched.applied, c->n_disabled);
     say_schedule(t);
   }
+  if (slapo_dist_active()) {
+    char layout[160];
+    slapo_dist_describe(layout, sizeof layout);
+    say(t->cb, t->ud, "distributed: %s (rank 0 reports; each data-parallel rank draws its own "
+        "micro-batches)", layout);
+  }
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters", t->fam->name, c->model_config,
       t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6);
   SLAPO_TRY(check_memory(t));
@@ -366,7 +377,9 @@ static slapo_status alloc_batches(trainer *t) {
     SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->xs[m]));
     SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->ys[m]));
   }
-  if (c->metrics && !(t->metrics = fopen(c->metrics, c->resume ? "a" : "w")))
+  /* Rank 0 alone writes metrics and files. */
+  bool writer = slapo_dist_rank(SLAPO_GROUP_WORLD) == 0;
+  if (writer && c->metrics && !(t->metrics = fopen(c->metrics, c->resume ? "a" : "w")))
     return slapo_error(SLAPO_IO, "train: cannot open metrics file %s: %s", c->metrics,
                        strerror(errno));
   return SLAPO_OK;
@@ -377,22 +390,28 @@ static slapo_status alloc_batches(trainer *t) {
  * with the next step's zeroing in its one pass over memory. */
 static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
-  double ts = now_s(), loss = 0;
+  double ts = now_s(), loss = 0, comm_s = 0;
+  /* Data-parallel rank d of D draws micro-batches (step D + d) K + m, so
+   * ranks see disjoint batches and one process (D = 1) is unchanged. */
+  int64_t D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
   for (int64_t m = 0; m < c->grad_accum; m++) {
-    int64_t micro = step * c->grad_accum + m;
+    int64_t micro = (step * D + d) * c->grad_accum + m;
     SLAPO_TRY(draw_batch(t, false, micro, t->xs[m], t->ys[m]));
     t->micro_in[2 * m] = t->xs[m], t->micro_in[2 * m + 1] = t->ys[m];
     t->envs[m] = (slapo_kernel_env){c->seed, (uint64_t)micro, true};
   }
   SLAPO_TRY(slapo_train_accumulate(t->runner, (int)c->grad_accum, t->micro_in, t->envs, &loss,
                                    NULL));
+  SLAPO_TRY(slapo_dist_kernel_status());
+  SLAPO_TRY(slapo_dp_all_reduce_grads(t->model, &comm_s));
   double norm = slapo_clip_grad_norm(t->model, 0);
   float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
   slapo_adamw_step_scaled(t->opt, lr, slapo_clip_scale(norm, c->grad_clip), true);
   double dt = now_s() - ts;
   *e = (slapo_train_event){.step = step + 1, .steps = c->steps, .loss = loss, .lr = lr,
                            .grad_norm = norm,
-                           .tokens_per_s = (double)(c->batch * c->seq * c->grad_accum) / dt,
+                           .tokens_per_s = (double)(c->batch * c->seq * c->grad_accum * D) / dt,
+                           .comm_s = comm_s,
                            .elapsed_s = now_s() - t->t0,
                            .peak_nbytes = slapo_runner_peak_nbytes(t->runner)};
   return SLAPO_OK;

@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "ops/vmath.h"
+#include "slapo/dist.h"
 #include "slapo/train.h"
 
 float slapo_lr_at(int64_t step, int64_t warmup, int64_t total, float max_lr, float min_lr) {
@@ -18,6 +19,7 @@ float slapo_lr_at(int64_t step, int64_t warmup, int64_t total, float max_lr, flo
 typedef struct norm_state {
   double sumsq;
   double scale;
+  double sharded; /* squares of tensor-parallel shards: summed over the group */
 } norm_state;
 
 /* Sum of squares of x [n] in double. LANES interleaved partial sums (element
@@ -54,7 +56,10 @@ static void add_sq(slapo_parameter *p, const char *path, void *ud) {
     int64_t begin = c * per, end = (c + 1) * per < n ? (c + 1) * per : n;
     part[c] = begin < end ? sum_sq(g + begin, end - begin) : 0.0;
   }
-  for (int c = 0; c < CHUNKS; c++) st->sumsq += part[c];
+  double sq = 0;
+  for (int c = 0; c < CHUNKS; c++) sq += part[c];
+  if (p->shard && p->shard->count > 1) st->sharded += sq; /* summed over the group below */
+  else st->sumsq += sq;
 }
 
 static void scale(slapo_parameter *p, const char *path, void *ud) {
@@ -73,9 +78,12 @@ float slapo_clip_scale(double norm, double max_norm) {
 }
 
 double slapo_clip_grad_norm(slapo_module *model, double max_norm) {
-  norm_state st = {0, 1};
+  norm_state st = {0, 1, 0};
   slapo_module_visit_params(model, add_sq, &st);
-  double norm = sqrt(st.sumsq);
+  /* Sharded parameters: every rank of the tensor-parallel group holds a
+   * different piece. A failed all-reduce gives NaN (the norm is unknown). */
+  if (slapo_dist_all_reduce_f64(SLAPO_GROUP_TP, &st.sharded, 1) != SLAPO_OK) return NAN;
+  double norm = sqrt(st.sumsq + st.sharded);
   if (max_norm > 0 && norm > max_norm) {
     st.scale = slapo_clip_scale(norm, max_norm);
     slapo_module_visit_params(model, scale, &st);

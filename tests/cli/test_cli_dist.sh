@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/cli/test_cli_dist.sh - `slapo` under mpirun: tensor-parallel verify
+# of schedules/gpt2_tp.sched (2 ranks; 4 ranks as TP 2 x DP 2), training with
+# TP 2 matching one process exactly, a gathered checkpoint resumed at
+# another TP size, a world size the schedule cannot use, and a failing rank
+# ending the whole job within 30 s with its "slapo: rank R:" message.
+# Usage: test_cli_dist.sh path/to/slapo path/to/repo
+set -u
+
+SLAPO=${1:?usage: test_cli_dist.sh path/to/slapo path/to/repo}
+ROOT=${2:?usage: test_cli_dist.sh path/to/slapo path/to/repo}
+export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+MPIRUN="mpirun --oversubscribe"
+TP_SCHED="$ROOT/schedules/gpt2_tp.sched"
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_dist_XXXXXX")
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+OUT="$TMP/out"
+ERR="$TMP/err"
+rc_ok=0
+run() { # NAME WANT_RC CMD...
+  local name=$1 want=$2
+  shift 2
+  timeout 120 "$@" >"$OUT" 2>"$ERR"
+  local rc=$?
+  if { [ "$want" = nonzero ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; } || [ "$rc" = "$want" ]; then
+    rc_ok=1
+  else
+    rc_ok=0
+    echo "FAIL $name: exit $rc, want $want"
+    echo "  stderr: $(head -c 600 "$ERR")"
+  fi
+}
+check() { # NAME FILE TEXT
+  if [ "$rc_ok" -eq 1 ] && grep -qF -- "$3" "$TMP/$2"; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    [ "$rc_ok" -eq 1 ] && echo "FAIL $1: $2 lacks '$3': $(head -c 600 "$TMP/$2")"
+  fi
+}
+TEXT="$TMP/corpus.txt"
+for i in $(seq 60); do
+  echo "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins."
+done >"$TEXT"
+
+run "verify tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only
+check "verify tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
+check "verify tp2 ok" out "verify: ok"
+run "verify tp2 small" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config small --schedule "$TP_SCHED" --final-only --seq 64
+check "verify tp2 small ok" out "verify: ok"
+run "verify tp2 x dp2" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only
+check "verify tp2 x dp2 layout" out "world 4 = tp 2 x dp 2"
+check "verify tp2 x dp2 ok" out "verify: ok"
+
+# Tensor parallelism changes no number beyond rounding: the same run on one
+# process and on two ranks reaches the same validation loss (4 decimals).
+COMMON="train --config tiny --data $TEXT --steps 12 --batch 2 --seq 32 --sample 0 --val-every 12 --dropout 0.1"
+run "train 1 process" 0 "$SLAPO" $COMMON --save "$TMP/one.safetensors"
+want=$(grep -o "val loss [0-9.]*" "$OUT" | tail -1)
+run "train tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" --save "$TMP/tp2.safetensors"
+check "train tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
+check "train tp2 same loss" out "$want"
+# The gathered checkpoint holds unsharded tensors (it loads on one process)
+# and resumes at another tensor-parallel size.
+run "resume tp2 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp2.safetensors"
+check "resume tp2 -> 1" out "resume: $TMP/tp2.safetensors at step 12"
+run "resume 1 -> tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --steps 14 --tp 2 --schedule "$TP_SCHED" --resume "$TMP/one.safetensors"
+check "resume 1 -> tp2" out "at step 12"
+run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1
+check "train dp2 layout" out "world 2 = tp 1 x dp 2"
+
+# A world size the schedule cannot use: an error before any work.
+run "tp does not divide" 1 $MPIRUN -np 3 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED"
+check "tp does not divide" err "--tp 2 does not divide the world size 3"
+run "tp without mpirun" 1 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED"
+check "tp without mpirun" err "start it with mpirun -np 2"
+
+# Rank 1 fails (its data file does not exist) while rank 0 goes on to its
+# first collective: the job ends non-zero, well within 30 s.
+start=$(date +%s)
+run "failing rank" nonzero timeout 30 $MPIRUN -np 1 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" \
+  : -np 1 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" --data "$TMP/missing.txt"
+check "failing rank message" err "slapo: rank 1: io:"
+elapsed=$(($(date +%s) - start))
+if [ "$elapsed" -le 30 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL failing rank: took ${elapsed}s"; fi
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
