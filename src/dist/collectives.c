@@ -11,7 +11,7 @@
 #include "dist/internal.h"
 
 static slapo_status g_kernel_status = SLAPO_OK;
-static char g_kernel_msg[256];
+static char g_kernel_msg[MPI_MAX_ERROR_STRING + 128];
 
 void slapo__dist_kernel_failed(int rc, const char *call) {
   if (g_kernel_status != SLAPO_OK) return;

@@ -53,7 +53,7 @@ static slapo_status decompose_impl(slapo_sched *node, const slapo_sched_entry *f
     return slapo_error(SLAPO_PRECOND, "decompose: %s has no bias: there is nothing to split "
                        "off the matmul", path);
   const slapo_parameter *w = slapo_module_param(m, "weight");
-  if (w && w->shard && w->shard->count > 1)
+  if (w && w->shard)
     return slapo_error(SLAPO_STATE, "decompose: %s is sharded already (axis %d): decompose "
                        "before shard, since the order matters", path, w->shard->axis);
   SLAPO_TRY(slapo__prim_not_inlined(node, "decompose"));

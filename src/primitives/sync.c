@@ -82,7 +82,9 @@ static bool is_linear(const slapo_module *m) {
 
 static out_kind output_kind(const slapo_module *m) {
   const slapo_parameter *w = slapo_module_param(m, "weight");
-  if (!w || !w->shard || w->shard->count == 1) return OUT_UNKNOWN;
+  /* From the shard's axis, whatever the group size: a schedule means the
+   * same (and is refused the same) on one process as on many. */
+  if (!w || !w->shard) return OUT_UNKNOWN;
   if (is_linear(m)) return w->shard->axis == 0 ? OUT_SPLIT_LAST : OUT_PARTIAL;
   if (!strcmp(m->type->name, "Embedding"))
     return w->shard->axis == 0 ? OUT_PARTIAL : OUT_SPLIT_LAST;
