@@ -89,6 +89,12 @@ typedef void (*slapo_verify_cb)(const slapo_verify_check *c, const slapo_sched_s
  * gradient, dropout on) on both, and compares: bytes where every applied
  * primitive is bitwise, otherwise |a - b| <= atol + rtol |b| per element.
  * *first_bad receives the first failing step number (0 when all pass).
+ * Across ranks (slapo_dist_init): sharded gradients are gathered to full
+ * shape, and under data parallelism (D ranks a replica) the scheduled model
+ * on rank d trains part d of the batch (dropout step step D + d, weight
+ * 1 / D) with gradients and loss summed over the group, against the
+ * reference training the D parts as micro-batches: data parallelism must
+ * equal gradient accumulation. The verdict is the worst over all ranks.
  * A prefix shorter than the schedule whose model refuses to build with
  * SLAPO_PRECOND is reported incomplete (c->incomplete) and skipped.
  * Errors: SLAPO_VERIFY when a check fails (message names the step, its

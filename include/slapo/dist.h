@@ -65,9 +65,16 @@ _Noreturn void slapo_dist_abort(int code);
 slapo_status slapo_dist_all_reduce_f32(slapo_group g, float *buf, int64_t n);
 /* buf [n] f64 <- sum over the ranks of g, in place (token counts, norms). */
 slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n);
+/* Sums each of the n f32 contiguous tensors ts over the ranks of g, in
+ * place, packed into buckets of about 32 MiB (in order: PyTorch DDP's
+ * scheme, 25 MiB there) so many small gradients take a few large
+ * all-reduces; a tensor larger than a bucket goes alone. *seconds (may be
+ * NULL) receives the wall time. Errors: NOMEM, those of MPI. */
+slapo_status slapo_dist_all_reduce_tensors(slapo_group g, int n, slapo_tensor *const *ts,
+                                           double *seconds);
 /* buf [n] f64 <- the maximum over the ranks of g, in place. */
 slapo_status slapo_dist_max_f64(slapo_group g, double *buf, int64_t n);
-/* *full (owned, f32, shape s->full) <- every rank's piece `local` (f32,
+/* *full (owned, f32, the unsharded shape without padding) <- every rank's piece `local` (f32,
  * the local shape) of a tensor split as s across g, placed by layout: the
  * gathered gradient or weight of a sharded parameter. Errors: SLAPO_SHAPE
  * (local is not the local shape), NOMEM, those of MPI. */

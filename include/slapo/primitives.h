@@ -189,12 +189,14 @@ slapo_status slapo_decompose(slapo_sched *node);
 
 /* shard (primitives/shard.c): splits parameter `param` of node's module
  * along `axis` across the tensor-parallel group (slapo_dist_init), in
- * `parts` blocks each split on its own (3 for GPT-2's q|k|v c_attn).
- * .sched: `PATH shard PARAM axis=A [parts=P]`. Errors: SLAPO_NOT_FOUND (no
+ * `parts` blocks each split on its own (3 for GPT-2's q|k|v c_attn); pad >
+ * 1 pads axis 0 with zero rows to a multiple of pad x group size (a
+ * vocabulary of 50257). .sched: `PATH shard PARAM axis=A [parts=P] [pad=M]`. Errors: SLAPO_NOT_FOUND (no
  * such parameter), SLAPO_SHAPE (size not divisible by parts x group size:
  * names parameter, axis, size, group size), SLAPO_INVALID_ARG (bad axis or
  * parts), SLAPO_STATE (sharded another way; inlined into a trace). */
-slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, int parts);
+slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, int parts,
+                               int64_t pad);
 
 /* sync (primitives/sync.c): a collective at node's module boundary: mode
  * "fwd_pre" (on the first input), "fwd_post" (on the output) or "bwd_post"

@@ -245,29 +245,38 @@ slapo_status slapo_safetensors_write(const char *path, int n, const char *const 
  * would give rank 0 all of q). */
 typedef struct slapo_shard {
   int axis, parts, index, count;
-  int ndim;                      /* of the unsharded tensor   */
-  int64_t full[SLAPO_MAX_DIMS];  /* the unsharded shape       */
+  int ndim;                      /* of the unsharded tensor             */
+  int64_t full[SLAPO_MAX_DIMS];  /* the unsharded shape, padded         */
+  int64_t valid;                 /* the axis' size before padding: rows */
+                                 /* valid .. full[axis] - 1 are zeros   */
 } slapo_shard;
 
 /* Fills *out for a tensor [full] (ndim dims) split along axis (negative
- * counts from the end). Errors: SLAPO_INVALID_ARG (axis outside the dims,
- * parts < 1, count < 1, index outside [0, count)), SLAPO_SHAPE (the axis'
- * size is not divisible by parts * count; the message gives size, parts and
- * group size; callers prefix the parameter's name). */
+ * counts from the end). pad > 1 (axis 0, parts 1 only) first pads the axis
+ * with zero rows to a multiple of pad * count (a vocabulary of 50257 over 2
+ * ranks with pad 128: 50432 rows, 25216 each; Megatron-LM pads the same
+ * way). Errors: SLAPO_INVALID_ARG (axis outside the dims, parts < 1, count
+ * < 1, index outside [0, count), pad on another axis or with parts),
+ * SLAPO_SHAPE (the axis' size is not divisible by parts * count; the message
+ * gives size, parts and group size; callers prefix the parameter's name). */
 slapo_status slapo_shard_make(int ndim, const int64_t *full, int axis, int parts, int index,
-                              int count, slapo_shard *out);
+                              int count, int64_t pad, slapo_shard *out);
+/* The unsharded shape without padding (axis size `valid`) into shape. */
+void slapo_shard_orig_shape(const slapo_shard *s, int64_t *shape);
 /* The local shape (full with the axis divided by count) into shape [ndim]. */
 void slapo_shard_local_shape(const slapo_shard *s, int64_t *shape);
 /* Flat index in the unsharded tensor of local element i (row-major). */
 int64_t slapo_shard_global_index(const slapo_shard *s, int64_t i);
 /* A new contiguous f32 tensor holding rank s->index's piece of `full`
- * (f32, shape s->full, any strides). *out owned. Errors: SLAPO_SHAPE
- * (full's shape is not s->full), SLAPO_DTYPE, NOMEM. */
+ * (f32, the unsharded shape padded or not, any strides; padding rows read
+ * zeros). *out owned. Errors: SLAPO_SHAPE (full has neither shape),
+ * SLAPO_DTYPE, NOMEM. */
 slapo_status slapo_shard_slice(const slapo_shard *s, const slapo_tensor *full,
                                slapo_tensor **out);
 /* Writes rank `index`'s piece `local` [numel of the local shape] (f32,
- * contiguous) into its place in `full` (f32, contiguous, shape s->full): a
- * gather is every rank's piece placed. */
+ * contiguous) into its place in `full` (f32, contiguous, the unsharded
+ * shape padded or not: padding rows are dropped): a gather is every rank's
+ * piece placed. */
 void slapo_shard_place(const slapo_shard *s, int index, const float *local, slapo_tensor *full);
 
 #ifdef __cplusplus

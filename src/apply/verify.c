@@ -24,8 +24,74 @@ static void outcome_free(outcome *o) {
   memset(o, 0, sizeof *o);
 }
 
-/* Runs eval (logits) and train (loss, gradients) steps on o->model. */
-static slapo_status run(outcome *o, const slapo_verify_opts *opt) {
+typedef struct grad_list {
+  slapo_tensor *t[4096];
+  int n;
+} grad_list;
+
+static void list_grad(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  grad_list *l = ud;
+  if (p->grad && l->n < 4096) l->t[l->n++] = p->grad;
+}
+
+/* Rows [d B / D, (d + 1) B / D) of each train input (views) into part. */
+static slapo_status rows_of(const slapo_verify_opts *opt, int d, int D, slapo_tensor **part) {
+  int64_t B = opt->in[0]->shape[0];
+  if (B % D)
+    return slapo_error(SLAPO_INVALID_ARG, "verify: batch %lld does not split over %d "
+                       "data-parallel ranks", (long long)B, D);
+  for (int i = 0; i < opt->n_in && i < 8; i++)
+    SLAPO_TRY(slapo_tensor_slice(opt->in[i], 0, d * B / D, (d + 1) * B / D, 1, &part[i]));
+  return SLAPO_OK;
+}
+
+/* Train step on batch part d of D with dropout step `step` D + d, weight
+ * 1 / D; *loss += its weighted loss. */
+static slapo_status train_part(slapo_runner *r, const slapo_verify_opts *opt, int d, int D,
+                               double *loss) {
+  slapo_tensor *part[8] = {0};
+  slapo_status s = rows_of(opt, d, D, part);
+  slapo_kernel_env env = {opt->seed, opt->step * (uint64_t)D + (uint64_t)d, true};
+  const slapo_tensor *out = NULL;
+  if (s == SLAPO_OK)
+    s = slapo_step_scaled(r, opt->n_in, (const slapo_tensor *const *)part, SLAPO_STEP_TRAIN,
+                          &env, 1.0f / (float)D, &out);
+  if (s == SLAPO_OK) *loss += *(const float *)slapo_tensor_data(out) / D;
+  for (int i = 0; i < 8; i++) slapo_tensor_free(part[i]);
+  return s;
+}
+
+/* Data parallelism is gradient accumulation across ranks: the scheduled
+ * model on data-parallel rank d trains part d of the batch (dropout step
+ * step D + d, weight 1 / D) and the gradients and losses are summed over
+ * the group; the reference trains the D parts one after the other, as D
+ * micro-batches with the same steps and weights. */
+static slapo_status train_dp(slapo_runner *r, slapo_module *m, const slapo_verify_opts *opt,
+                             bool scheduled, float *loss) {
+  int D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
+  double sum = 0;
+  slapo_status s = SLAPO_OK;
+  if (!scheduled) {
+    for (int k = 0; k < D && s == SLAPO_OK; k++) s = train_part(r, opt, k, D, &sum);
+    *loss = (float)sum;
+    return s;
+  }
+  s = train_part(r, opt, d, D, &sum);
+  if (s == SLAPO_OK) s = slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1);
+  grad_list *l = s == SLAPO_OK ? slapo_calloc(1, sizeof *l) : NULL;
+  if (s == SLAPO_OK && !l) s = slapo_error(SLAPO_NOMEM, "verify: out of memory");
+  if (s == SLAPO_OK) s = slapo_module_visit_params(m, list_grad, l);
+  if (s == SLAPO_OK) s = slapo_dist_all_reduce_tensors(SLAPO_GROUP_DP, l->n, l->t, NULL);
+  slapo_free(l);
+  *loss = (float)sum;
+  return s;
+}
+
+/* Runs eval (logits) and train (loss, gradients) steps on o->model;
+ * `scheduled`: the model whose train batch is split over the
+ * data-parallel group, when there is one. */
+static slapo_status run(outcome *o, const slapo_verify_opts *opt, bool scheduled) {
   slapo_runner *r;
   SLAPO_TRY(slapo_runner_new(o->model, NULL, &r));
   const slapo_tensor *out;
@@ -35,9 +101,13 @@ static slapo_status run(outcome *o, const slapo_verify_opts *opt) {
   if (s == SLAPO_OK) {
     slapo_module_zero_grad(o->model);
     env.training = true;
-    s = slapo_step(r, opt->n_in, opt->in, SLAPO_STEP_TRAIN, &env, &out);
+    if (slapo_dist_size(SLAPO_GROUP_DP) > 1) {
+      s = train_dp(r, o->model, opt, scheduled, &o->loss);
+    } else {
+      s = slapo_step(r, opt->n_in, opt->in, SLAPO_STEP_TRAIN, &env, &out);
+      if (s == SLAPO_OK) o->loss = *(const float *)slapo_tensor_data(out);
+    }
   }
-  if (s == SLAPO_OK) o->loss = *(const float *)slapo_tensor_data(out);
   slapo_runner_free(r);
   return s;
 }
@@ -152,8 +222,8 @@ static slapo_status check_prefix(slapo_model_builder build, void *ud, const slap
   if (s == SLAPO_OK) s = slapo_sched_create(sch.model, &root);
   if (s == SLAPO_OK && upto > 0)
     s = slapo_apply_schedule(root, log, o->disabled, o->n_disabled, upto, NULL);
-  if (s == SLAPO_OK) s = run(&ref, o);
-  if (s == SLAPO_OK) s = run(&sch, o);
+  if (s == SLAPO_OK) s = run(&ref, o, false);
+  if (s == SLAPO_OK) s = run(&sch, o, true);
   if (s == SLAPO_OK) {
     compare(c, "logits", sch.logits, ref.logits, atol, rtol);
     slapo_tensor *la, *lb;

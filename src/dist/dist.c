@@ -160,6 +160,52 @@ slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n) {
   return reduce_sum(g, buf, n, MPI_DOUBLE, sizeof(double), "MPI_Allreduce (f64)");
 }
 
+enum { BUCKET_FLOATS = 8 << 20 }; /* 32 MiB */
+
+/* All-reduces the packed bucket and copies the sums back. */
+static slapo_status flush_bucket(slapo_group g, float *buf, int64_t used,
+                                 slapo_tensor *const *ts, int from, int to) {
+  if (used == 0) return SLAPO_OK;
+  SLAPO_TRY(slapo_dist_all_reduce_f32(g, buf, used));
+  for (int64_t at = 0; from < to; from++) {
+    int64_t n = slapo_tensor_numel(ts[from]);
+    memcpy(slapo_tensor_data(ts[from]), buf + at, sizeof(float) * (size_t)n);
+    at += n;
+  }
+  return SLAPO_OK;
+}
+
+slapo_status slapo_dist_all_reduce_tensors(slapo_group g, int n, slapo_tensor *const *ts,
+                                           double *seconds) {
+  if (seconds) *seconds = 0;
+  if (slapo_dist_size(g) == 1) return SLAPO_OK;
+  double t0 = MPI_Wtime();
+  float *buf = slapo_malloc(sizeof(float) * BUCKET_FLOATS);
+  if (!buf) return slapo_error(SLAPO_NOMEM, "all-reduce: out of memory for a 32 MiB bucket");
+  slapo_status s = SLAPO_OK;
+  int64_t used = 0;
+  int first = 0;
+  for (int i = 0; i < n && s == SLAPO_OK; i++) {
+    int64_t k = slapo_tensor_numel(ts[i]);
+    if (used + k > BUCKET_FLOATS) {
+      s = flush_bucket(g, buf, used, ts, first, i);
+      used = 0, first = i;
+    }
+    if (s != SLAPO_OK) break;
+    if (k > BUCKET_FLOATS) { /* alone, in place */
+      s = slapo_dist_all_reduce_f32(g, slapo_tensor_data(ts[i]), k);
+      first = i + 1;
+      continue;
+    }
+    memcpy(buf + used, slapo_tensor_data(ts[i]), sizeof(float) * (size_t)k);
+    used += k;
+  }
+  if (s == SLAPO_OK) s = flush_bucket(g, buf, used, ts, first, n);
+  slapo_free(buf);
+  if (seconds) *seconds = MPI_Wtime() - t0;
+  return s;
+}
+
 slapo_status slapo_dist_max_f64(slapo_group g, double *buf, int64_t n) {
   MPI_Comm c = slapo__dist_comm(g);
   if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) return SLAPO_OK;
@@ -181,7 +227,9 @@ slapo_status slapo_dist_gather_shards(slapo_group g, const slapo_shard *s,
   if (!slapo_tensor_is_contiguous(local)) st = slapo_tensor_contiguous(local, &c), src = c;
   int64_t n = slapo_tensor_numel(src), np = slapo_dist_size(g), all_n = n * np;
   if (st == SLAPO_OK) st = slapo_tensor_new(SLAPO_DTYPE_F32, 1, &all_n, &all);
-  if (st == SLAPO_OK) st = slapo_tensor_new(SLAPO_DTYPE_F32, s->ndim, s->full, full);
+  int64_t orig[SLAPO_MAX_DIMS];
+  slapo_shard_orig_shape(s, orig); /* padding is dropped */
+  if (st == SLAPO_OK) st = slapo_tensor_new(SLAPO_DTYPE_F32, s->ndim, orig, full);
   if (st == SLAPO_OK)
     st = slapo_dist_all_gather_f32(g, slapo_tensor_data(src), slapo_tensor_data(all), n);
   if (st == SLAPO_OK) {

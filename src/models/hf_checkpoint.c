@@ -94,7 +94,9 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
   const slapo_tensor *want = p->value;
   slapo_status s = SLAPO_OK;
   if (p->shard) {
-    s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim, p->shard->full, &full_meta);
+    int64_t orig[SLAPO_MAX_DIMS];
+    slapo_shard_orig_shape(p->shard, orig);
+    s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim, orig, &full_meta);
     want = full_meta;
   }
   if (s == SLAPO_OK) s = check_shape(st, name, path, meta, want);

@@ -41,9 +41,14 @@ slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const c
    * are classes [start, start + V/n); the loss takes the global max and sum
    * (Megatron-LM), and plain logits are gathered. */
   slapo_group g = (slapo_group)w->shard_group;
-  if (n_in == 1) return slapo_dist_all_gather(ctx, logits, -1, false, g);
+  int64_t V = w->shard->valid; /* the classes past V pad the vocabulary */
+  if (n_in == 1) {
+    slapo_node *all = slapo_dist_all_gather(ctx, logits, -1, false, g);
+    return all && all->shape[all->ndim - 1] != V ? slapo_slice(ctx, all, all->ndim - 1, 0, V)
+                                                 : all;
+  }
   int64_t start = slapo_shard_global_index(w->shard, 0) / w->shard->full[1];
-  return slapo_dist_vocab_parallel_cross_entropy(ctx, logits, in[1], start, w->shard->full[0],
+  return slapo_dist_vocab_parallel_cross_entropy(ctx, logits, in[1], start, V,
                                                  SLAPO_IGNORE_INDEX, g);
 }
 

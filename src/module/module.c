@@ -340,9 +340,19 @@ static void init_param(slapo_parameter *p, const char *path, void *ud) {
   float *w = slapo_tensor_data(p->value); /* [numel] */
   int64_t n = slapo_tensor_numel(p->value);
   uint64_t stream = slapo_hash_str(path);
+  int64_t pad_from = INT64_MAX; /* flat index where a padded shard's padding starts */
+  if (p->shard) {
+    int64_t orig[SLAPO_MAX_DIMS];
+    slapo_shard_orig_shape(p->shard, orig);
+    pad_from = slapo_shape_numel(p->shard->ndim, orig);
+  }
   for (int64_t i = 0; i < n; i++) {
     /* A shard's element gets the value the unsharded parameter has there. */
     uint64_t at = (uint64_t)(p->shard ? slapo_shard_global_index(p->shard, i) : i);
+    if (p->shard && (int64_t)at >= pad_from) { /* padding rows (axis 0) */
+      w[i] = 0.0f;
+      continue;
+    }
     switch (p->init) {
     case SLAPO_INIT_ZEROS: w[i] = 0.0f; break;
     case SLAPO_INIT_ONES: w[i] = 1.0f; break;

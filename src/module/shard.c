@@ -18,7 +18,7 @@ void slapo__param_free_shard(slapo_parameter *p) {
 
 int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape) {
   if (p->shard) {
-    memcpy(shape, p->shard->full, sizeof(int64_t) * (size_t)p->shard->ndim);
+    slapo_shard_orig_shape(p->shard, shape);
     return p->shard->ndim;
   }
   memcpy(shape, p->value->shape, sizeof(int64_t) * (size_t)p->value->ndim);
@@ -27,7 +27,8 @@ int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape) {
 
 static bool same_layout(const slapo_shard *a, const slapo_shard *b) {
   return a->axis == b->axis && a->parts == b->parts && a->index == b->index &&
-         a->count == b->count && slapo_shape_equal(a->ndim, a->full, b->ndim, b->full);
+         a->count == b->count && a->valid == b->valid &&
+         slapo_shape_equal(a->ndim, a->full, b->ndim, b->full);
 }
 
 static slapo_status add_user(slapo_parameter *p, const char *user) {
@@ -69,7 +70,9 @@ slapo_status slapo_parameter_shard(slapo_parameter *p, const slapo_shard *s, int
                          s->axis, s->parts);
     return add_user(p, user);
   }
-  if (!slapo_shape_equal(p->value->ndim, p->value->shape, s->ndim, s->full))
+  int64_t orig[SLAPO_MAX_DIMS];
+  slapo_shard_orig_shape(s, orig);
+  if (!slapo_shape_equal(p->value->ndim, p->value->shape, s->ndim, orig))
     return slapo_error(SLAPO_SHAPE, "shard: layout does not match the parameter's shape");
   slapo_shard *rec = slapo_malloc(sizeof *rec);
   char *u = slapo_strdup(user);

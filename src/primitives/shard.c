@@ -3,11 +3,14 @@
  * Layer: primitives.
  *
  * Signature   slapo_status slapo_shard_param(slapo_sched *node, const char *param,
- *                                            int axis, int parts)
- * .sched form <path> shard <param> axis=A [parts=P]
+ *                                            int axis, int parts, int64_t pad)
+ * .sched form <path> shard <param> axis=A [parts=P] [pad=M]
  * Applies to  a parameter of the node's module; parts > 1 says the axis is P
  *             blocks each split on its own (GPT-2's c_attn: q|k|v, parts=3,
- *             so each rank keeps its own heads' q, k and v).
+ *             so each rank keeps its own heads' q, k and v); pad=M pads axis
+ *             0 with zero rows to a multiple of M x group size (a vocabulary
+ *             of 50257: the padded classes are left out of the loss and
+ *             checkpoints are saved unpadded).
  * Effect      the parameter holds this rank's piece (slapo_parameter_shard):
  *             a Linear's weight [out, in] on axis 0 is column parallel (the
  *             output is split along its last axis), on axis 1 row parallel
@@ -47,7 +50,7 @@ static slapo_status find_param(slapo_sched *node, const char *param, slapo_param
 }
 
 static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, int parts,
-                               const slapo_sched_entry *from) {
+                               int64_t pad, const slapo_sched_entry *from) {
   const char *path = slapo__prim_path(node);
   slapo_module *m = slapo_sched_module(node);
   slapo_parameter *p;
@@ -60,7 +63,7 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   int nd = slapo_parameter_full_shape(p, full);
   slapo_shard s;
   slapo_status st = slapo_shard_make(nd, full, axis, parts, slapo_dist_rank(SLAPO_GROUP_TP),
-                                     slapo_dist_size(SLAPO_GROUP_TP), &s);
+                                     slapo_dist_size(SLAPO_GROUP_TP), pad, &s);
   if (st != SLAPO_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", slapo_last_error()); /* slapo_error overwrites it */
@@ -71,9 +74,10 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
                        slapo_dist_size(SLAPO_GROUP_TP), why);
   }
   slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, param),
-                             slapo_sched_arg_int("axis", axis),
-                             slapo_sched_arg_int("parts", parts)};
-  int na = parts > 1 ? 3 : 2;
+                             slapo_sched_arg_int("axis", axis)};
+  int na = 2;
+  if (parts > 1) args[na++] = slapo_sched_arg_int("parts", parts);
+  if (pad > 1) args[na++] = slapo_sched_arg_int("pad", pad);
   SLAPO_TRY(slapo__prim_log_check(node, "shard", na, args));
   char *user = slapo_module_path(m);
   if (!user) return slapo_error(SLAPO_NOMEM, "shard: out of memory");
@@ -88,38 +92,45 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   return slapo__prim_log(node, "shard", na, args, from, true);
 }
 
-slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, int parts) {
+slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, int parts,
+                               int64_t pad) {
   if (!param) return slapo_error(SLAPO_INVALID_ARG, "shard: parameter name is NULL");
-  return shard_impl(node, param, axis, parts, NULL);
+  return shard_impl(node, param, axis, parts, pad, NULL);
 }
 
 static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
-  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"axis", "parts", NULL}, 1));
+  SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"axis", "parts", "pad", NULL},
+                                         1));
   const slapo_sched_arg *p = slapo_sched_entry_positional(e, 0);
   if (!p || p->kind != SLAPO_SCHED_ARG_WORD)
     return slapo_error(SLAPO_INVALID_ARG, "shard: expected a parameter name and axis=A, e.g. "
                        "'shard weight axis=0'");
-  int64_t axis = 0, parts = 1;
+  int64_t axis = 0, parts = 1, pad = 1;
   SLAPO_TRY(slapo_sched_entry_get_int(e, "axis", true, &axis));
   SLAPO_TRY(slapo_sched_entry_get_int(e, "parts", false, &parts));
+  SLAPO_TRY(slapo_sched_entry_get_int(e, "pad", false, &pad));
+  if (pad < 1 || pad > 65536)
+    return slapo_error(SLAPO_INVALID_ARG, "shard: pad=%lld: expected 1 to 65536", (long long)pad);
   if (parts < 1 || parts > 64)
     return slapo_error(SLAPO_INVALID_ARG, "shard: parts=%lld: expected 1 to 64", (long long)parts);
-  return shard_impl(node, p->text, (int)axis, (int)parts, e);
+  return shard_impl(node, p->text, (int)axis, (int)parts, pad, e);
 }
 
 SLAPO_PRIMITIVE_DESCRIPTOR(shard) = {
     .name = "shard",
     .summary = "split a parameter along an axis across the tensor-parallel group",
-    .doc = "shard <param> axis=A [parts=P]\n"
-           "  C: slapo_shard_param(node, \"weight\", 0, 1)\n"
+    .doc = "shard <param> axis=A [parts=P] [pad=M]\n"
+           "  C: slapo_shard_param(node, \"weight\", 0, 1, 1)\n"
            "  Applies to a parameter of the node's module (before trace).\n"
            "  Effect: this rank keeps chunk r of each of the P blocks of the axis. A\n"
            "  Linear's weight on axis 0 is column parallel (output split along its last\n"
            "  axis; shard the bias too), on axis 1 row parallel (partial sums: add\n"
            "  'sync fwd_post all_reduce'); an Embedding's weight on axis 0 is vocab\n"
            "  parallel. Attention modules read their local heads from c_attn\n"
-           "  (parts=3 keeps q, k, v of a head on one rank). Shard every use of a tied\n"
-           "  parameter.\n"
+           "  (parts=3 keeps q, k, v of a head on one rank). pad=M pads axis 0 with\n"
+           "  zero rows to a multiple of M x group size (GPT-2's vocabulary of 50257;\n"
+           "  the padding is masked out of the loss and not saved). Shard every use of\n"
+           "  a tied parameter the same way.\n"
            "  Fails: NOT_FOUND for an unknown parameter; SHAPE when the size is not\n"
            "  divisible by parts x group size; STATE when sharded another way.\n"
            "  Verified: across ranks against the unsharded model, within tolerance.\n",

@@ -275,8 +275,9 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
         s = file_view(k ? o->slots[i].v : o->slots[i].m, tr, &dst);
         if (s == SLAPO_OK && pass == 0) {
           /* A sharded parameter's state is stored unsharded: check that. */
-          if (p->shard) s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim,
-                                                  p->shard->full, &want);
+          int64_t orig[SLAPO_MAX_DIMS];
+          if (p->shard) slapo_shard_orig_shape(p->shard, orig);
+          if (p->shard) s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim, orig, &want);
           if (s == SLAPO_OK && want && tr) {
             int perm[2] = {1, 0};
             slapo_tensor *w2;

@@ -54,6 +54,14 @@ run "verify tp2 x dp2" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 2 --schedule "$TP_SC
 check "verify tp2 x dp2 layout" out "world 4 = tp 2 x dp 2"
 check "verify tp2 x dp2 ok" out "verify: ok"
 
+# Data parallelism equals gradient accumulation: 2 ranks, each half of the
+# batch, against the reference training the halves as two micro-batches.
+run "verify dp2" 0 $MPIRUN -np 2 "$SLAPO" verify --schedule "$ROOT/schedules/gpt2.sched" --final-only
+check "verify dp2 layout" out "world 2 = tp 1 x dp 2"
+check "verify dp2 ok" out "verify: ok"
+run "verify dp2 odd batch" 1 $MPIRUN -np 2 "$SLAPO" verify --schedule "$TP_SCHED" --batch 3
+check "verify dp2 odd batch" err "batch 3 does not split over 2 data-parallel ranks"
+
 # Tensor parallelism changes no number beyond rounding: the same run on one
 # process and on two ranks reaches the same validation loss (4 decimals).
 COMMON="train --config tiny --data $TEXT --steps 12 --batch 2 --seq 32 --sample 0 --val-every 12 --dropout 0.1"
@@ -68,6 +76,15 @@ run "resume tp2 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp2.safetenso
 check "resume tp2 -> 1" out "resume: $TMP/tp2.safetensors at step 12"
 run "resume 1 -> tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --steps 14 --tp 2 --schedule "$TP_SCHED" --resume "$TMP/one.safetensors"
 check "resume 1 -> tp2" out "at step 12"
+# TP 4 pads tiny's 256-row vocabulary to 512 (a multiple of 128 x 4): the
+# padded classes stay out of the loss and the checkpoint is saved unpadded.
+run "train tp4 (padded vocabulary)" 0 $MPIRUN -np 4 "$SLAPO" $COMMON --tp 4 --schedule "$TP_SCHED" --save "$TMP/tp4.safetensors"
+check "train tp4 same loss" out "$want"
+run "resume tp4 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp4.safetensors"
+check "resume tp4 -> 1" out "at step 12"
+# GPT-2 124M's vocabulary of 50257 padded to 50432 over two ranks.
+run "verify 124M tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config 124M --schedule "$TP_SCHED" --final-only --batch 1 --seq 8
+check "verify 124M tp2" out "verify: ok"
 run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1
 check "train dp2 layout" out "world 2 = tp 1 x dp 2"
 

@@ -271,12 +271,12 @@ static void test_shard_layout_parts(void **state) {
   /* [6, 2] in 3 blocks over 2 ranks: rank 1 holds rows 1, 3, 5. */
   int64_t full[2] = {6, 2};
   slapo_shard s;
-  assert_int_equal(slapo_shard_make(2, full, 0, 3, 1, 2, &s), SLAPO_OK);
+  assert_int_equal(slapo_shard_make(2, full, 0, 3, 1, 2, 1, &s), SLAPO_OK);
   int64_t want[6] = {2, 3, 6, 7, 10, 11};
   for (int i = 0; i < 6; i++) assert_int_equal(slapo_shard_global_index(&s, i), want[i]);
   /* axis 1 of [2, 4] over 2 ranks: rank 1 holds columns 2, 3. */
   int64_t f2[2] = {2, 4};
-  assert_int_equal(slapo_shard_make(2, f2, -1, 1, 1, 2, &s), SLAPO_OK);
+  assert_int_equal(slapo_shard_make(2, f2, -1, 1, 1, 2, 1, &s), SLAPO_OK);
   int64_t want2[4] = {2, 3, 6, 7};
   for (int i = 0; i < 4; i++) assert_int_equal(slapo_shard_global_index(&s, i), want2[i]);
   /* place(slice) is the identity over all ranks */
@@ -285,7 +285,7 @@ static void test_shard_layout_parts(void **state) {
   assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 2, full, &back), SLAPO_OK);
   for (int i = 0; i < 12; i++) ((float *)slapo_tensor_data(t))[i] = (float)i;
   for (int r = 0; r < 2; r++) {
-    assert_int_equal(slapo_shard_make(2, full, 0, 3, r, 2, &s), SLAPO_OK);
+    assert_int_equal(slapo_shard_make(2, full, 0, 3, r, 2, 1, &s), SLAPO_OK);
     assert_int_equal(slapo_shard_slice(&s, t, &piece), SLAPO_OK);
     slapo_shard_place(&s, r, slapo_tensor_data(piece), back);
     slapo_tensor_free(piece);
@@ -295,17 +295,52 @@ static void test_shard_layout_parts(void **state) {
   slapo_tensor_free(back);
 }
 
+/* A vocabulary of 50257 rows padded to a multiple of 128 x 2: 25216 rows a
+ * rank, the last 175 of rank 1 padding; slicing the unpadded tensor reads
+ * zeros there and placing drops them. */
+static void test_shard_padding(void **state) {
+  (void)state;
+  int64_t full[2] = {50257, 2};
+  slapo_shard s;
+  assert_int_equal(slapo_shard_make(2, full, 0, 1, 1, 2, 128, &s), SLAPO_OK);
+  assert_int_equal(s.full[0], 50432);
+  assert_int_equal(s.valid, 50257);
+  int64_t local[2];
+  slapo_shard_local_shape(&s, local);
+  assert_int_equal(local[0], 25216);
+  slapo_tensor *t, *piece, *back;
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 2, full, &t), SLAPO_OK);
+  assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 2, full, &back), SLAPO_OK);
+  float *d = slapo_tensor_data(t);
+  for (int64_t i = 0; i < 2 * 50257; i++) d[i] = (float)(i + 1);
+  for (int r = 0; r < 2; r++) {
+    assert_int_equal(slapo_shard_make(2, full, 0, 1, r, 2, 128, &s), SLAPO_OK);
+    assert_int_equal(slapo_shard_slice(&s, t, &piece), SLAPO_OK);
+    const float *p = slapo_tensor_data(piece);
+    if (r == 1) {
+      assert_true(p[2 * (50257 - 25216) - 1] == (float)(2 * 50257)); /* the last real row */
+      assert_true(p[2 * (50257 - 25216)] == 0.0f);                    /* padding */
+    }
+    slapo_shard_place(&s, r, p, back);
+    slapo_tensor_free(piece);
+  }
+  assert_true(slapo_tensor_equal(t, back));
+  assert_int_equal(slapo_shard_make(2, full, 1, 1, 0, 2, 128, &s), SLAPO_INVALID_ARG);
+  slapo_tensor_free(t);
+  slapo_tensor_free(back);
+}
+
 static void test_shard_layout_errors(void **state) {
   (void)state;
   int64_t full[2] = {50257, 768};
   slapo_shard s;
-  assert_int_equal(slapo_shard_make(2, full, 0, 1, 0, 2, &s), SLAPO_SHAPE);
+  assert_int_equal(slapo_shard_make(2, full, 0, 1, 0, 2, 1, &s), SLAPO_SHAPE); /* no pad= */
   assert_non_null(strstr(slapo_last_error(), "50257"));
   assert_non_null(strstr(slapo_last_error(), "group size 2"));
-  assert_int_equal(slapo_shard_make(2, full, 2, 1, 0, 2, &s), SLAPO_INVALID_ARG);
-  assert_int_equal(slapo_shard_make(2, full, 0, 1, 2, 2, &s), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_shard_make(2, full, 2, 1, 0, 2, 1, &s), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_shard_make(2, full, 0, 1, 2, 2, 1, &s), SLAPO_INVALID_ARG);
   int64_t qkv[2] = {3 * 10, 4};
-  assert_int_equal(slapo_shard_make(2, qkv, 0, 3, 0, 4, &s), SLAPO_SHAPE);
+  assert_int_equal(slapo_shard_make(2, qkv, 0, 3, 0, 4, 1, &s), SLAPO_SHAPE);
   assert_non_null(strstr(slapo_last_error(), "parts"));
 }
 
@@ -326,6 +361,7 @@ int main(void) {
       cmocka_unit_test(test_gradcheck_one_rank),
       cmocka_unit_test(test_vocab_parallel_cross_entropy),
       cmocka_unit_test(test_shard_layout_parts),
+      cmocka_unit_test(test_shard_padding),
       cmocka_unit_test(test_shard_layout_errors),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
