@@ -1,0 +1,172 @@
+/* bench/bench_dist.c - a distributed training step and where its time goes:
+ * run alone (one process) or under mpirun -np N with --tp K. One step is
+ * what slapo_train does: the micro-batch (forward + backward, the
+ * tensor-parallel collectives inside the graph), the data-parallel gradient
+ * all-reduce, global-norm clipping and AdamW. Per-node timing is on, so the
+ * time inside collective nodes (all_reduce, all_gather, ..., the
+ * vocab-parallel loss) is measured; it includes waiting for the slowest
+ * rank. Rank 0 prints one line: the layout, global tokens/s from the median
+ * step, step ms, the ms in tensor-parallel collectives and in the
+ * data-parallel all-reduce (each the maximum over ranks of the rank's
+ * median), compute = the rest, the planned activation peak and the peak
+ * resident memory of the largest rank. Inputs are random token ids. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "slapo/dist.h"
+#include "slapo/train.h"
+#include "bench_machine.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(double *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static void die(const char *what) {
+  fprintf(stderr, "bench_dist: rank %d: %s failed: %s\n", slapo_dist_rank(SLAPO_GROUP_WORLD),
+          what, slapo_last_error());
+  slapo_dist_abort(1);
+}
+
+#define CHECK(expr)                                                            \
+  do {                                                                         \
+    if ((expr) != SLAPO_OK) die(#expr);                                        \
+  } while (0)
+
+/* Peak resident set of this process (VmHWM), MiB. */
+static double peak_rss_mib(void) {
+  FILE *f = fopen("/proc/self/status", "r");
+  char line[256];
+  double kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (!strncmp(line, "VmHWM:", 6)) kb = atof(line + 6);
+  if (f) fclose(f);
+  return kb / 1024;
+}
+
+static bool is_collective(const slapo_node *n) {
+  return n->op == &slapo_dist_op_all_reduce || n->op == &slapo_dist_op_reduce_grad ||
+         n->op == &slapo_dist_op_all_gather || n->op == &slapo_dist_op_reduce_scatter ||
+         n->op == &slapo_dist_op_scatter || n->op == &slapo_dist_op_vocab_parallel_cross_entropy;
+}
+
+/* ms the last step spent in collective nodes. */
+static double collective_ms(const slapo_runner *r) {
+  double ms = 0;
+  const slapo_plan *p = slapo_runner_plan(r);
+  for (slapo_node *n = slapo_graph_first(slapo_runner_graph(r)); n; n = n->next)
+    if (n->kind == SLAPO_NODE_CALL_OP && is_collective(n)) ms += slapo_plan_node_ms(p, n);
+  return ms;
+}
+
+int main(int argc, char **argv) {
+  const char *config = "small", *schedule = NULL;
+  int64_t B = 4, T = 256, tp = 1;
+  int steps = 8;
+  static const struct option longs[] = {
+      {"config", required_argument, NULL, 'c'}, {"batch", required_argument, NULL, 'b'},
+      {"seq", required_argument, NULL, 't'},    {"steps", required_argument, NULL, 's'},
+      {"schedule", required_argument, NULL, 'S'}, {"tp", required_argument, NULL, 'p'},
+      {NULL, 0, NULL, 0}};
+  for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
+    switch (c) {
+    case 'c': config = optarg; break;
+    case 'b': B = atoll(optarg); break;
+    case 't': T = atoll(optarg); break;
+    case 's': steps = atoi(optarg); break;
+    case 'S': schedule = optarg; break;
+    case 'p': tp = atoll(optarg); break;
+    default:
+      fprintf(stderr, "usage: [mpirun -np N] bench_dist [--config C] [--batch B per data-parallel "
+                      "rank] [--seq T] [--steps N] [--schedule F] [--tp K]\n");
+      return 2;
+    }
+  }
+  if (slapo_dist_init((int)tp) != SLAPO_OK) die("slapo_dist_init");
+  int rank = slapo_dist_rank(SLAPO_GROUP_WORLD), D = slapo_dist_size(SLAPO_GROUP_DP);
+  const slapo_model_family *family;
+  slapo_model_dims dims;
+  slapo_module *model;
+  CHECK(slapo_model_find("gpt2", &family));
+  CHECK(family->dims(config, &dims));
+  CHECK(family->create(config, -1, &model));
+  slapo_schedule_run sched = {0};
+  if (schedule) {
+    CHECK(slapo_models_init());
+    CHECK(slapo_schedule_file_apply(model, schedule, NULL, 0, &sched));
+  }
+  CHECK(slapo_module_materialize(model, 1));
+  slapo_plan_opts opts = {.timing = true};
+  slapo_runner *r;
+  CHECK(slapo_runner_new(model, &opts, &r));
+  slapo_adamw *opt;
+  CHECK(slapo_adamw_new(model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, &opt));
+  int64_t sh[2] = {B, T};
+  slapo_tensor *x, *y;
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
+  int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
+  uint64_t lcg = 12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP); /* own data per replica */
+  for (int64_t i = 0; i < B * T; i++) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
+  }
+  const slapo_tensor *in[2] = {x, y};
+  double *step = calloc((size_t)steps, sizeof *step), *tpc = calloc((size_t)steps, sizeof *tpc);
+  double *dpc = calloc((size_t)steps, sizeof *dpc);
+  if (!step || !tpc || !dpc) die("calloc");
+  slapo_module_zero_grad(model);
+  for (int s = -2; s < steps; s++) { /* two warm-up steps: build, plan, first touch */
+    CHECK(slapo_dist_barrier(SLAPO_GROUP_WORLD));
+    double t0 = now_s(), loss, comm;
+    slapo_kernel_env env = {1, (uint64_t)(s + 2), true};
+    CHECK(slapo_train_accumulate(r, 1, in, &env, &loss, NULL));
+    double t_graph = collective_ms(r);
+    CHECK(slapo_dp_all_reduce_grads(model, &comm));
+    double norm = slapo_clip_grad_norm(model, 0);
+    slapo_adamw_step_scaled(opt, 6e-4f, slapo_clip_scale(norm, 1.0), true);
+    if (s >= 0) step[s] = 1e3 * (now_s() - t0), tpc[s] = t_graph, dpc[s] = 1e3 * comm;
+  }
+  /* The slowest rank sets the pace: the maximum over ranks of each median. */
+  double m[5] = {median(step, steps), median(tpc, steps), median(dpc, steps), peak_rss_mib(),
+                 (double)slapo_runner_peak_nbytes(r) / (1024.0 * 1024.0)};
+  CHECK(slapo_dist_max_f64(SLAPO_GROUP_WORLD, m, 5));
+  if (rank == 0) {
+    char layout[160];
+    slapo_dist_describe(layout, sizeof layout);
+    char *semi = strchr(layout, ';');
+    if (semi) *semi = '\0';
+    double tokens = (double)(B * T * D);
+    printf("bench_dist: %s %s B%lld/rank T%lld: %.1f tok/s, step %.1f ms = compute %.1f + tp "
+           "collectives %.1f + dp all-reduce %.1f ms (%.0f%% communication), planned "
+           "activations %.0f MiB, peak RSS %.0f MiB a rank%s%s\n",
+           layout, config, (long long)B, (long long)T, tokens / (m[0] / 1e3), m[0],
+           m[0] - m[1] - m[2], m[1], m[2], 100 * (m[1] + m[2]) / m[0], m[4], m[3],
+           schedule ? ", schedule " : "", schedule ? schedule : "");
+  }
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  free(step), free(tpc), free(dpc);
+  slapo_adamw_free(opt);
+  slapo_runner_free(r);
+  slapo_schedule_run_deinit(&sched);
+  slapo_module_free(model);
+  slapo_dist_finalize();
+  return 0;
+}
