@@ -210,6 +210,13 @@ slapo_status slapo_shard_param(slapo_sched *node, const char *param, int axis, i
  * message names the one that does), SLAPO_STATE (inlined). */
 slapo_status slapo_sync(slapo_sched *node, const char *mode, const char *op, int axis,
                         bool reduce_grad);
+/* sync on values inside node's traced graph: `op` after the value of every
+ * match of p (each match becomes a child "Synced_<k>" re-emitting its ops,
+ * the collective its output sync). .sched: `PATH sync fwd_post OP
+ * pattern=P`. Errors: as slapo_sync, plus those of subgraph replacement
+ * (SLAPO_PRECOND not traced, SLAPO_NO_MATCH). */
+slapo_status slapo_sync_pattern(slapo_sched *node, const slapo_pattern *p, const char *op,
+                                int axis, bool reduce_grad);
 
 /* trace: captures node's module as a static graph (slapo_module_trace; see
  * primitives/trace.c). opts NULL: no flatten, default leaves. Errors: those

@@ -5,7 +5,7 @@
  * Signature   slapo_status slapo_sync(slapo_sched *node, const char *mode,
  *                                     const char *op, int axis, bool reduce_grad)
  * .sched form <path> sync fwd_pre|fwd_post|bwd_post OP [axis=A] [reduce=B]
- *             [group=tp|dp|world]
+ *             [group=tp|dp|world] [pattern=P]
  *             OP: all_reduce, all_gather, reduce_scatter, scatter
  * Effect      fwd_post OP: OP on the module's output (all_reduce sums the
  *             partial sums of a row-parallel Linear or a vocab-parallel
@@ -18,6 +18,11 @@
  *             a SyncedLinear: x W^T, then the collective, then + b, so the
  *             bias is added once and its gradient is not scaled by the group
  *             size; a flattened trace sees the add and can fuse it.
+ *             fwd_post OP pattern=P on a traced module: after the value of
+ *             each match of P (e.g. a row-parallel matmul whose bias add
+ *             was decomposed), so a collective lands inside a traced graph:
+ *             each match becomes a child Synced_<k> re-emitting its ops
+ *             with the collective after them.
  * Fails       SLAPO_INVALID_ARG an unknown mode or op, a mode/op pair that
  *                               does not exist (bwd_post takes all_reduce)
  *             SLAPO_PRECOND     a collective that does not fit what the
@@ -134,8 +139,13 @@ static slapo_status make_synced(slapo_module *m, const int64_t *args, slapo_modu
   return s;
 }
 
+static slapo_status sync_pattern(slapo_sched *node, const slapo_pattern *p, int op, int axis,
+                                 bool reduce, int group, const slapo_sched_arg *args, int na,
+                                 const slapo_sched_entry *from);
+
 static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *op_name,
-                              int axis, bool reduce, int group, const slapo_sched_entry *from) {
+                              int axis, bool reduce, int group, const slapo_pattern *pat,
+                              const slapo_sched_entry *from) {
   const char *path = slapo__prim_path(node);
   slapo_module *m = slapo_sched_module(node);
   int where = !strcmp(mode, "fwd_pre") ? 0 : !strcmp(mode, "fwd_post") ? 1
@@ -153,17 +163,23 @@ static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *o
   if (where == 0 && op != OP_ALL_GATHER && op != OP_SCATTER)
     return slapo_error(SLAPO_INVALID_ARG, "sync: %s: fwd_pre takes all_gather or scatter, not "
                        "%s (bwd_post all_reduce sums the input's gradient)", path, op_name);
-  if (!slapo_sched_parent(node))
-    return slapo_error(SLAPO_INVALID_ARG, "sync: the root's inputs and output are the batch; "
-                       "sync a submodule");
-  SLAPO_TRY(slapo__prim_not_inlined(node, "sync"));
-  if (where == 1) SLAPO_TRY(check_fit(path, m, op, axis));
   slapo_sched_arg args[6] = {slapo_sched_arg_word(NULL, mode), slapo_sched_arg_word(NULL, op_name)};
   int na = 2;
   if (op == OP_ALL_GATHER || op == OP_REDUCE_SCATTER || op == OP_SCATTER)
     args[na++] = slapo_sched_arg_int("axis", axis);
   if (op == OP_ALL_GATHER && !reduce) args[na++] = slapo_sched_arg_bool("reduce", false);
   if (group != SLAPO_GROUP_TP) args[na++] = slapo_sched_arg_word("group", k_groups[group]);
+  if (pat) {
+    if (where != 1)
+      return slapo_error(SLAPO_INVALID_ARG, "sync: %s: pattern= puts a collective after the "
+                         "matched value: use fwd_post", path);
+    return sync_pattern(node, pat, op, axis, reduce, group, args, na, from);
+  }
+  if (!slapo_sched_parent(node))
+    return slapo_error(SLAPO_INVALID_ARG, "sync: the root's inputs and output are the batch; "
+                       "sync a submodule");
+  SLAPO_TRY(slapo__prim_not_inlined(node, "sync"));
+  if (where == 1) SLAPO_TRY(check_fit(path, m, op, axis));
   SLAPO_TRY(slapo__prim_log_check(node, "sync", na, args));
   slapo_module_sync s = {where == 1 ? SLAPO_SYNC_OUTPUT : SLAPO_SYNC_INPUT, emit,
                          {where == 2 ? OP_REDUCE_GRAD : op, axis, reduce, group}};
@@ -179,15 +195,99 @@ static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *o
   return slapo__prim_log(node, "sync", na, args, from, true);
 }
 
+/* ---- sync on a value inside a traced graph (pattern=) ---- */
+
+/* The parameter at `rel` (a path relative to owner: "c_proj.weight"). */
+static const slapo_parameter *param_below(const slapo_module *owner, const char *rel) {
+  const char *dot = strrchr(rel, '.');
+  char mod[512];
+  snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - rel) : 0, rel);
+  slapo_module *m;
+  if (slapo_module_at(owner, mod, &m) != SLAPO_OK) return NULL;
+  return slapo_module_param(m, dot ? dot + 1 : rel);
+}
+
+/* What a matched value's shards produce: from the first sharded 2-d
+ * parameter the match reads (a weight bound to a placeholder, or one the
+ * region holds). */
+static out_kind region_kind(const slapo_module *owner, const slapo_match *ms,
+                            const slapo_module *region, int *axis) {
+  const slapo_parameter *w = NULL;
+  for (int i = 0; i < ms->n_inputs && !w; i++) {
+    const slapo_match_value *v = &ms->inputs[i];
+    const char *rel = v->node && v->node->kind == SLAPO_NODE_PARAM ? v->node->target : v->param;
+    const slapo_parameter *p = rel ? param_below(owner, rel) : NULL;
+    if (p && p->shard && p->value->ndim == 2) w = p;
+  }
+  for (int i = 0; i < region->n_params && !w; i++)
+    if (region->params[i]->shard && region->params[i]->value->ndim == 2) w = region->params[i];
+  if (!w) return OUT_UNKNOWN;
+  *axis = w->shard->axis;
+  return w->shard->axis == 0 ? OUT_SPLIT_LAST : OUT_PARTIAL;
+}
+
+typedef struct sync_req {
+  slapo__fuse_req fuse; /* the region, re-emitted (compiler none) */
+  slapo_module_sync sync;
+  const char *path;
+} sync_req;
+
+/* Each match becomes a child re-emitting the matched ops (the `none`
+ * compiler's Fused module), with the collective as its output sync. */
+static slapo_status sync_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
+                                 slapo_module **out) {
+  sync_req *rq = ud;
+  SLAPO_TRY(slapo__fuse_factory(&rq->fuse, owner, n, ms, out));
+  int wa = 0;
+  out_kind k = region_kind(owner, &ms[0], *out, &wa);
+  int op = (int)rq->sync.args[0];
+  slapo_status s = SLAPO_OK;
+  if (k == OUT_SPLIT_LAST && (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
+    s = slapo_error(SLAPO_PRECOND, "sync: %s: the matched value is split along its last axis "
+                    "(weight sharded on axis %d); %s would add different features: use "
+                    "all_gather axis=-1", rq->path, wa, k_ops[op]);
+  else if (k == OUT_PARTIAL && op == OP_ALL_GATHER)
+    s = slapo_error(SLAPO_PRECOND, "sync: %s: the matched value holds partial sums (weight "
+                    "sharded on axis %d); all_gather would concatenate them: use all_reduce",
+                    rq->path, wa);
+  if (s == SLAPO_OK) s = slapo_module_add_sync(*out, &rq->sync);
+  if (s != SLAPO_OK) slapo_module_free(*out), *out = NULL;
+  return s;
+}
+
+static slapo_status sync_pattern(slapo_sched *node, const slapo_pattern *p, int op, int axis,
+                                 bool reduce, int group, const slapo_sched_arg *args, int na,
+                                 const slapo_sched_entry *from) {
+  sync_req rq = {{slapo_compiler_find("none"), "Synced", NULL},
+                 {SLAPO_SYNC_OUTPUT, emit, {op, axis, reduce, group}},
+                 slapo__prim_path(node)};
+  if (!rq.fuse.compiler) return slapo_error(SLAPO_STATE, "sync: the none compiler is missing");
+  slapo_sched_arg all[8];
+  int n = 0;
+  bool replayable;
+  for (int i = 0; i < na && n < 7; i++) all[n++] = args[i];
+  all[n++] = slapo__pattern_arg(p, &replayable);
+  slapo__subgraph_spec sp = {.primitive = "sync", .child = "Synced",
+                             .factory = {sync_factory, &rq}, .args = all, .n_args = n,
+                             .replayable = replayable, .from = from};
+  return slapo__subgraph_apply(node, p, &sp);
+}
+
 slapo_status slapo_sync(slapo_sched *node, const char *mode, const char *op, int axis,
                         bool reduce_grad) {
   if (!mode || !op) return slapo_error(SLAPO_INVALID_ARG, "sync: mode and op must not be NULL");
-  return sync_impl(node, mode, op, axis, reduce_grad, SLAPO_GROUP_TP, NULL);
+  return sync_impl(node, mode, op, axis, reduce_grad, SLAPO_GROUP_TP, NULL, NULL);
+}
+
+slapo_status slapo_sync_pattern(slapo_sched *node, const slapo_pattern *p, const char *op,
+                                int axis, bool reduce_grad) {
+  if (!p || !op) return slapo_error(SLAPO_INVALID_ARG, "sync: pattern and op must not be NULL");
+  return sync_impl(node, "fwd_post", op, axis, reduce_grad, SLAPO_GROUP_TP, p, NULL);
 }
 
 static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
   SLAPO_TRY(slapo_sched_entry_check_args(e, (const char *const[]){"axis", "reduce", "group",
-                                                                   NULL}, 2));
+                                                                   "pattern", NULL}, 2));
   const slapo_sched_arg *mode = slapo_sched_entry_positional(e, 0);
   const slapo_sched_arg *op = slapo_sched_entry_positional(e, 1);
   if (!mode || !op || mode->kind != SLAPO_SCHED_ARG_WORD || op->kind != SLAPO_SCHED_ARG_WORD)
@@ -202,21 +302,27 @@ static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
   int g = word_index(k_groups, group);
   if (g < 0)
     return slapo_error(SLAPO_INVALID_ARG, "sync: group=%s: expected tp, dp or world", group);
-  return sync_impl(node, mode->text, op->text, (int)axis, reduce, g, e);
+  const slapo_pattern *p;
+  bool owned;
+  SLAPO_TRY(slapo__prim_pattern(e, "sync", &p, &owned));
+  slapo_status s = sync_impl(node, mode->text, op->text, (int)axis, reduce, g, p, e);
+  if (owned) slapo_pattern_free((slapo_pattern *)p);
+  return s;
 }
 
 SLAPO_PRIMITIVE_DESCRIPTOR(sync) = {
     .name = "sync",
     .summary = "insert a collective at a module's forward input/output or backward",
     .doc = "sync fwd_pre|fwd_post|bwd_post all_reduce|all_gather|reduce_scatter|scatter\n"
-           "     [axis=A] [reduce=false] [group=tp|dp|world]\n"
+           "     [axis=A] [reduce=false] [group=tp|dp|world] [pattern=P]\n"
            "  C: slapo_sync(node, \"fwd_post\", \"all_reduce\", -1, true)\n"
            "  Applies to any module but the root (before trace).\n"
            "  Effect: fwd_post all_reduce sums a row-parallel Linear's partial outputs\n"
            "  (its bias is then added once: the module becomes a SyncedLinear); fwd_post\n"
            "  all_gather axis=-1 joins a column-parallel output; bwd_post all_reduce\n"
            "  sums the input's gradient (input of a column-parallel region); fwd_pre\n"
-           "  all_gather / scatter for sequence parallelism.\n"
+           "  all_gather / scatter for sequence parallelism. pattern=P (fwd_post, on a\n"
+           "  traced module): the collective after each match's value inside the graph.\n"
            "  Fails: INVALID_ARG for an unknown mode or collective; PRECOND when the\n"
            "  collective does not fit what the shards produce (the message says which\n"
            "  one does).\n"

@@ -102,6 +102,35 @@ static void test_megatron_gpt2_composite(void **state) {
   expect_ok(text);
 }
 
+/* sync pattern=: the all-reduce of a row-parallel projection whose bias was
+ * decomposed lands inside the traced MLP, between the matmul and the bias
+ * add that is then fused with the dropout. Without it the numbers break
+ * (on two ranks), so the check can fail. */
+static const char k_mlp_pattern_sync[] =
+    "transformer.h.*.mlp.c_fc    shard  weight axis=0\n"
+    "transformer.h.*.mlp.c_fc    shard  bias axis=0\n"
+    "transformer.h.*.mlp.c_fc    sync   bwd_post all_reduce\n"
+    "transformer.h.*.mlp.c_proj  decompose\n"
+    "transformer.h.*.mlp.c_proj  shard  weight axis=1\n"
+    "transformer.h.*.mlp         trace  flatten=true\n"
+    "transformer.h.*.mlp         sync   fwd_post all_reduce pattern=\"matmul(x, w)\"\n"
+    "transformer.h.*.mlp         fuse   pattern=\"dropout(add(y, b))\" compiler=cc "
+    "name=FusedBiasDropout\n";
+
+static void test_sync_pattern_in_traced_graph(void **state) {
+  (void)state;
+  expect_ok(k_mlp_pattern_sync);
+  if (slapo_dist_size(SLAPO_GROUP_TP) < 2) return;
+  static char without[4096];
+  snprintf(without, sizeof without, "%s", k_mlp_pattern_sync);
+  char *line = strstr(without, "transformer.h.*.mlp         sync");
+  char *end = strchr(line, '\n');
+  memmove(line, end + 1, strlen(end + 1) + 1);
+  size_t bad = 0;
+  assert_int_equal(verify_text(without, &bad), SLAPO_VERIFY);
+  assert_true(bad > 0);
+}
+
 /* A schedule line applied to tiny GPT-2 on this rank; its status. */
 static slapo_status apply_text(const char *text) {
   slapo_module *m;
@@ -185,6 +214,14 @@ static void test_sync_mismatch(void **state) {
   expect_error("transformer.h.0.mlp.c_proj shard weight axis=1\n"
                "transformer.h.0.mlp.c_proj sync fwd_post all_gather axis=-1\n",
                SLAPO_PRECOND, (const char *const[]){"partial sums", "all_reduce", NULL});
+  expect_error("transformer.h.0.mlp.c_fc decompose\n"
+               "transformer.h.0.mlp.c_fc shard weight axis=0\n"
+               "transformer.h.0.mlp.c_fc shard bias axis=0\n"
+               "transformer.h.0.mlp.c_proj shard weight axis=1\n"
+               "transformer.h.0.mlp trace flatten=true\n"
+               "transformer.h.0.mlp sync fwd_post all_reduce pattern=\"matmul(x, w)\"\n",
+               SLAPO_PRECOND, (const char *const[]){"matched value is split along its last",
+                                                    "all_gather axis=-1", NULL});
   expect_error("transformer.h.0.mlp.c_fc shard weight axis=0\n"
                "transformer.h.0.mlp.c_fc decompose\n",
                SLAPO_STATE, (const char *const[]){"decompose before shard", NULL});
@@ -200,6 +237,7 @@ int main(void) {
       cmocka_unit_test(test_megatron_gpt2),
       cmocka_unit_test(test_megatron_gpt2_checkpointed),
       cmocka_unit_test(test_megatron_gpt2_composite),
+      cmocka_unit_test(test_sync_pattern_in_traced_graph),
       cmocka_unit_test(test_tied_parameter_sharded_once),
       cmocka_unit_test(test_shard_unknown_parameter),
       cmocka_unit_test(test_sync_bad_mode_and_op),
