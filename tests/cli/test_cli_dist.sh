@@ -85,6 +85,15 @@ check "resume tp4 -> 1" out "at step 12"
 # GPT-2 124M's vocabulary of 50257 padded to 50432 over two ranks.
 run "verify 124M tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config 124M --schedule "$TP_SCHED" --final-only --batch 1 --seq 8
 check "verify 124M tp2" out "verify: ok"
+# Greedy sampling under TP (KV-cache decoding, gathered logits) writes the
+# one-process text.
+SAMPLE="train --config tiny --data $TEXT --steps 20 --batch 2 --seq 32 --sample 30 --top-k 1"
+run "sample 1 process" 0 "$SLAPO" $SAMPLE
+tail -2 "$OUT" >"$TMP/sample1"
+run "sample tp2" 0 $MPIRUN -np 2 "$SLAPO" $SAMPLE --tp 2 --schedule "$TP_SCHED"
+tail -2 "$OUT" >"$TMP/sample2"
+if [ "$rc_ok" -eq 1 ] && cmp -s "$TMP/sample1" "$TMP/sample2"; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); echo "FAIL sample tp2: $(cat "$TMP/sample2") vs $(cat "$TMP/sample1")"; fi
 run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1
 check "train dp2 layout" out "world 2 = tp 1 x dp 2"
 
