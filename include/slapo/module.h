@@ -200,6 +200,10 @@ slapo_status slapo_module_add_sync(slapo_module *m, const slapo_module_sync *syn
 slapo_module *slapo_module_child(const slapo_module *m, const char *name);
 /* Parameter by local name, or NULL. */
 slapo_parameter *slapo_module_param(const slapo_module *m, const char *name);
+/* Parameter at dotted `path` below m ("transformer.h.0.attn.c_attn.weight";
+ * "weight" is m's own), or NULL when the module or parameter does not
+ * exist (no error is recorded). */
+slapo_parameter *slapo_module_param_at(const slapo_module *m, const char *path);
 /* Module at dotted `path` below m ("transformer.h.3.mlp"; "" is m).
  * Errors: SLAPO_NOT_FOUND naming the deepest existing prefix and its
  * children. */

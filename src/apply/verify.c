@@ -117,20 +117,10 @@ typedef struct copy_state {
   slapo_status status;
 } copy_state;
 
-/* Finds parameter `path` ("a.b.weight") in tree m. */
-static slapo_parameter *param_at(slapo_module *m, const char *path) {
-  const char *dot = strrchr(path, '.');
-  char mod[1024];
-  snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - path) : 0, path);
-  slapo_module *x;
-  if (slapo_module_at(m, mod, &x) != SLAPO_OK) return NULL;
-  return slapo_module_param(x, dot ? dot + 1 : path);
-}
-
 static void copy_one(slapo_parameter *p, const char *path, void *ud) {
   copy_state *c = ud;
   if (c->status != SLAPO_OK) return;
-  slapo_parameter *q = param_at(c->dst, path);
+  slapo_parameter *q = slapo_module_param_at(c->dst, path);
   if (!q) {
     c->status = slapo_error(SLAPO_NOT_FOUND, "verify: the scheduled model has no parameter %s",
                             path);
@@ -170,7 +160,7 @@ typedef struct grad_state {
 static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
   grad_state *g = ud;
   if (g->status != SLAPO_OK) return;
-  slapo_parameter *q = param_at(g->other, path);
+  slapo_parameter *q = slapo_module_param_at(g->other, path);
   if (!q) {
     g->status = slapo_error(SLAPO_NOT_FOUND, "verify: the scheduled model has no parameter %s",
                             path);

@@ -182,27 +182,12 @@ static slapo_status check_tied(const load_state *st, const char *copy, const cha
   return s;
 }
 
-/* The parameter object at a dotted path ("lm_head.weight"), or NULL. */
-static slapo_parameter *param_at(slapo_module *m, const char *path) {
-  const char *dot = strrchr(path, '.');
-  char mod[256];
-  if (!dot || (size_t)(dot - path) >= sizeof mod) return NULL;
-  memcpy(mod, path, (size_t)(dot - path));
-  mod[dot - path] = '\0';
-  slapo_module *owner = NULL;
-  if (slapo_module_at(m, mod, &owner) != SLAPO_OK) {
-    slapo_error_clear();
-    return NULL;
-  }
-  return slapo_module_param(owner, dot + 1);
-}
-
 /* Every tied pair the model does tie. */
 static slapo_status check_tied_pairs(slapo_module *model, const load_state *st) {
   const char *const (*t)[2] = st->layout->tied;
   for (int i = 0; t && t[i][0]; i++) {
-    slapo_parameter *p = param_at(model, t[i][0]);
-    if (p && p == param_at(model, t[i][1])) SLAPO_TRY(check_tied(st, t[i][0], t[i][1]));
+    slapo_parameter *p = slapo_module_param_at(model, t[i][0]);
+    if (p && p == slapo_module_param_at(model, t[i][1])) SLAPO_TRY(check_tied(st, t[i][0], t[i][1]));
   }
   return SLAPO_OK;
 }

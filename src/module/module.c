@@ -225,6 +225,21 @@ char *slapo_module_path(const slapo_module *m) {
   return s;
 }
 
+slapo_parameter *slapo_module_param_at(const slapo_module *m, const char *path) {
+  const char *dot = strrchr(path, '.');
+  if (!dot) return slapo_module_param(m, path);
+  char mod[1024];
+  if ((size_t)(dot - path) >= sizeof mod) return NULL;
+  memcpy(mod, path, (size_t)(dot - path));
+  mod[dot - path] = '\0';
+  slapo_module *owner = NULL;
+  if (slapo_module_at(m, mod, &owner) != SLAPO_OK) {
+    slapo_error_clear();
+    return NULL;
+  }
+  return slapo_module_param(owner, dot + 1);
+}
+
 slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_module **out) {
   *out = NULL;
   const slapo_module *cur = m;

@@ -20,20 +20,6 @@
 
 #include "primitives/internal.h"
 
-static slapo_status find_param(slapo_sched *node, const char *param, slapo_parameter **out) {
-  slapo_module *m = slapo_sched_module(node);
-  *out = slapo_module_param(m, param);
-  if (*out) return SLAPO_OK;
-  char known[256] = "";
-  size_t used = 0;
-  for (int i = 0; i < m->n_params && used + 1 < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             m->param_names[i]);
-  return slapo_error(SLAPO_NOT_FOUND, "annotate: %s (a %s) has no parameter '%s'; its "
-                                      "parameters: %s",
-                     slapo__prim_path(node), m->type->name, param, used ? known : "(none)");
-}
-
 /* The log argument for key=value from C, in the form a .sched line writes
  * it: weight_decay=0 (a number, as in a schedule file), a bare word where
  * the value is one, else a quoted string. */
@@ -56,7 +42,7 @@ static slapo_status annotate_impl(slapo_sched *node, const char *param, int n,
                                   const char *const *keys, const char *const *values,
                                   const slapo_sched_entry *from) {
   slapo_parameter *p;
-  SLAPO_TRY(find_param(node, param, &p));
+  SLAPO_TRY(slapo__prim_param(node, "annotate", param, &p));
   /* Check every value and the log line before setting any tag, so a failure
    * changes nothing. */
   for (int i = 0; i < n; i++) {

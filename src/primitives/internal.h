@@ -12,6 +12,11 @@
 /* The node's path for messages and logs: "." for the root. */
 const char *slapo__prim_path(const slapo_sched *node);
 
+/* Parameter `name` of node's module into *out, or SLAPO_NOT_FOUND naming
+ * the primitive and path and listing the module's parameters. */
+slapo_status slapo__prim_param(slapo_sched *node, const char *primitive, const char *name,
+                               slapo_parameter **out);
+
 /* Appends "path primitive args..." to the log of node's tree, with the
  * source of `from` (file, line) when given. Errors: NOMEM. */
 slapo_status slapo__prim_log(slapo_sched *node, const char *primitive, int n_args,

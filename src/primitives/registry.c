@@ -56,6 +56,20 @@ const char *slapo__prim_path(const slapo_sched *node) {
   return p[0] ? p : ".";
 }
 
+slapo_status slapo__prim_param(slapo_sched *node, const char *primitive, const char *name,
+                               slapo_parameter **out) {
+  slapo_module *m = slapo_sched_module(node);
+  if ((*out = slapo_module_param(m, name))) return SLAPO_OK;
+  char known[256] = "";
+  size_t used = 0;
+  for (int i = 0; i < m->n_params && used + 1 < sizeof known; i++)
+    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
+                             m->param_names[i]);
+  return slapo_error(SLAPO_NOT_FOUND, "%s: %s (a %s) has no parameter '%s'; its parameters: %s",
+                     primitive, slapo__prim_path(node), m->type->name, name,
+                     used ? known : "(none)");
+}
+
 static slapo_status log_append_to(slapo_sched_log *log, slapo_sched *node, const char *primitive,
                                   int n_args, const slapo_sched_arg *args,
                                   const slapo_sched_entry *from, bool replayable) {

@@ -36,25 +36,12 @@
 #include "primitives/internal.h"
 #include "slapo/dist.h"
 
-static slapo_status find_param(slapo_sched *node, const char *param, slapo_parameter **out) {
-  slapo_module *m = slapo_sched_module(node);
-  if ((*out = slapo_module_param(m, param))) return SLAPO_OK;
-  char known[256] = "";
-  size_t used = 0;
-  for (int i = 0; i < m->n_params && used + 1 < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             m->param_names[i]);
-  return slapo_error(SLAPO_NOT_FOUND, "shard: %s (a %s) has no parameter '%s'; its parameters: "
-                     "%s", slapo__prim_path(node), m->type->name, param,
-                     used ? known : "(none)");
-}
-
 static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, int parts,
                                int64_t pad, const slapo_sched_entry *from) {
   const char *path = slapo__prim_path(node);
   slapo_module *m = slapo_sched_module(node);
   slapo_parameter *p;
-  SLAPO_TRY(find_param(node, param, &p));
+  SLAPO_TRY(slapo__prim_param(node, "shard", param, &p));
   SLAPO_TRY(slapo__prim_not_inlined(node, "shard"));
   if (parts > 1 && !strcmp(m->type->name, "Embedding"))
     return slapo_error(SLAPO_INVALID_ARG, "shard: %s.%s: an Embedding splits its vocabulary "

@@ -197,16 +197,6 @@ static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *o
 
 /* ---- sync on a value inside a traced graph (pattern=) ---- */
 
-/* The parameter at `rel` (a path relative to owner: "c_proj.weight"). */
-static const slapo_parameter *param_below(const slapo_module *owner, const char *rel) {
-  const char *dot = strrchr(rel, '.');
-  char mod[512];
-  snprintf(mod, sizeof mod, "%.*s", dot ? (int)(dot - rel) : 0, rel);
-  slapo_module *m;
-  if (slapo_module_at(owner, mod, &m) != SLAPO_OK) return NULL;
-  return slapo_module_param(m, dot ? dot + 1 : rel);
-}
-
 /* What a matched value's shards produce: from the first sharded 2-d
  * parameter the match reads (a weight bound to a placeholder, or one the
  * region holds). */
@@ -216,7 +206,7 @@ static out_kind region_kind(const slapo_module *owner, const slapo_match *ms,
   for (int i = 0; i < ms->n_inputs && !w; i++) {
     const slapo_match_value *v = &ms->inputs[i];
     const char *rel = v->node && v->node->kind == SLAPO_NODE_PARAM ? v->node->target : v->param;
-    const slapo_parameter *p = rel ? param_below(owner, rel) : NULL;
+    const slapo_parameter *p = rel ? slapo_module_param_at(owner, rel) : NULL;
     if (p && p->shard && p->value->ndim == 2) w = p;
   }
   for (int i = 0; i < region->n_params && !w; i++)
