@@ -20,22 +20,6 @@
 #include "slapo/train.h"
 #include "bench_machine.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 static void die(const char *what) {
   fprintf(stderr, "bench_dist: rank %d: %s failed: %s\n", slapo_dist_rank(SLAPO_GROUP_WORLD),
           what, slapo_last_error());
@@ -120,13 +104,8 @@ int main(int argc, char **argv) {
   CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
   CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
   int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
-  uint64_t lcg = 12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP); /* own data per replica */
-  for (int64_t i = 0; i < B * T; i++) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
-  }
+  /* Each data-parallel replica its own ids; ranks of one replica the same. */
+  bench_random_ids(12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP), dims.vocab_size, B * T, xd, yd);
   const slapo_tensor *in[2] = {x, y};
   double *step = calloc((size_t)steps, sizeof *step), *tpc = calloc((size_t)steps, sizeof *tpc);
   double *dpc = calloc((size_t)steps, sizeof *dpc);
@@ -134,17 +113,17 @@ int main(int argc, char **argv) {
   slapo_module_zero_grad(model);
   for (int s = -2; s < steps; s++) { /* two warm-up steps: build, plan, first touch */
     CHECK(slapo_dist_barrier(SLAPO_GROUP_WORLD));
-    double t0 = now_s(), loss, comm;
+    double t0 = bench_now_s(), loss, comm;
     slapo_kernel_env env = {1, (uint64_t)(s + 2), true};
     CHECK(slapo_train_accumulate(r, 1, in, &env, &loss, NULL));
     double t_graph = collective_ms(r);
     CHECK(slapo_dp_all_reduce_grads(model, &comm));
     double norm = slapo_clip_grad_norm(model, 0);
     slapo_adamw_step_scaled(opt, 6e-4f, slapo_clip_scale(norm, 1.0), true);
-    if (s >= 0) step[s] = 1e3 * (now_s() - t0), tpc[s] = t_graph, dpc[s] = 1e3 * comm;
+    if (s >= 0) step[s] = 1e3 * (bench_now_s() - t0), tpc[s] = t_graph, dpc[s] = 1e3 * comm;
   }
   /* The slowest rank sets the pace: the maximum over ranks of each median. */
-  double m[5] = {median(step, steps), median(tpc, steps), median(dpc, steps), peak_rss_mib(),
+  double m[5] = {bench_median(step, steps), bench_median(tpc, steps), bench_median(dpc, steps), peak_rss_mib(),
                  (double)slapo_runner_peak_nbytes(r) / (1024.0 * 1024.0)};
   CHECK(slapo_dist_max_f64(SLAPO_GROUP_WORLD, m, 5));
   if (rank == 0) {

@@ -16,22 +16,6 @@
 
 #define RUNS 9
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 #define CHECK(expr)                                                            \
   do {                                                                         \
     int s_ = (int)(expr);                                                      \
@@ -82,19 +66,19 @@ int main(void) {
   /* Alternate the two so that both see the same machine load. */
   double ts[RUNS], tt[RUNS];
   for (int r = 0; r < RUNS; r++) {
-    double t0 = now_s();
+    double t0 = bench_now_s();
     CHECK(slapo_plan_run(p, NULL));
-    ts[r] = now_s() - t0;
-    t0 = now_s();
+    ts[r] = bench_now_s() - t0;
+    t0 = bench_now_s();
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < n; i++) x[i] = u[i] + s * v[i];
-    tt[r] = now_s() - t0;
+    tt[r] = bench_now_s() - t0;
   }
   const float *py = slapo_tensor_data(slapo_plan_output(p, 0));
   int bad = py[12345] != (float)(12345 % 7 + 12345 % 5);
   bad |= x[12345] != (float)(12345 % 7) + s * (float)(12345 % 5);
 
-  double gs = bytes / median(ts, RUNS) * 1e-9, gt = bytes / median(tt, RUNS) * 1e-9;
+  double gs = bytes / bench_median(ts, RUNS) * 1e-9, gt = bytes / bench_median(tt, RUNS) * 1e-9;
   printf("bench_elementwise: f32, %lld elements (%.0f MB per array), %d threads, median of %d "
          "runs\n",
          (long long)n, (double)n * 4 / 1e6, omp_get_max_threads(), RUNS);

@@ -7,7 +7,10 @@
 #define SLAPO_BENCH_MACHINE_H
 
 #include <omp.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
 
 #include "slapo/ops.h"
 
@@ -16,6 +19,37 @@ static inline void bench_print_machine(FILE *f, const char *bench) {
   slapo_cpu_model(cpu, sizeof cpu);
   slapo_kernels_describe(kernels, sizeof kernels);
   fprintf(f, "# %s: %s; %s; %d OpenMP threads\n", bench, cpu, kernels, omp_get_max_threads());
+}
+
+/* Monotonic wall time in seconds. */
+static inline double bench_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static inline int bench_cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of t[0..n) (sorts t). */
+static inline double bench_median(double *t, int n) {
+  qsort(t, (size_t)n, sizeof *t, bench_cmp_double);
+  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+/* n token ids in [0, vocab) into x and n into y from one LCG seeded with
+ * `seed` (benchmark inputs: no tokenizer). */
+static inline void bench_random_ids(uint64_t seed, int64_t vocab, int64_t n, int32_t *x,
+                                    int32_t *y) {
+  uint64_t lcg = seed;
+  for (int64_t i = 0; i < n; i++) {
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    x[i] = (int32_t)((lcg >> 33) % (uint64_t)vocab);
+    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
+    y[i] = (int32_t)((lcg >> 33) % (uint64_t)vocab);
+  }
 }
 
 #endif

@@ -20,22 +20,6 @@
 
 #define RUNS 7
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 static void die(const char *what, int s) {
   fprintf(stderr, "bench_matmul: %s failed (%d): %s\n", what, s, slapo_last_error());
   exit(1);
@@ -174,19 +158,19 @@ int main(void) {
      * both see the same machine load. */
     slapo_side_run(&ss);
     dnnl_side_run(&ds);
-    double t0 = now_s();
+    double t0 = bench_now_s();
     dnnl_side_run(&ds);
-    int reps = (int)(0.02 / (now_s() - t0)) + 1;
+    int reps = (int)(0.02 / (bench_now_s() - t0)) + 1;
     double ts[RUNS], td[RUNS];
     for (int r = 0; r < RUNS; r++) {
-      t0 = now_s();
+      t0 = bench_now_s();
       for (int k = 0; k < reps; k++) slapo_side_run(&ss);
-      ts[r] = (now_s() - t0) / reps;
-      t0 = now_s();
+      ts[r] = (bench_now_s() - t0) / reps;
+      t0 = bench_now_s();
       for (int k = 0; k < reps; k++) dnnl_side_run(&ds);
-      td[r] = (now_s() - t0) / reps;
+      td[r] = (bench_now_s() - t0) / reps;
     }
-    double tsm = median(ts, RUNS), tdm = median(td, RUNS);
+    double tsm = bench_median(ts, RUNS), tdm = bench_median(td, RUNS);
     CHECK(slapo_tensor_contiguous(slapo_plan_output(ss.p, 0), &ys));
     slapo_side_free(&ss);
     dnnl_side_free(&ds);

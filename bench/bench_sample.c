@@ -13,12 +13,6 @@
 #include "slapo/train.h"
 #include "bench_machine.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static double run(slapo_runner *r, int64_t n_ctx, int prompt, int tokens, bool no_cache,
                   int32_t *out) {
   int32_t *t = calloc((size_t)(prompt + tokens), sizeof *t);
@@ -26,12 +20,12 @@ static double run(slapo_runner *r, int64_t n_ctx, int prompt, int tokens, bool n
   int64_t n = prompt;
   slapo_sample_opts o = {.n_ctx = n_ctx, .temperature = 1.0f, .top_k = 1, .seed = 1,
                          .no_cache = no_cache};
-  double t0 = now_s();
+  double t0 = bench_now_s();
   if (slapo_sample(r, &o, t, &n, tokens) != SLAPO_OK) {
     fprintf(stderr, "bench_sample: %s\n", slapo_last_error());
     exit(1);
   }
-  double ms = (now_s() - t0) * 1e3 / tokens;
+  double ms = (bench_now_s() - t0) * 1e3 / tokens;
   memcpy(out, t, (size_t)(prompt + tokens) * sizeof *t);
   free(t);
   return ms;

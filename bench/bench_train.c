@@ -32,23 +32,6 @@
 #include "slapo/train.h"
 #include "bench_machine.h"
 
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-/* Median of t[0..n) (sorts t). */
-static double median(double *t, int n) {
-  qsort(t, (size_t)n, sizeof *t, cmp_double);
-  return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
-}
-
 static void die(const char *what) {
   fprintf(stderr, "bench_train: %s failed: %s\n", what, slapo_last_error());
   exit(1);
@@ -90,11 +73,11 @@ static double gemm_peak_gflops(void) {
   double best = 1e30;
   for (int s = 0; s < 9; s++) {
     int runs = 0;
-    double t0 = now_s(), dt;
+    double t0 = bench_now_s(), dt;
     do {
       CHECK(slapo_plan_run(p, NULL));
       runs++;
-    } while ((dt = now_s() - t0) < 0.05);
+    } while ((dt = bench_now_s() - t0) < 0.05);
     best = dt / runs < best ? dt / runs : best;
   }
   slapo_plan_free(p);
@@ -249,13 +232,7 @@ int main(int argc, char **argv) {
   CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
   CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
   int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
-  uint64_t lcg = 12345;
-  for (int64_t i = 0; i < B * T; i++) {
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    xd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
-    lcg = lcg * 6364136223846793005ull + 1442695040888963407ull;
-    yd[i] = (int32_t)((lcg >> 33) % (uint64_t)dims.vocab_size);
-  }
+  bench_random_ids(12345, dims.vocab_size, B * T, xd, yd);
   const slapo_tensor *in[2] = {x, y};
 
   int total = steps + 2;
@@ -270,17 +247,17 @@ int main(int argc, char **argv) {
   for (int it = 0; it < total; it++) {
     slapo_kernel_env env = {.seed = 1, .step = (uint64_t)it, .training = true};
     const slapo_tensor *l;
-    double t0 = now_s();
+    double t0 = bench_now_s();
     CHECK(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &l));
-    double t1 = now_s();
+    double t1 = bench_now_s();
     /* Clipping at norm 1 folded into the update: measure, then scale the
      * gradients as AdamW reads them (bitwise what clip-then-step gives);
      * AdamW also zeroes each gradient once read, which is the next step's
      * zero_grad done in the same pass over memory. */
     float gs = slapo_clip_scale(slapo_clip_grad_norm(model, 0), 1.0);
-    double t2 = now_s();
+    double t2 = bench_now_s();
     slapo_adamw_step_scaled(opt, 1e-4f, gs, true);
-    double t3 = now_s();
+    double t3 = bench_now_s();
     loss = *(const float *)slapo_tensor_data(l);
     if (it < 2) continue;
     times[it - 2] = t3 - t0;
@@ -290,7 +267,7 @@ int main(int argc, char **argv) {
 
   double min_s = times[0];
   for (int i = 1; i < steps; i++) min_s = times[i] < min_s ? times[i] : min_s;
-  double med = median(times, steps);
+  double med = bench_median(times, steps);
   double tok_s = (double)(B * T) / med;
   int64_t N = slapo_module_numel(model);
   double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
@@ -305,8 +282,8 @@ int main(int argc, char **argv) {
          persistent_mb, loss, (long long)N, omp_get_max_threads());
   printf("phases (median ms): step (graph + grad accumulation) %.1f, clip norm %.1f, "
          "adamw (+ zero_grad) %.1f\n",
-         1e3 * median(phase[0], steps), 1e3 * median(phase[1], steps),
-         1e3 * median(phase[2], steps));
+         1e3 * bench_median(phase[0], steps), 1e3 * bench_median(phase[1], steps),
+         1e3 * bench_median(phase[2], steps));
   bench_print_machine(stdout, "bench_train");
   for (int k = 0; k < 3; k++) free(phase[k]);
   if (profile) print_profile(&pr, steps);
