@@ -22,11 +22,26 @@ static slapo_node *split_heads(slapo_ctx *ctx, slapo_node *y, int64_t n, int64_t
   return slapo_permute(ctx, slapo_reshape(ctx, y, 4, bthd), 4, perm);
 }
 
+/* This rank's heads: all of them, or under tensor parallelism the ones its
+ * q_proj / k_proj weight rows hold (q heads from head0 of n_head). */
+typedef struct heads {
+  int64_t HS, NH, NKV, head0;
+} heads;
+
+static heads heads_of(const slapo_module *self) {
+  const slapo_llama_config *c = cfg_of(self);
+  heads h = {c->hidden / c->n_head, c->n_head, c->n_kv_head, 0};
+  int64_t kv0;
+  slapo__local_heads(self, "q_proj", h.HS, c->n_head, &h.NH, &h.head0);
+  slapo__local_heads(self, "k_proj", h.HS, c->n_kv_head, &h.NKV, &kv0);
+  return h;
+}
+
 /* q [B, NH, T, HS] and k, v [B, NKV, T, HS] of x [B, T, C], rotary applied
  * to q and k at positions P .. P + T - 1 (P cached ones when decoding).
  * Returns false on error (recorded on ctx). */
-static bool project(slapo_ctx *ctx, slapo_module *self, int n_in, slapo_node *const *in,
-                    slapo_node **q, slapo_node **k, slapo_node **v) {
+static bool project(slapo_ctx *ctx, slapo_module *self, const heads *h, int n_in,
+                    slapo_node *const *in, slapo_node **q, slapo_node **k, slapo_node **v) {
   const slapo_llama_config *c = cfg_of(self);
   const char *origin = slapo_ctx_origin(ctx);
   if (n_in != 1 || in[0]->ndim != 3 || in[0]->shape[2] != c->hidden) {
@@ -37,32 +52,43 @@ static bool project(slapo_ctx *ctx, slapo_module *self, int n_in, slapo_node *co
                    n_in == 1 ? " x " : "", s);
     return false;
   }
-  int64_t HS = c->hidden / c->n_head, P = slapo_decode_past(ctx) > 0 ? slapo_decode_past(ctx) : 0;
+  const slapo_parameter *kw = slapo_module_param_at(self, "k_proj.weight");
+  int64_t k_rows = kw && kw->value->ndim == 2 ? kw->value->shape[0] : h->NKV * h->HS;
+  if (k_rows % h->HS || h->NKV == 0 || h->NH * c->n_kv_head != h->NKV * c->n_head) {
+    slapo_ctx_fail(ctx, SLAPO_SHAPE, "%s: this rank's k_proj keeps %lld rows (%lld key/value "
+                   "heads of %lld) for %lld query heads: a rank must keep whole key/value "
+                   "heads and their %d query heads each, so the tensor-parallel size must "
+                   "divide n_kv_head = %d and q_proj, k_proj, v_proj be sharded alike", origin,
+                   (long long)k_rows, (long long)(k_rows / h->HS), (long long)h->HS,
+                   (long long)h->NH, c->n_head / c->n_kv_head, c->n_kv_head);
+    return false;
+  }
+  int64_t P = slapo_decode_past(ctx) > 0 ? slapo_decode_past(ctx) : 0;
   /* One call per statement: C leaves argument evaluation order open, and
    * the call order fixes the graph's node order. */
   slapo_node *qp = slapo_call1(ctx, self, "q_proj", in[0]);
   slapo_node *kp = slapo_call1(ctx, self, "k_proj", in[0]);
   slapo_node *vp = slapo_call1(ctx, self, "v_proj", in[0]);
   if (!qp || !kp || !vp) return false;
-  *q = slapo_rotary(ctx, split_heads(ctx, qp, c->n_head, HS), c->rope_theta, P);
-  *k = slapo_rotary(ctx, split_heads(ctx, kp, c->n_kv_head, HS), c->rope_theta, P);
-  *v = split_heads(ctx, vp, c->n_kv_head, HS);
+  *q = slapo_rotary(ctx, split_heads(ctx, qp, h->NH, h->HS), c->rope_theta, P);
+  *k = slapo_rotary(ctx, split_heads(ctx, kp, h->NKV, h->HS), c->rope_theta, P);
+  *v = split_heads(ctx, vp, h->NKV, h->HS);
   return *q && *k && *v;
 }
 
-/* y [B, NH, T, HS] -> o_proj(y as [B, T, C]). */
+/* y [B, NH, T, HS] -> o_proj(y as [B, T, NH HS]). */
 static slapo_node *merge(slapo_ctx *ctx, slapo_module *self, slapo_node *y) {
   if (!y) return NULL;
-  int64_t perm[4] = {0, 2, 1, 3}, btc[3] = {y->shape[0], y->shape[2], cfg_of(self)->hidden};
+  int64_t perm[4] = {0, 2, 1, 3}, btc[3] = {y->shape[0], y->shape[2], y->shape[1] * y->shape[3]};
   y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
   return slapo_call1(ctx, self, "o_proj", y);
 }
 
 /* Decoding with a KV cache: the cache holds the repeated heads (the
  * composite's shapes); one new query needs no tiling. */
-static slapo_node *decode(slapo_ctx *ctx, const slapo_llama_config *c, slapo_node *q,
-                          slapo_node *k, slapo_node *v) {
-  int64_t G = c->n_head / c->n_kv_head;
+static slapo_node *decode(slapo_ctx *ctx, const heads *h, slapo_node *q, slapo_node *k,
+                          slapo_node *v) {
+  int64_t G = h->NH / h->NKV;
   return slapo__attend_decoding(ctx, q, slapo_repeat_heads(ctx, k, G),
                                 slapo_repeat_heads(ctx, v, G));
 }
@@ -71,15 +97,20 @@ static slapo_node *decode(slapo_ctx *ctx, const slapo_llama_config *c, slapo_nod
 static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                 slapo_node *const *in) {
   const slapo_llama_config *c = cfg_of(self);
+  heads h = heads_of(self);
   slapo_node *q, *k, *v;
-  if (!project(ctx, self, n_in, in, &q, &k, &v)) return NULL;
-  if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, c, q, k, v));
-  int64_t G = c->n_head / c->n_kv_head, HS = c->hidden / c->n_head;
+  if (!project(ctx, self, &h, n_in, in, &q, &k, &v)) return NULL;
+  if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, &h, q, k, v));
+  int64_t G = h.NH / h.NKV;
   k = slapo_repeat_heads(ctx, k, G); /* [B, NH, T, HS] */
   v = slapo_repeat_heads(ctx, v, G);
   slapo_node *att = slapo_matmul(ctx, q, k, false, true); /* [B, NH, T, T] */
-  att = slapo_softmax(ctx, slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS)), true);
+  att = slapo_softmax(ctx, slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)h.HS)), true);
+  /* A rank's heads draw the unsharded model's dropout mask in those heads. */
+  int64_t prev[3];
+  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, h.head0, c->n_head, prev);
   att = slapo_call1(ctx, self, "attn_dropout", att);
+  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
   return merge(ctx, self, slapo_matmul(ctx, att, v, false, false));
 }
 
@@ -90,19 +121,23 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
 static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                  slapo_node *const *in) {
   const slapo_llama_config *c = cfg_of(self);
+  heads h = heads_of(self);
   slapo_node *qkv[3];
-  if (!project(ctx, self, n_in, in, &qkv[0], &qkv[1], &qkv[2])) return NULL;
-  if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, c, qkv[0], qkv[1], qkv[2]));
+  if (!project(ctx, self, &h, n_in, in, &qkv[0], &qkv[1], &qkv[2])) return NULL;
+  if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, &h, qkv[0], qkv[1], qkv[2]));
   const char *origin = slapo_ctx_origin(ctx);
   char drop_path[1024];
   snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[4] = {
+  slapo_attr attrs[6] = {
       slapo_attr_int("causal", 1),
-      slapo_attr_float("scale", 1.0 / sqrt((double)(c->hidden / c->n_head))),
+      slapo_attr_float("scale", 1.0 / sqrt((double)h.HS)),
       slapo_attr_float("dropout_p", c->attn_dropout),
       slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
+      slapo_attr_int("head_offset", h.head0),      /* tensor parallel: the unsharded */
+      slapo_attr_int("n_head_total", c->n_head),   /*   model's masks in these heads */
   };
-  return merge(ctx, self, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, qkv, 4, attrs));
+  int na = h.NH != c->n_head ? 6 : 4;
+  return merge(ctx, self, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, qkv, na, attrs));
 }
 
 static void attn_describe(const slapo_module *self, char *buf, size_t cap) {

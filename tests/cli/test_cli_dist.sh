@@ -22,7 +22,7 @@ rc_ok=0
 run() { # NAME WANT_RC CMD...
   local name=$1 want=$2
   shift 2
-  timeout 120 "$@" >"$OUT" 2>"$ERR"
+  timeout "${RUN_TIMEOUT:-120}" "$@" >"$OUT" 2>"$ERR"
   local rc=$?
   if { [ "$want" = nonzero ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; } || [ "$rc" = "$want" ]; then
     rc_ok=1
@@ -59,6 +59,11 @@ check "verify tp2 x dp2 ok" out "verify: ok"
 run "verify dp2" 0 $MPIRUN -np 2 "$SLAPO" verify --schedule "$ROOT/schedules/gpt2.sched" --final-only
 check "verify dp2 layout" out "world 2 = tp 1 x dp 2"
 check "verify dp2 ok" out "verify: ok"
+# LLaMA: grouped-query attention split by key/value head.
+run "verify llama tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --model llama --tp 2 --schedule "$ROOT/schedules/llama_tp.sched" --final-only
+check "verify llama tp2" out "verify: ok"
+run "llama tp4 > kv heads" 1 $MPIRUN -np 4 "$SLAPO" verify --model llama --tp 4 --schedule "$ROOT/schedules/llama_tp.sched" --final-only
+check "llama tp4 > kv heads" err "must divide n_kv_head = 2"
 run "verify dp2 odd batch" 1 $MPIRUN -np 2 "$SLAPO" verify --schedule "$TP_SCHED" --batch 3
 check "verify dp2 odd batch" err "batch 3 does not split over 2 data-parallel ranks"
 
@@ -83,7 +88,7 @@ check "train tp4 same loss" out "$want"
 run "resume tp4 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp4.safetensors"
 check "resume tp4 -> 1" out "at step 12"
 # GPT-2 124M's vocabulary of 50257 padded to 50432 over two ranks.
-run "verify 124M tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config 124M --schedule "$TP_SCHED" --final-only --batch 1 --seq 8
+RUN_TIMEOUT=900 run "verify 124M tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config 124M --schedule "$TP_SCHED" --final-only --batch 1 --seq 8
 check "verify 124M tp2" out "verify: ok"
 # Greedy sampling under TP (KV-cache decoding, gathered logits) writes the
 # one-process text.
