@@ -32,10 +32,13 @@ static slapo_node *linear_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   return slapo_linear(ctx, x, w, b);
 }
 
+/* From the weight: a sharded Linear shows this rank's features. */
 static void linear_describe(const slapo_module *self, char *buf, size_t cap) {
   const linear_cfg *c = self->config;
-  snprintf(buf, cap, "in_features=%lld, out_features=%lld, bias=%s", (long long)c->in,
-           (long long)c->out, c->bias ? "True" : "False");
+  const slapo_parameter *w = slapo_module_param(self, "weight");
+  int64_t in = w ? w->value->shape[1] : c->in, out = w ? w->value->shape[0] : c->out;
+  snprintf(buf, cap, "in_features=%lld, out_features=%lld, bias=%s%s", (long long)in,
+           (long long)out, c->bias ? "True" : "False", w && w->shard ? ", sharded" : "");
 }
 
 /* Op forms (pattern matching: linear ~ Linear, ...): the op each layer
