@@ -106,10 +106,8 @@ slapo_status slapo_dist_init(int tp) {
 }
 
 void slapo_dist_finalize(void) {
-  if (g_dist.inited && g_dist.comm[SLAPO_GROUP_TP]) {
-    for (int i = SLAPO_GROUP_TP; i < SLAPO_GROUP_COUNT; i++)
-      if (g_dist.comm[i] != MPI_COMM_NULL) MPI_Comm_free(&g_dist.comm[i]);
-  }
+  for (int i = SLAPO_GROUP_TP; i < SLAPO_GROUP_COUNT; i++) /* the groups formed */
+    if (g_dist.comm[i] && g_dist.comm[i] != MPI_COMM_NULL) MPI_Comm_free(&g_dist.comm[i]);
   if (g_dist.mpi) MPI_Finalize();
   memset(&g_dist, 0, sizeof g_dist);
   for (int i = 0; i < SLAPO_GROUP_COUNT; i++) g_dist.size[i] = 1;

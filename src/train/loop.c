@@ -498,7 +498,7 @@ static slapo_status run(trainer *t) {
     SLAPO_TRY(report(t, &e));
   }
   if (t->c.save) say(t->cb, t->ud, "saved %s", t->c.save);
-  if (t->c.plot) {
+  if (t->c.plot && t->metrics) { /* rank 0 holds the metrics file */
     fflush(t->metrics);
     SLAPO_TRY(slapo_plot_metrics(t->c.metrics, t->c.plot));
     say(t->cb, t->ud, "plot: %s (loss and validation loss by step, from %s)", t->c.plot,
