@@ -99,8 +99,9 @@ run "sample tp2" 0 $MPIRUN -np 2 "$SLAPO" $SAMPLE --tp 2 --schedule "$TP_SCHED"
 tail -2 "$OUT" >"$TMP/sample2"
 if [ "$rc_ok" -eq 1 ] && cmp -s "$TMP/sample1" "$TMP/sample2"; then passed=$((passed + 1)); else
   failed=$((failed + 1)); echo "FAIL sample tp2: $(cat "$TMP/sample2") vs $(cat "$TMP/sample1")"; fi
-run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1
+run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1 --metrics "$TMP/m.jsonl" --plot "$TMP/p.svg"
 check "train dp2 layout" out "world 2 = tp 1 x dp 2"
+check "train dp2 plot (rank 0 writes)" out "plot: $TMP/p.svg"
 
 # A world size the schedule cannot use: an error before any work.
 run "tp does not divide" 1 $MPIRUN -np 3 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED"
