@@ -32,11 +32,21 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
-typedef uint32_t v16w __attribute__((vector_size(64)));
+/* Native vector width per level: 16 floats (AVX-512), 8 (AVX2), 4 (SSE).
+ * Every operation below is lane by lane or sums in an order fixed
+ * independently of the width, so the width never changes a bit. */
+#if defined(__AVX512F__)
 #define VL 16
-_Static_assert(BC == 2 * VL, "tile rows are two vectors wide");
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef uint32_t vw __attribute__((vector_size(VL * 4)));
+#define NV (BR / VL) /* vectors per tile row (32 queries) */
+_Static_assert(BR % VL == 0 && 16 % VL == 0, "tile rows and Philox batches are whole vectors");
 
 /* Head-size columns of a query tile packed transposed per pass (kq_tile):
  * head sizes up to DCH are packed once per query tile, larger ones in
@@ -44,57 +54,45 @@ _Static_assert(BC == 2 * VL, "tile rows are two vectors wide");
 #define DCH 128
 
 /* Register blocking: key rows of a score tile computed together (kq_tile:
- * RB x 2 vector accumulators) and rows x column vectors of an accumulation
- * block (tile_acc: RB x RB). AVX-512 has 32 vector registers, so 4; AVX2's
- * 16 (each holding half a vector) fit 2. Blocking picks which elements are
- * computed together, never the order of one element's terms: same bits. */
+ * RB x NV vector accumulators) and rows x column vectors of an
+ * accumulation block (tile_acc: RB x NC, NC VL head-size columns).
+ * AVX-512 has 32 vector registers, so 4 x 4 (HS chunks of 64); AVX2 and
+ * SSE 16, so 2 x 4 (chunks of 32 and 16). Blocking picks which elements
+ * are computed together, never the order of one element's terms: same
+ * bits. */
 #if defined(__AVX512F__)
 #define RB 4
 #else
 #define RB 2
 #endif
+#define NC 4
 
-FA_INLINE v16f vld(const float *p) {
-  v16f v;
+FA_INLINE vf vld(const float *p) {
+  vf v;
   memcpy(&v, p, sizeof v);
   return v;
 }
-FA_INLINE void vst(float *p, v16f v) { memcpy(p, &v, sizeof v); }
-/* x in every lane, and a * b + c lane by lane with one rounding. With AVX2
- * a 16-float vector is two ymm registers, and GCC's lowering of the generic
- * forms goes lane by lane through memory, so there they are two native
- * operations each; FMA rounds once as fmaf does, so every variant (FMA
- * instructions, or libm's correctly rounded fmaf in the baseline one) gets
- * the same bits. */
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-typedef union v16u {
-  v16f v;
-  __m256 h[2];
-} v16u;
-FA_INLINE v16f vdup(float x) {
-  v16u u;
-  u.h[0] = u.h[1] = _mm256_set1_ps(x);
-  return u.v;
-}
-FA_INLINE v16f vfma(v16f a, v16f b, v16f c) {
-  v16u x = {a}, y = {b}, z = {c}, r;
-  r.h[0] = _mm256_fmadd_ps(x.h[0], y.h[0], z.h[0]);
-  r.h[1] = _mm256_fmadd_ps(x.h[1], y.h[1], z.h[1]);
-  return r.v;
-}
+FA_INLINE void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* x in every lane, and a * b + c lane by lane with one rounding: FMA
+ * instructions where the level has them, else libm's correctly rounded
+ * fmaf, so every level gets the same bits. */
+#if defined(__AVX512F__)
+FA_INLINE vf vdup(float x) { return (vf)_mm512_set1_ps(x); }
+FA_INLINE vf vfma(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+#elif defined(__AVX2__) && defined(__FMA__)
+FA_INLINE vf vdup(float x) { return (vf)_mm256_set1_ps(x); }
+FA_INLINE vf vfma(vf a, vf b, vf c) { return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #else
-/* A true broadcast (0 + x would cost an add and turn -0 into +0). */
-FA_INLINE v16f vdup(float x) { return (v16f){x, x, x, x, x, x, x, x, x, x, x, x, x, x, x, x}; }
-FA_INLINE v16f vfma(v16f a, v16f b, v16f c) {
-  v16f r;
-#pragma omp simd
+FA_INLINE vf vdup(float x) { return (vf){x, x, x, x}; }
+FA_INLINE vf vfma(vf a, vf b, vf c) {
+  vf r;
   for (int j = 0; j < VL; j++) r[j] = fmaf(a[j], b[j], c[j]);
   return r;
 }
 #endif
 /* mask ? a : b, lane by lane (mask lanes are 0 or -1). */
-FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
-  return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
+FA_INLINE vf vsel(vi mask, vf a, vf b) {
+  return (vf)((mask & (vi)a) | (~mask & (vi)b));
 }
 
 /* exp(x) lane by lane, as Cephes expf: x = n ln2 + r with |r| <= ln2/2,
@@ -103,34 +101,37 @@ FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
  * [-87, 0.5], measured against exp() in double on every float there; the
  * arguments here are scores minus their row max or log-sum-exp, so <= 0 up to
  * rounding. libm's expf does not vectorize without -ffast-math. */
-FA_INLINE v16f vexp(v16f x) {
-  v16i tiny = x < vdup(-87.0f);
-  v16f xc = vsel(tiny, vdup(-87.0f), x);
-  v16f fx = xc * 1.44269504088896341f + 0.5f;
-  v16i n = __builtin_convertvector(fx, v16i);
-  n += __builtin_convertvector(n, v16f) > fx; /* truncation -> floor */
-  v16f nf = __builtin_convertvector(n, v16f);
-  v16f r = xc - nf * 0.693359375f;
+FA_INLINE vf vexp(vf x) {
+  vi tiny = x < vdup(-87.0f);
+  vf xc = vsel(tiny, vdup(-87.0f), x);
+  vf fx = xc * 1.44269504088896341f + 0.5f;
+  vi n = __builtin_convertvector(fx, vi);
+  n += __builtin_convertvector(n, vf) > fx; /* truncation -> floor */
+  vf nf = __builtin_convertvector(n, vf);
+  vf r = xc - nf * 0.693359375f;
   r = r - nf * -2.12194440e-4f;
-  v16f z = r * r;
-  v16f y = vdup(1.9875691500e-4f);
+  vf z = r * r;
+  vf y = vdup(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  v16f p2 = (v16f)((n + 127) << 23);
+  vf p2 = (vf)((n + 127) << 23);
   return vsel(tiny, vdup(0.0f), y * p2);
 }
 
 /* a[n] . b[n] with 16 lanes of partial sums, combined in a fixed order. */
 FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
-  v16f acc = vdup(0.0f);
+  vf acc[16 / VL]; /* lanes 0 .. 15 of the partial sums */
+  for (int k = 0; k < 16 / VL; k++) acc[k] = vdup(0.0f);
   int64_t i = 0;
-  for (; i + VL <= n; i += VL) acc = vfma(vld(a + i), vld(b + i), acc);
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16 / VL; k++) acc[k] = vfma(vld(a + i + k * VL), vld(b + i + k * VL), acc[k]);
   float s = 0.0f;
-  for (int j = 0; j < VL; j++) s += acc[j];
+  for (int k = 0; k < 16 / VL; k++)
+    for (int j = 0; j < VL; j++) s += acc[k][j];
   for (; i < n; i++) s = fmaf(a[i], b[i], s);
   return s;
 }
@@ -172,24 +173,21 @@ FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *
     for (int64_t c = 0; c < nk; c += RB) {
       const float *k[RB]; /* rows past nk repeat the last row; not stored */
       for (int i = 0; i < RB; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
-      v16f acc[RB][2];
+      vf acc[RB][NV];
       for (int i = 0; i < RB; i++) {
         bool fresh = d0 == 0 || c + i >= nk;
-        acc[i][0] = fresh ? vdup(0.0f) : vld(St[c + i]);
-        acc[i][1] = fresh ? vdup(0.0f) : vld(St[c + i] + VL);
+        for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[c + i] + v * VL);
       }
       for (int64_t d = 0; d < nd; d++) {
-        v16f a0 = vld(At[d]), a1 = vld(At[d] + VL);
+        vf a[NV];
+        for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
         for (int i = 0; i < RB; i++) {
-          v16f x = vdup(k[i][d]);
-          acc[i][0] = vfma(x, a0, acc[i][0]);
-          acc[i][1] = vfma(x, a1, acc[i][1]);
+          vf x = vdup(k[i][d]);
+          for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
         }
       }
-      for (int i = 0; i < RB && c + i < nk; i++) {
-        vst(St[c + i], acc[i][0]);
-        vst(St[c + i] + VL, acc[i][1]);
-      }
+      for (int i = 0; i < RB && c + i < nk; i++)
+        for (int v = 0; v < NV; v++) vst(St[c + i] + v * VL, acc[i][v]);
     }
   }
 }
@@ -203,12 +201,12 @@ FA_INLINE void scores_t(const fa_geom *g, int64_t HS, int64_t bh, const fa_panel
                         float St[BC][BR]) {
   kq_tile(kt, ldk, nk, qp, HS, St);
   const float *mb = g->mask ? g->mask + (bh / g->NH) * g->T + c0 : NULL; /* mb [nk] */
-  for (int64_t c = 0; c < nk; c++) {
-    v16f s0 = vld(St[c]) * g->scale, s1 = vld(St[c] + VL) * g->scale;
-    if (mb) s0 = s0 + mb[c], s1 = s1 + mb[c];
-    vst(St[c], s0);
-    vst(St[c] + VL, s1);
-  }
+  for (int64_t c = 0; c < nk; c++)
+    for (int v = 0; v < NV; v++) {
+      vf x = vld(St[c] + v * VL) * g->scale;
+      if (mb) x = x + mb[c];
+      vst(St[c] + v * VL, x);
+    }
   if (g->causal)
     for (int64_t c = 0; c < nk; c++) /* query r sees key c iff c0 + c <= r0 + r */
       for (int64_t r = 0; r < BR && r0 + r < c0 + c; r++) St[c][r] = -INFINITY;
@@ -229,17 +227,17 @@ FA_INLINE void visible(const fa_geom *g, int64_t r0, int64_t nr, int64_t c0, int
  * (masked entries 0), l <- alpha l + sum_c St[c] (c in order) with alpha =
  * exp(m_old - m), returned. A lane that has seen no visible key yet keeps m
  * = -inf and l = 0. */
-FA_INLINE void stats_update(float St[BC][BR], int64_t nk, v16f m[2], v16f l[2], v16f alpha[2]) {
-  for (int h = 0; h < 2; h++) {
-    v16f mt = m[h];
+FA_INLINE void stats_update(float St[BC][BR], int64_t nk, vf m[NV], vf l[NV], vf alpha[NV]) {
+  for (int h = 0; h < NV; h++) {
+    vf mt = m[h];
     for (int64_t c = 0; c < nk; c++) {
-      v16f s = vld(St[c] + h * VL);
+      vf s = vld(St[c] + h * VL);
       mt = vsel(s > mt, s, mt);
     }
-    v16f ms = vsel(mt == vdup(-INFINITY), vdup(0.0f), mt);
-    v16f sum = vdup(0.0f);
+    vf ms = vsel(mt == vdup(-INFINITY), vdup(0.0f), mt);
+    vf sum = vdup(0.0f);
     for (int64_t c = 0; c < nk; c++) {
-      v16f p = vexp(vld(St[c] + h * VL) - ms);
+      vf p = vexp(vld(St[c] + h * VL) - ms);
       vst(St[c] + h * VL, p);
       sum = sum + p;
     }
@@ -255,14 +253,14 @@ FA_INLINE void stats_update(float St[BC][BR], int64_t nk, v16f m[2], v16f l[2], 
  * min(n, i4 + 4 + hi)), i4 = i rounded down to a multiple of 4: a causal
  * tile's rows skip the keys (or queries) whose weights are all zero in
  * their group of 4 rows, a range that does not depend on RB, so every
- * level sums the same terms (the scalar fallback for HS % (RB VL) != 0
+ * level sums the same terms (the scalar fallback for HS % (NC VL) != 0
  * too). */
 #define FA_ALL (2 * BC) /* lo = -FA_ALL, hi = FA_ALL: every j < n */
 _Static_assert(4 % RB == 0, "a register block lies in one group of 4 rows");
 FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
                         const float *X, int64_t ldx, int64_t HS, int64_t m, int64_t n,
                         int64_t lo, int64_t hi) {
-  if (HS % (RB * VL)) {
+  if (HS % (NC * VL)) {
     for (int64_t i = 0; i < m; i++) {
       int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
               j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
@@ -273,26 +271,26 @@ FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64
     }
     return;
   }
-  for (int64_t h0 = 0; h0 < HS; h0 += RB * VL) {
+  for (int64_t h0 = 0; h0 < HS; h0 += NC * VL) {
     for (int64_t i = 0; i < m; i += RB) {
       int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
               j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
       const float *w[RB]; /* rows past m repeat the last row; not stored */
       for (int ii = 0; ii < RB; ii++) w[ii] = W + (i + ii < m ? i + ii : m - 1) * wi;
-      v16f acc[RB][RB];
+      vf acc[RB][NC];
       for (int ii = 0; ii < RB; ii++)
-        for (int k = 0; k < RB; k++)
+        for (int k = 0; k < NC; k++)
           acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
       for (int64_t j = j0; j < j1; j++) {
-        v16f x[RB];
-        for (int k = 0; k < RB; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
+        vf x[NC];
+        for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
         for (int ii = 0; ii < RB; ii++) {
-          v16f wv = vdup(w[ii][j * wj]);
-          for (int k = 0; k < RB; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
+          vf wv = vdup(w[ii][j * wj]);
+          for (int k = 0; k < NC; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
         }
       }
       for (int ii = 0; ii < RB && i + ii < m; ii++)
-        for (int k = 0; k < RB; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
+        for (int k = 0; k < NC; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
     }
   }
 }
@@ -334,8 +332,8 @@ _Static_assert(BR == 2 * DROP_BLOCKS, "a tile's query lanes are two Philox batch
 FA_INLINE void drop_tile(const fa_geom *g, int64_t bh, int64_t r0, int64_t nr, int64_t c0,
                          int64_t nk, float Zt[BC][BR]) {
   uint64_t i0 = g->offset + (uint64_t)((fa_drop_bh(g, bh) * g->T + r0) * g->T + c0);
-  v16w thresh = (v16w){0} + g->thresh;
-  v16f keep = vdup(g->keep_scale);
+  vw thresh = (vw){0} + g->thresh;
+  vf keep = vdup(g->keep_scale);
   if (g->T % 4 == 0) {
     uint64_t e0 = i0 & 3, step = (uint64_t)g->T / 4; /* blocks from one query to the next */
     for (int64_t j = 0; 4 * j < (int64_t)e0 + nk; j++)
@@ -348,9 +346,11 @@ FA_INLINE void drop_tile(const fa_geom *g, int64_t bh, int64_t r0, int64_t nr, i
         for (int q = 0; q < 4; q++) {
           int64_t c = 4 * j + q - (int64_t)e0;
           if (c < 0 || c >= nk) continue;
-          v16w x;
-          memcpy(&x, w[q], sizeof x);
-          vst(Zt[c] + h * VL, vsel((x >> 8) >= thresh, keep, vdup(0.0f)));
+          for (int v = 0; v < DROP_BLOCKS / VL; v++) {
+            vw x;
+            memcpy(&x, w[q] + v * VL, sizeof x);
+            vst(Zt[c] + h * DROP_BLOCKS + v * VL, vsel((x >> 8) >= thresh, keep, vdup(0.0f)));
+          }
         }
       }
     return;
@@ -402,8 +402,8 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   _Alignas(64) float St[BC][BR];  /* St [nk, BR]: scores, then probabilities */
   _Alignas(64) float Zt[BC][BR];  /* Zt [nk, BR]: dropout factors */
   _Alignas(64) float al[BR];      /* al [BR]: alpha per query */
-  v16f m[2], l[2], alpha[2];      /* running max and sum per query lane */
-  for (int h = 0; h < 2; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
+  vf m[NV], l[NV], alpha[NV];   /* running max and sum per query lane */
+  for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
   for (int64_t r = 0; r < nr; r++) memset(ob + r * ldo, 0, (size_t)HS * sizeof(float));
   fa_panel qp;
   panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
@@ -414,13 +414,10 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
     stats_update(St, nk, m, l, alpha);
     if (g->dropout) {
       drop_tile(g, bh, r0, nr, c0, nk, Zt);
-      for (int64_t c = 0; c < nk; c++) {
-        vst(St[c], vld(St[c]) * vld(Zt[c]));
-        vst(St[c] + VL, vld(St[c] + VL) * vld(Zt[c] + VL));
-      }
+      for (int64_t c = 0; c < nk; c++)
+        for (int v = 0; v < NV; v++) vst(St[c] + v * VL, vld(St[c] + v * VL) * vld(Zt[c] + v * VL));
     }
-    vst(al, alpha[0]);
-    vst(al + VL, alpha[1]);
+    for (int v = 0; v < NV; v++) vst(al + v * VL, alpha[v]);
     for (int64_t r = 0; r < nr; r++)
       if (al[r] != 1.0f)
         for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
@@ -429,8 +426,7 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
              g->causal ? r0 - c0 : FA_ALL);
   }
   _Alignas(64) float lr[BR]; /* lr [BR]: l per query */
-  vst(lr, l[0]);
-  vst(lr + VL, l[1]);
+  for (int v = 0; v < NV; v++) vst(lr + v * VL, l[v]);
   for (int64_t r = 0; r < nr; r++) {
     float inv = lr[r] > 0 ? 1.0f / lr[r] : 0.0f;
     for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= inv;
@@ -467,11 +463,11 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     _Alignas(64) float dSt[BC][BR];  /* dSt [nk, BR]: dPd = v dO^T, then scale dS */
     _Alignas(64) float Zt[BC][BR];   /* Zt [nk, BR]: dropout factors */
     _Alignas(64) float Dr[BR];       /* Dr [BR]: rowsum(dO o), 0 past nr */
-    v16f m[2], l[2], alpha[2], il[2], D[2];
+    vf m[NV], l[NV], alpha[NV], il[NV], D[NV];
     fa_panel qp, dop;
     panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
     panel_init(&dop, dob + r0 * ldo, ldo, nr, HS, dOt);
-    for (int h = 0; h < 2; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
+    for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nk = end - c0 < BC ? end - c0 : BC;
       scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
@@ -479,8 +475,8 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     }
     for (int64_t r = 0; r < BR; r++)
       Dr[r] = r < nr ? dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS) : 0.0f;
-    D[0] = vld(Dr), D[1] = vld(Dr + VL);
-    for (int h = 0; h < 2; h++) {
+    for (int h = 0; h < NV; h++) {
+      D[h] = vld(Dr + h * VL);
       il[h] = 1.0f / l[h];
       m[h] = vsel(m[h] == vdup(-INFINITY), vdup(0.0f), m[h]);
     }
@@ -492,10 +488,10 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       /* Every lane is computed (invisible entries give P = dS = 0; lanes
        * past nr are never summed), so the tile products need no masks. */
       for (int64_t c = 0; c < nk; c++)
-        for (int h = 0; h < 2; h++) {
-          v16f p = vexp(vld(St[c] + h * VL) - m[h]) * il[h], dp = vld(dSt[c] + h * VL);
+        for (int h = 0; h < NV; h++) {
+          vf p = vexp(vld(St[c] + h * VL) - m[h]) * il[h], dp = vld(dSt[c] + h * VL);
           if (g->dropout) {
-            v16f z = vld(Zt[c] + h * VL);
+            vf z = vld(Zt[c] + h * VL);
             vst(dSt[c] + h * VL, (p * (z * dp - D[h])) * g->scale);
             vst(St[c] + h * VL, p * z);
           } else {
