@@ -223,11 +223,13 @@ FA_INLINE void visible(const fa_geom *g, int64_t r0, int64_t nr, int64_t c0, int
 }
 
 /* Online softmax statistics (Algorithm 1) of the query lanes over key rows
- * c < nk of a score tile: m <- max(m, max_c St[c]), St[c] <- exp(St[c] - m)
- * (masked entries 0), l <- alpha l + sum_c St[c] (c in order) with alpha =
- * exp(m_old - m), returned. A lane that has seen no visible key yet keeps m
- * = -inf and l = 0. */
-FA_INLINE void stats_update(float St[BC][BR], int64_t nk, vf m[NV], vf l[NV], vf alpha[NV]) {
+ * c < nk of a score tile: m <- max(m, max_c St[c]), p[c] = exp(St[c] - m)
+ * (masked entries 0), l <- alpha l + sum_c p[c] (c in order) with alpha =
+ * exp(m_old - m), returned; with `store` St[c] becomes p[c], else the
+ * scores stay. A lane that has seen no visible key yet keeps m = -inf and
+ * l = 0. */
+FA_INLINE void stats_update(float St[BC][BR], int64_t nk, bool store, vf m[NV], vf l[NV],
+                            vf alpha[NV]) {
   for (int h = 0; h < NV; h++) {
     vf mt = m[h];
     for (int64_t c = 0; c < nk; c++) {
@@ -238,7 +240,7 @@ FA_INLINE void stats_update(float St[BC][BR], int64_t nk, vf m[NV], vf l[NV], vf
     vf sum = vdup(0.0f);
     for (int64_t c = 0; c < nk; c++) {
       vf p = vexp(vld(St[c] + h * VL) - ms);
-      vst(St[c] + h * VL, p);
+      if (store) vst(St[c] + h * VL, p);
       sum = sum + p;
     }
     alpha[h] = vexp(m[h] - ms);
@@ -411,7 +413,7 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   for (int64_t c0 = 0; c0 < end; c0 += BC) {
     int64_t nk = end - c0 < BC ? end - c0 : BC;
     scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
-    stats_update(St, nk, m, l, alpha);
+    stats_update(St, nk, true, m, l, alpha);
     if (g->dropout) {
       drop_tile(g, bh, r0, nr, c0, nk, Zt);
       for (int64_t c = 0; c < nk; c++)
@@ -445,7 +447,10 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
  * rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S -
  * m) / l, and accumulates dq (this tile's rows, zeroed here), dk and dv
  * (the key tile's rows of the head's kv head, zeroed by the caller) in the
- * output. */
+ * output. With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles
+ * (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
+ * (a sixth of the backward's multiply-adds): the same values either way. */
+enum { SC_TILES = 32 };
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   int64_t q0 = fa_head_off(g->lq, bh), kv0 = fa_head_off(g->lkv, bh / g->G),
           o0 = fa_head_off(g->lo, bh);
@@ -455,11 +460,13 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   float *dqb = g->dq + q0, *dkb = g->dk + kv0, *dvb = g->dv + kv0;
   for (int64_t t = 0; t < g->T; t++) /* dq [T, HS] */
     memset(dqb + t * ldq, 0, (size_t)HS * sizeof(float));
+  _Alignas(64) float Sc[SC_TILES][BC][BR]; /* Sc [T / BC, nk, BR]: the tile's scores */
+  bool cached = g->T <= SC_TILES * BC;
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
     int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
     _Alignas(64) float Qt[DCH][BR];  /* Qt [HS, BR]: q rows transposed */
     _Alignas(64) float dOt[DCH][BR]; /* dOt [HS, BR]: dO rows transposed */
-    _Alignas(64) float St[BC][BR];   /* St [nk, BR]: scores, then Pd = P z */
+    _Alignas(64) float St1[BC][BR];  /* St1 [nk, BR]: scores, then Pd = P z (uncached) */
     _Alignas(64) float dSt[BC][BR];  /* dSt [nk, BR]: dPd = v dO^T, then scale dS */
     _Alignas(64) float Zt[BC][BR];   /* Zt [nk, BR]: dropout factors */
     _Alignas(64) float Dr[BR];       /* Dr [BR]: rowsum(dO o), 0 past nr */
@@ -470,8 +477,9 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nk = end - c0 < BC ? end - c0 : BC;
-      scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
-      stats_update(St, nk, m, l, alpha);
+      float(*S)[BR] = cached ? Sc[c0 / BC] : St1;
+      scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, S);
+      stats_update(S, nk, false, m, l, alpha);
     }
     for (int64_t r = 0; r < BR; r++)
       Dr[r] = r < nr ? dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS) : 0.0f;
@@ -482,7 +490,8 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
     }
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
       int64_t nk = end - c0 < BC ? end - c0 : BC;
-      scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
+      float(*St)[BR] = cached ? Sc[c0 / BC] : St1;
+      if (!cached) scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
       kq_tile(vb + c0 * ldkv, ldkv, nk, &dop, HS, dSt);
       if (g->dropout) drop_tile(g, bh, r0, nr, c0, nk, Zt);
       /* Every lane is computed (invisible entries give P = dS = 0; lanes

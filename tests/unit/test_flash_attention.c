@@ -347,12 +347,14 @@ static void test_full_dropout_train(void **state) {
 /* Shapes the kernels take other paths on: T % 4 == 0 (dropout factors a
  * whole tile at a time; 68 leaves a partial last tile), head sizes 64 and
  * 128 (vector accumulation at every level), 160 (q packed in chunks per key
- * tile; the scalar accumulation on AVX-512). */
-static const int64_t k_shapes[3][4] = {{1, 2, 68, 64}, {1, 1, 36, 128}, {1, 2, 40, 160}};
+ * tile; the scalar accumulation on AVX-512), T = 1056 > 1024 (the backward
+ * recomputes the scores instead of keeping them between its passes). */
+static const int64_t k_shapes[4][4] = {
+    {1, 2, 68, 64}, {1, 1, 36, 128}, {1, 2, 40, 160}, {1, 1, 1056, 16}};
 
 static void test_tile_paths(void **state) {
   (void)state;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < 4; i++) {
     check_shape(k_shapes[i], true, 0.2, true);
     check_shape(k_shapes[i], false, 0.2, true);
   }
@@ -364,9 +366,9 @@ static void test_tile_paths(void **state) {
  * tile path, causal with dropout and not. */
 static void test_fast_kernels_isa_identical(void **state) {
   (void)state;
-  const int64_t *shapes[4] = {k_shape, k_shapes[0], k_shapes[1], k_shapes[2]};
+  const int64_t *shapes[5] = {k_shape, k_shapes[0], k_shapes[1], k_shapes[2], k_shapes[3]};
   int saved = omp_get_max_threads();
-  for (int si = 0; si < 4; si++)
+  for (int si = 0; si < 5; si++)
     for (int causal = 0; causal < 2; causal++) {
       slapo_tensor *vals[4];
       for (int i = 0; i < 4; i++) vals[i] = random_f32(4, shapes[si], 50 + (uint64_t)i);
