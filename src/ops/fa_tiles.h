@@ -298,8 +298,63 @@ FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64
 }
 
 /* Philox4x32-10 (as core/philox.c) of DROP_BLOCKS counters side by side
- * (the rounds vectorize across blocks): w[q][l] = word q of block ctr[l]. */
+ * (the rounds vectorize across blocks): w[q][l] = word q of block ctr[l].
+ * With AVX-512 or AVX2 the 32 x 32 -> 64-bit products are vpmuludq on the
+ * even and odd lanes (GCC's lowering of the generic loop widens every word
+ * to 64 bits and multiplies 64 x 64); integer arithmetic, so the same words
+ * at every level. */
 enum { DROP_BLOCKS = 16 };
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__)
+typedef __m512i vpi;
+#define PW 16
+#define P_SET1(x) _mm512_set1_epi32((int)(x))
+#define P_MUL(a, b) _mm512_mul_epu32(a, b)
+#define P_SRL(a) _mm512_srli_epi64(a, 32)
+#define P_SLL(a) _mm512_slli_epi64(a, 32)
+#define P_ODD(a, b) _mm512_mask_blend_epi32(0xAAAA, a, b) /* even lanes a, odd b */
+#define P_XOR3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
+#else
+typedef __m256i vpi;
+#define PW 8
+#define P_SET1(x) _mm256_set1_epi32((int)(x))
+#define P_MUL(a, b) _mm256_mul_epu32(a, b)
+#define P_SRL(a) _mm256_srli_epi64(a, 32)
+#define P_SLL(a) _mm256_slli_epi64(a, 32)
+#define P_ODD(a, b) _mm256_blend_epi32(a, b, 0xAA)
+#define P_XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
+#endif
+/* hi and lo 32 bits of a * m lane by lane (m the same in every lane). */
+FA_INLINE void p_mulhilo(vpi a, vpi m, vpi *hi, vpi *lo) {
+  vpi even = P_MUL(a, m), odd = P_MUL(P_SRL(a), m);
+  *lo = P_ODD(even, P_SLL(odd));
+  *hi = P_ODD(P_SRL(even), odd);
+}
+FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
+                            uint32_t w[4][DROP_BLOCKS]) {
+  uint32_t lo[DROP_BLOCKS], hi[DROP_BLOCKS]; /* the counters' two words */
+  for (int l = 0; l < DROP_BLOCKS; l++) lo[l] = (uint32_t)ctr[l], hi[l] = (uint32_t)(ctr[l] >> 32);
+  const vpi m0 = P_SET1(0xD2511F53u), m1 = P_SET1(0xCD9E8D57u);
+  for (int v = 0; v < DROP_BLOCKS / PW; v++) {
+    vpi c0, c1, c2 = P_SET1(g->step), c3 = P_SET1(g->step >> 32);
+    memcpy(&c0, lo + v * PW, sizeof c0);
+    memcpy(&c1, hi + v * PW, sizeof c1);
+    uint32_t x0 = (uint32_t)g->key, x1 = (uint32_t)(g->key >> 32);
+    for (int round = 0; round < 10; round++) {
+      vpi h0, l0, h1, l1;
+      p_mulhilo(c0, m0, &h0, &l0);
+      p_mulhilo(c2, m1, &h1, &l1);
+      vpi n0 = P_XOR3(h1, c1, P_SET1(x0)), n2 = P_XOR3(h0, c3, P_SET1(x1));
+      c1 = l1, c3 = l0, c0 = n0, c2 = n2;
+      x0 += 0x9E3779B9u, x1 += 0xBB67AE85u;
+    }
+    memcpy(w[0] + v * PW, &c0, sizeof c0);
+    memcpy(w[1] + v * PW, &c1, sizeof c1);
+    memcpy(w[2] + v * PW, &c2, sizeof c2);
+    memcpy(w[3] + v * PW, &c3, sizeof c3);
+  }
+}
+#else
 FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
                             uint32_t w[4][DROP_BLOCKS]) {
   uint32_t k0 = (uint32_t)g->key, k1 = (uint32_t)(g->key >> 32);
@@ -317,6 +372,7 @@ FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
     w[0][l] = c_0, w[1][l] = c_1, w[2][l] = c_2, w[3][l] = c_3;
   }
 }
+#endif
 
 /* Dropout factors of a tile, transposed: Zt[c][r] for query r0 + r and key
  * c0 + c, c < nk; each element is decided as drop_factor decides it (the
