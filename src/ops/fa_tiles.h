@@ -9,10 +9,10 @@
  * transposed, a tile's softmax statistics are per-lane vector operations,
  * and dk, dv accumulate from the tiles as they lie (docs/flash_attention_
  * backward.md, "Kernels").
- * The tile work is written with GCC vector extensions, 16 floats a vector
- * (one AVX-512 register, two AVX2 or four SSE registers), and inside each
- * level once for the common head sizes 64 and 128 so the HS loops have
- * constant trip counts. Every level performs the same float operations in
+ * The tile work is written with GCC vector extensions of each level's
+ * native width (16 floats AVX-512, 8 AVX2, 4 SSE), and inside each level
+ * once for the common head sizes 64 and 128 so the HS loops have constant
+ * trip counts. Every level performs the same float operations in
  * the same order (products accumulate through fused multiply-adds; ISO C
  * mode contracts nothing else; sums run in a fixed order), so results are
  * bitwise identical across levels, thread counts and alignment.
@@ -128,7 +128,8 @@ FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
   for (int k = 0; k < 16 / VL; k++) acc[k] = vdup(0.0f);
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int k = 0; k < 16 / VL; k++) acc[k] = vfma(vld(a + i + k * VL), vld(b + i + k * VL), acc[k]);
+    for (int k = 0; k < 16 / VL; k++)
+      acc[k] = vfma(vld(a + i + k * VL), vld(b + i + k * VL), acc[k]);
   float s = 0.0f;
   for (int k = 0; k < 16 / VL; k++)
     for (int j = 0; j < VL; j++) s += acc[k][j];
