@@ -3,10 +3,16 @@
  * fa_tiles_<isa>.c, each compiled for its instruction set, with FA_NAME
  * naming the functions slapo__fa_<name>_<isa>; ops/attention.c picks one per
  * call from slapo_isa_active() (SLAPO_MAX_ISA caps it).
- * The tile work is written with GCC vector extensions, 16 floats a vector
- * (one AVX-512 register, two AVX2 or four SSE registers), and inside each
- * level once for the common head sizes 64 and 128 so the HS loops have
- * constant trip counts. Every level performs the same float operations in
+ * Tiles are kept transposed, keys by queries (St [BC keys][BR queries]): the
+ * query tile's q (and dO) rows are packed transposed once per tile, the key
+ * rows are read in place, so no key or value tile is ever repacked or
+ * transposed, a tile's softmax statistics are per-lane vector operations,
+ * and dk, dv accumulate from the tiles as they lie (docs/flash_attention_
+ * backward.md, "Kernels").
+ * The tile work is written with GCC vector extensions of each level's
+ * native width (16 floats AVX-512, 8 AVX2, 4 SSE), and inside each level
+ * once for the common head sizes 64 and 128 so the HS loops have constant
+ * trip counts. Every level performs the same float operations in
  * the same order (products accumulate through fused multiply-adds; ISO C
  * mode contracts nothing else; sums run in a fixed order), so results are
  * bitwise identical across levels, thread counts and alignment.
@@ -26,65 +32,67 @@
 #pragma GCC diagnostic ignored "-Wpsabi"
 #endif
 
-typedef float v16f __attribute__((vector_size(64)));
-typedef int32_t v16i __attribute__((vector_size(64)));
+/* Native vector width per level: 16 floats (AVX-512), 8 (AVX2), 4 (SSE).
+ * Every operation below is lane by lane or sums in an order fixed
+ * independently of the width, so the width never changes a bit. */
+#if defined(__AVX512F__)
 #define VL 16
-_Static_assert(BC == 2 * VL, "tile rows are two vectors wide");
+#elif defined(__AVX2__) && defined(__FMA__)
+#define VL 8
+#else
+#define VL 4
+#endif
+typedef float vf __attribute__((vector_size(VL * 4)));
+typedef int32_t vi __attribute__((vector_size(VL * 4)));
+typedef uint32_t vw __attribute__((vector_size(VL * 4)));
+#define NV (BR / VL) /* vectors per tile row (32 queries) */
+_Static_assert(BR % VL == 0 && 16 % VL == 0, "tile rows and Philox batches are whole vectors");
 
-/* Columns of the transposed operand packed per pass of tile_abt. */
+/* Head-size columns of a query tile packed transposed per pass (kq_tile):
+ * head sizes up to DCH are packed once per query tile, larger ones in
+ * chunks of DCH per key tile (the same sums in the same order). */
 #define DCH 128
 
-/* Register blocking: rows of a score tile computed together (tile_abt:
- * RB x 2 vector accumulators) and rows x column vectors of an accumulation
- * block (tile_acc: RB x RB). AVX-512 has 32 vector registers, so 4; AVX2's
- * 16 (each holding half a vector) fit 2. Blocking picks which elements are
- * computed together, never the order of one element's terms: same bits. */
+/* Register blocking: key rows of a score tile computed together (kq_tile:
+ * RB x NV vector accumulators) and rows x column vectors of an
+ * accumulation block (tile_acc: RB x NC, NC VL head-size columns).
+ * AVX-512 has 32 vector registers, so 4 x 4 (HS chunks of 64); AVX2 and
+ * SSE 16, so 2 x 4 (chunks of 32 and 16). Blocking picks which elements
+ * are computed together, never the order of one element's terms: same
+ * bits. */
 #if defined(__AVX512F__)
 #define RB 4
 #else
 #define RB 2
 #endif
+#define NC 4
 
-FA_INLINE v16f vld(const float *p) {
-  v16f v;
+FA_INLINE vf vld(const float *p) {
+  vf v;
   memcpy(&v, p, sizeof v);
   return v;
 }
-FA_INLINE void vst(float *p, v16f v) { memcpy(p, &v, sizeof v); }
-/* x in every lane, and a * b + c lane by lane with one rounding. With AVX2
- * a 16-float vector is two ymm registers, and GCC's lowering of the generic
- * forms goes lane by lane through memory, so there they are two native
- * operations each; FMA rounds once as fmaf does, so every variant (FMA
- * instructions, or libm's correctly rounded fmaf in the baseline one) gets
- * the same bits. */
-#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
-typedef union v16u {
-  v16f v;
-  __m256 h[2];
-} v16u;
-FA_INLINE v16f vdup(float x) {
-  v16u u;
-  u.h[0] = u.h[1] = _mm256_set1_ps(x);
-  return u.v;
-}
-FA_INLINE v16f vfma(v16f a, v16f b, v16f c) {
-  v16u x = {a}, y = {b}, z = {c}, r;
-  r.h[0] = _mm256_fmadd_ps(x.h[0], y.h[0], z.h[0]);
-  r.h[1] = _mm256_fmadd_ps(x.h[1], y.h[1], z.h[1]);
-  return r.v;
-}
+FA_INLINE void vst(float *p, vf v) { memcpy(p, &v, sizeof v); }
+/* x in every lane, and a * b + c lane by lane with one rounding: FMA
+ * instructions where the level has them, else libm's correctly rounded
+ * fmaf, so every level gets the same bits. */
+#if defined(__AVX512F__)
+FA_INLINE vf vdup(float x) { return (vf)_mm512_set1_ps(x); }
+FA_INLINE vf vfma(vf a, vf b, vf c) { return (vf)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
+#elif defined(__AVX2__) && defined(__FMA__)
+FA_INLINE vf vdup(float x) { return (vf)_mm256_set1_ps(x); }
+FA_INLINE vf vfma(vf a, vf b, vf c) { return (vf)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #else
-FA_INLINE v16f vdup(float x) { return (v16f){0} + x; }
-FA_INLINE v16f vfma(v16f a, v16f b, v16f c) {
-  v16f r;
-#pragma omp simd
+FA_INLINE vf vdup(float x) { return (vf){x, x, x, x}; }
+FA_INLINE vf vfma(vf a, vf b, vf c) {
+  vf r;
   for (int j = 0; j < VL; j++) r[j] = fmaf(a[j], b[j], c[j]);
   return r;
 }
 #endif
 /* mask ? a : b, lane by lane (mask lanes are 0 or -1). */
-FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
-  return (v16f)((mask & (v16i)a) | (~mask & (v16i)b));
+FA_INLINE vf vsel(vi mask, vf a, vf b) {
+  return (vf)((mask & (vi)a) | (~mask & (vi)b));
 }
 
 /* exp(x) lane by lane, as Cephes expf: x = n ln2 + r with |r| <= ln2/2,
@@ -93,188 +101,270 @@ FA_INLINE v16f vsel(v16i mask, v16f a, v16f b) {
  * [-87, 0.5], measured against exp() in double on every float there; the
  * arguments here are scores minus their row max or log-sum-exp, so <= 0 up to
  * rounding. libm's expf does not vectorize without -ffast-math. */
-FA_INLINE v16f vexp(v16f x) {
-  v16i tiny = x < vdup(-87.0f);
-  v16f xc = vsel(tiny, vdup(-87.0f), x);
-  v16f fx = xc * 1.44269504088896341f + 0.5f;
-  v16i n = __builtin_convertvector(fx, v16i);
-  n += __builtin_convertvector(n, v16f) > fx; /* truncation -> floor */
-  v16f nf = __builtin_convertvector(n, v16f);
-  v16f r = xc - nf * 0.693359375f;
+FA_INLINE vf vexp(vf x) {
+  vi tiny = x < vdup(-87.0f);
+  vf xc = vsel(tiny, vdup(-87.0f), x);
+  vf fx = xc * 1.44269504088896341f + 0.5f;
+  vi n = __builtin_convertvector(fx, vi);
+  n += __builtin_convertvector(n, vf) > fx; /* truncation -> floor */
+  vf nf = __builtin_convertvector(n, vf);
+  vf r = xc - nf * 0.693359375f;
   r = r - nf * -2.12194440e-4f;
-  v16f z = r * r;
-  v16f y = vdup(1.9875691500e-4f);
+  vf z = r * r;
+  vf y = vdup(1.9875691500e-4f);
   y = y * r + 1.3981999507e-3f;
   y = y * r + 8.3334519073e-3f;
   y = y * r + 4.1665795894e-2f;
   y = y * r + 1.6666665459e-1f;
   y = y * r + 5.0000001201e-1f;
   y = y * z + r + 1.0f;
-  v16f p2 = (v16f)((n + 127) << 23);
+  vf p2 = (vf)((n + 127) << 23);
   return vsel(tiny, vdup(0.0f), y * p2);
-}
-
-/* Scalar exp with the same operations (lane 0 of vexp). */
-FA_INLINE float fexp(float x) { return vexp(vdup(x))[0]; }
-
-/* Max and sum of one BC-wide tile row, combining lanes in a fixed order (the
- * max is exact in any order). */
-FA_INLINE float row_max(const float *x, float init) {
-  v16f a = vld(x), b = vld(x + VL);
-  v16f m = vsel(a > b, a, b);
-  float r = init;
-  for (int j = 0; j < VL; j++) r = m[j] > r ? m[j] : r;
-  return r;
-}
-
-FA_INLINE float row_sum(const float *x) {
-  v16f s = vld(x) + vld(x + VL);
-  float r = 0.0f;
-  for (int j = 0; j < VL; j++) r += s[j];
-  return r;
 }
 
 /* a[n] . b[n] with 16 lanes of partial sums, combined in a fixed order. */
 FA_INLINE float dot16(const float *a, const float *b, int64_t n) {
-  v16f acc = vdup(0.0f);
+  vf acc[16 / VL]; /* lanes 0 .. 15 of the partial sums */
+  for (int k = 0; k < 16 / VL; k++) acc[k] = vdup(0.0f);
   int64_t i = 0;
-  for (; i + VL <= n; i += VL) acc = vfma(vld(a + i), vld(b + i), acc);
+  for (; i + 16 <= n; i += 16)
+    for (int k = 0; k < 16 / VL; k++)
+      acc[k] = vfma(vld(a + i + k * VL), vld(b + i + k * VL), acc[k]);
   float s = 0.0f;
-  for (int j = 0; j < VL; j++) s += acc[j];
+  for (int k = 0; k < 16 / VL; k++)
+    for (int j = 0; j < VL; j++) s += acc[k][j];
   for (; i < n; i++) s = fmaf(a[i], b[i], s);
   return s;
 }
 
-/* S[r, c] = scale * sum_d A[r, d] B[c, d] for r < nr, c < BC, with A [nr, HS]
- * and B [nc, HS] rows lda and ldb floats apart (columns c >= nc come out 0).
- * B is packed transposed (Bt [DCH, BC], zero-padded) so 4 rows x 32 columns
- * of S stay in registers while d runs in order 0, 1, ..., HS-1. */
-FA_INLINE void tile_abt(const float *A, int64_t lda, const float *B, int64_t ldb, int64_t HS,
-                        int64_t nr, int64_t nc, float scale, float S[BR][BC]) {
-  _Alignas(64) float Bt[DCH][BC]; /* Bt [nd, BC]: B[:, d0 : d0 + nd] transposed */
-  for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
-    int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
-    for (int64_t c = 0; c < nc; c++)
-      for (int64_t d = 0; d < nd; d++) Bt[d][c] = B[c * ldb + d0 + d];
-    for (int64_t d = 0; d < nd; d++)
-      for (int64_t c = nc; c < BC; c++) Bt[d][c] = 0.0f;
-    for (int64_t r = 0; r < nr; r += RB) {
-      const float *a[RB]; /* rows past nr repeat the last row; not stored */
-      for (int i = 0; i < RB; i++) a[i] = A + (r + i < nr ? r + i : nr - 1) * lda + d0;
-      v16f acc[RB][2];
-      for (int i = 0; i < RB; i++) {
-        bool fresh = d0 == 0 || r + i >= nr;
-        acc[i][0] = fresh ? vdup(0.0f) : vld(S[r + i]);
-        acc[i][1] = fresh ? vdup(0.0f) : vld(S[r + i] + VL);
-      }
-      for (int64_t d = 0; d < nd; d++) {
-        v16f b0 = vld(Bt[d]), b1 = vld(Bt[d] + VL);
-        for (int i = 0; i < RB; i++) {
-          v16f x = vdup(a[i][d]);
-          acc[i][0] = vfma(x, b0, acc[i][0]);
-          acc[i][1] = vfma(x, b1, acc[i][1]);
-        }
-      }
-      for (int i = 0; i < RB && r + i < nr; i++) {
-        vst(S[r + i], acc[i][0]);
-        vst(S[r + i] + VL, acc[i][1]);
-      }
-    }
-  }
-  for (int64_t r = 0; r < nr; r++) {
-    vst(S[r], vld(S[r]) * scale);
-    vst(S[r] + VL, vld(S[r] + VL) * scale);
+/* One tile's operand rows packed transposed: At [DCH, BR] holds columns
+ * d0 .. d0 + nd - 1 of the rows A [nr, HS] (lda floats apart), At[d][r] =
+ * A[r, d0 + d], zero for r >= nr. `once`: HS <= DCH, packed before the key
+ * loop (all of HS), else repacked per chunk by kq_tile. */
+typedef struct fa_panel {
+  const float *a;
+  int64_t lda, nr;
+  bool once;
+  float (*t)[BR];
+} fa_panel;
+
+FA_INLINE void pack_t(const fa_panel *p, int64_t d0, int64_t nd) {
+  for (int64_t r = 0; r < BR; r++) {
+    const float *a = p->a + (r < p->nr ? r : 0) * p->lda + d0;
+    for (int64_t d = 0; d < nd; d++) p->t[d][r] = r < p->nr ? a[d] : 0.0f;
   }
 }
 
-/* Y[i, :] += sum_{j < n} W[i, j] X[j, :] for i < m: Y [m, HS], X [n, HS]
- * with rows ldy and ldx floats apart, W a [32, 32] tile. j runs in order 0,
- * 1, ..., n-1 for every element (the scalar fallback for HS % 64 != 0 sums
- * in the same order). */
-FA_INLINE void tile_acc(float *Y, int64_t ldy, const float W[BR][BC], const float *X,
-                        int64_t ldx, int64_t HS, int64_t m, int64_t n) {
-  if (HS % (RB * VL)) {
-    for (int64_t i = 0; i < m; i++)
-      for (int64_t j = 0; j < n; j++) {
-        float w = W[i][j];
+FA_INLINE void panel_init(fa_panel *p, const float *a, int64_t lda, int64_t nr, int64_t HS,
+                          float (*t)[BR]) {
+  *p = (fa_panel){a, lda, nr, HS <= DCH, t};
+  if (p->once) pack_t(p, 0, HS);
+}
+
+/* St[c][r] = sum_d K[c, d] A[r, d] for key rows c < nk (K rows ldk floats
+ * apart) and all BR lanes r of the panel A: RB key rows x 32 lanes stay in
+ * registers while d runs in order 0, 1, ..., HS-1 (rows c >= nk are not
+ * written). */
+FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *A, int64_t HS,
+                       float St[BC][BR]) {
+  for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
+    int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
+    if (!A->once) pack_t(A, d0, nd);
+    const float(*At)[BR] = (const float(*)[BR])A->t;
+    for (int64_t c = 0; c < nk; c += RB) {
+      const float *k[RB]; /* rows past nk repeat the last row; not stored */
+      for (int i = 0; i < RB; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
+      vf acc[RB][NV];
+      for (int i = 0; i < RB; i++) {
+        bool fresh = d0 == 0 || c + i >= nk;
+        for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[c + i] + v * VL);
+      }
+      for (int64_t d = 0; d < nd; d++) {
+        vf a[NV];
+        for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
+        for (int i = 0; i < RB; i++) {
+          vf x = vdup(k[i][d]);
+          for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
+        }
+      }
+      for (int i = 0; i < RB && c + i < nk; i++)
+        for (int v = 0; v < NV; v++) vst(St[c + i] + v * VL, acc[i][v]);
+    }
+  }
+}
+
+/* Scores of key tile c0 (nk keys, rows kt) against query tile r0 (panel
+ * qp) of head bh, transposed: St[c][r] = scale q_{r0+r} . k_{c0+c} plus the
+ * key's mask bias (as the reference adds it to each scaled score), -inf
+ * where a causal query r does not see key c. */
+FA_INLINE void scores_t(const fa_geom *g, int64_t HS, int64_t bh, const fa_panel *qp,
+                        const float *kt, int64_t ldk, int64_t r0, int64_t c0, int64_t nk,
+                        float St[BC][BR]) {
+  kq_tile(kt, ldk, nk, qp, HS, St);
+  const float *mb = g->mask ? g->mask + (bh / g->NH) * g->T + c0 : NULL; /* mb [nk] */
+  for (int64_t c = 0; c < nk; c++)
+    for (int v = 0; v < NV; v++) {
+      vf x = vld(St[c] + v * VL) * g->scale;
+      if (mb) x = x + mb[c];
+      vst(St[c] + v * VL, x);
+    }
+  if (g->causal)
+    for (int64_t c = 0; c < nk; c++) /* query r sees key c iff c0 + c <= r0 + r */
+      for (int64_t r = 0; r < BR && r0 + r < c0 + c; r++) St[c][r] = -INFINITY;
+}
+
+/* Visible keys of each query row r < nr of the tile (queries r0.., keys
+ * c0 .. c0 + nk - 1): row r sees keys s <= r0 + r when causal. */
+FA_INLINE void visible(const fa_geom *g, int64_t r0, int64_t nr, int64_t c0, int64_t nk,
+                       int64_t nv[BR]) {
+  for (int64_t r = 0; r < nr; r++) {
+    int64_t n = g->causal ? r0 + r - c0 + 1 : nk;
+    nv[r] = n < 0 ? 0 : n > nk ? nk : n;
+  }
+}
+
+/* Online softmax statistics (Algorithm 1) of the query lanes over key rows
+ * c < nk of a score tile: m <- max(m, max_c St[c]), p[c] = exp(St[c] - m)
+ * (masked entries 0), l <- alpha l + sum_c p[c] (c in order) with alpha =
+ * exp(m_old - m), returned; with `store` St[c] becomes p[c], else the
+ * scores stay. A lane that has seen no visible key yet keeps m = -inf and
+ * l = 0. */
+FA_INLINE void stats_update(float St[BC][BR], int64_t nk, bool store, vf m[NV], vf l[NV],
+                            vf alpha[NV]) {
+  for (int h = 0; h < NV; h++) {
+    vf mt = m[h];
+    for (int64_t c = 0; c < nk; c++) {
+      vf s = vld(St[c] + h * VL);
+      mt = vsel(s > mt, s, mt);
+    }
+    vf ms = vsel(mt == vdup(-INFINITY), vdup(0.0f), mt);
+    vf sum = vdup(0.0f);
+    for (int64_t c = 0; c < nk; c++) {
+      vf p = vexp(vld(St[c] + h * VL) - ms);
+      if (store) vst(St[c] + h * VL, p);
+      sum = sum + p;
+    }
+    alpha[h] = vexp(m[h] - ms);
+    l[h] = alpha[h] * l[h] + sum;
+    m[h] = mt;
+  }
+}
+
+/* Y[i, :] += sum_j W(i, j) X[j, :] for i < m, W(i, j) = W[i wi + j wj] (a
+ * [32, 32] tile read as it lies or transposed): Y [m, HS], X [n, HS] with
+ * rows ldy and ldx floats apart. j runs in order over [max(0, i4 + lo),
+ * min(n, i4 + 4 + hi)), i4 = i rounded down to a multiple of 4: a causal
+ * tile's rows skip the keys (or queries) whose weights are all zero in
+ * their group of 4 rows, a range that does not depend on RB, so every
+ * level sums the same terms (the scalar fallback for HS % (NC VL) != 0
+ * too). */
+#define FA_ALL (2 * BC) /* lo = -FA_ALL, hi = FA_ALL: every j < n */
+_Static_assert(4 % RB == 0, "a register block lies in one group of 4 rows");
+FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
+                        const float *X, int64_t ldx, int64_t HS, int64_t m, int64_t n,
+                        int64_t lo, int64_t hi) {
+  if (HS % (NC * VL)) {
+    for (int64_t i = 0; i < m; i++) {
+      int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
+              j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
+      for (int64_t j = j0; j < j1; j++) {
+        float w = W[i * wi + j * wj];
         for (int64_t h = 0; h < HS; h++) Y[i * ldy + h] = fmaf(w, X[j * ldx + h], Y[i * ldy + h]);
       }
+    }
     return;
   }
-  for (int64_t h0 = 0; h0 < HS; h0 += RB * VL) {
+  for (int64_t h0 = 0; h0 < HS; h0 += NC * VL) {
     for (int64_t i = 0; i < m; i += RB) {
+      int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
+              j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
       const float *w[RB]; /* rows past m repeat the last row; not stored */
-      for (int ii = 0; ii < RB; ii++) w[ii] = W[i + ii < m ? i + ii : m - 1];
-      v16f acc[RB][RB];
+      for (int ii = 0; ii < RB; ii++) w[ii] = W + (i + ii < m ? i + ii : m - 1) * wi;
+      vf acc[RB][NC];
       for (int ii = 0; ii < RB; ii++)
-        for (int k = 0; k < RB; k++)
+        for (int k = 0; k < NC; k++)
           acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
-      for (int64_t j = 0; j < n; j++) {
-        v16f x[RB];
-        for (int k = 0; k < RB; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
+      for (int64_t j = j0; j < j1; j++) {
+        vf x[NC];
+        for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
         for (int ii = 0; ii < RB; ii++) {
-          v16f wv = vdup(w[ii][j]);
-          for (int k = 0; k < RB; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
+          vf wv = vdup(w[ii][j * wj]);
+          for (int k = 0; k < NC; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
         }
       }
       for (int ii = 0; ii < RB && i + ii < m; ii++)
-        for (int k = 0; k < RB; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
+        for (int k = 0; k < NC; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
     }
   }
 }
 
-/* T[c, r] = S[r, c] for r < nr, c < BC (BR == BC: square tiles). */
-FA_INLINE void transpose_tile(const float S[BR][BC], int64_t nr, float T[BR][BC]) {
-  for (int64_t c = 0; c < BC; c++)
-    for (int64_t r = 0; r < nr; r++) T[c][r] = S[r][c];
+/* Philox4x32-10 (as core/philox.c) of DROP_BLOCKS counters side by side
+ * (the rounds vectorize across blocks): w[q][l] = word q of block ctr[l].
+ * With AVX-512 or AVX2 the 32 x 32 -> 64-bit products are vpmuludq on the
+ * even and odd lanes (GCC's lowering of the generic loop widens every word
+ * to 64 bits and multiplies 64 x 64); integer arithmetic, so the same words
+ * at every level. */
+enum { DROP_BLOCKS = 16 };
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(__AVX512F__)
+typedef __m512i vpi;
+#define PW 16
+#define P_SET1(x) _mm512_set1_epi32((int)(x))
+#define P_MUL(a, b) _mm512_mul_epu32(a, b)
+#define P_SRL(a) _mm512_srli_epi64(a, 32)
+#define P_SLL(a) _mm512_slli_epi64(a, 32)
+#define P_ODD(a, b) _mm512_mask_blend_epi32(0xAAAA, a, b) /* even lanes a, odd b */
+#define P_XOR3(a, b, c) _mm512_ternarylogic_epi32(a, b, c, 0x96)
+#else
+typedef __m256i vpi;
+#define PW 8
+#define P_SET1(x) _mm256_set1_epi32((int)(x))
+#define P_MUL(a, b) _mm256_mul_epu32(a, b)
+#define P_SRL(a) _mm256_srli_epi64(a, 32)
+#define P_SLL(a) _mm256_slli_epi64(a, 32)
+#define P_ODD(a, b) _mm256_blend_epi32(a, b, 0xAA)
+#define P_XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
+#endif
+/* hi and lo 32 bits of a * m lane by lane (m the same in every lane). */
+FA_INLINE void p_mulhilo(vpi a, vpi m, vpi *hi, vpi *lo) {
+  vpi even = P_MUL(a, m), odd = P_MUL(P_SRL(a), m);
+  *lo = P_ODD(even, P_SLL(odd));
+  *hi = P_ODD(P_SRL(even), odd);
 }
-
-/* Visible columns of each row of the tile (queries r0.., keys c0..): row r
- * sees keys s <= r0 + r when causal. */
-FA_INLINE void visible(const fa_geom *g, int64_t r0, int64_t nr, int64_t c0, int64_t nc,
-                       int64_t nv[BR]) {
-  for (int64_t r = 0; r < nr; r++) {
-    int64_t n = g->causal ? r0 + r - c0 + 1 : nc;
-    nv[r] = n < 0 ? 0 : n > nc ? nc : n;
+FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
+                            uint32_t w[4][DROP_BLOCKS]) {
+  uint32_t lo[DROP_BLOCKS], hi[DROP_BLOCKS]; /* the counters' two words */
+  for (int l = 0; l < DROP_BLOCKS; l++) lo[l] = (uint32_t)ctr[l], hi[l] = (uint32_t)(ctr[l] >> 32);
+  const vpi m0 = P_SET1(0xD2511F53u), m1 = P_SET1(0xCD9E8D57u);
+  for (int v = 0; v < DROP_BLOCKS / PW; v++) {
+    vpi c0, c1, c2 = P_SET1(g->step), c3 = P_SET1(g->step >> 32);
+    memcpy(&c0, lo + v * PW, sizeof c0);
+    memcpy(&c1, hi + v * PW, sizeof c1);
+    uint32_t x0 = (uint32_t)g->key, x1 = (uint32_t)(g->key >> 32);
+    for (int round = 0; round < 10; round++) {
+      vpi h0, l0, h1, l1;
+      p_mulhilo(c0, m0, &h0, &l0);
+      p_mulhilo(c2, m1, &h1, &l1);
+      vpi n0 = P_XOR3(h1, c1, P_SET1(x0)), n2 = P_XOR3(h0, c3, P_SET1(x1));
+      c1 = l1, c3 = l0, c0 = n0, c2 = n2;
+      x0 += 0x9E3779B9u, x1 += 0xBB67AE85u;
+    }
+    memcpy(w[0] + v * PW, &c0, sizeof c0);
+    memcpy(w[1] + v * PW, &c1, sizeof c1);
+    memcpy(w[2] + v * PW, &c2, sizeof c2);
+    memcpy(w[3] + v * PW, &c3, sizeof c3);
   }
 }
-
-/* Sets the invisible entries of score tile S (future keys, padding columns
- * past nc) to -inf, so full-width row loops give them probability 0. */
-FA_INLINE void mask_tile(const int64_t nv[BR], int64_t nr, float S[BR][BC]) {
-  for (int64_t r = 0; r < nr; r++)
-    for (int64_t c = nv[r]; c < BC; c++) S[r][c] = -INFINITY;
-}
-
-/* Adds the additive key mask (when present) to score tile S of head bh,
- * keys c0 .. c0 + nc - 1, as the reference adds it to each scaled score. */
-FA_INLINE void add_key_bias(const fa_geom *g, int64_t bh, int64_t c0, int64_t nr, int64_t nc,
-                            float S[BR][BC]) {
-  if (!g->mask) return;
-  const float *mb = g->mask + (bh / g->NH) * g->T + c0; /* mb [nc]: this tile's keys */
-  for (int64_t r = 0; r < nr; r++)
-    for (int64_t c = 0; c < nc; c++) S[r][c] += mb[c];
-}
-
-/* Dropout factors of query t's keys c0 .. c0 + n - 1 of head bh (n <= BC)
- * into Z: the elements are contiguous in the [B, NH, T, T] index space, so
- * they come from at most 9 consecutive Philox blocks, computed side by side
- * (the rounds vectorize across blocks) instead of one scalar Philox call per
- * element; each element is decided as drop_factor decides it (the same
- * counter, key and word, the same integer threshold), bit for bit. */
-enum { DROP_BLOCKS = 16 };
-_Static_assert(4 * DROP_BLOCKS >= BC + 3, "one batch covers a tile row");
-FA_INLINE void drop_row(const fa_geom *g, int64_t bh, int64_t t, int64_t c0, int64_t n,
-                        float Z[BC]) {
-  uint64_t i0 = g->offset + (uint64_t)((fa_drop_bh(g, bh) * g->T + t) * g->T + c0), b0 = i0 >> 2;
-  uint32_t w[4][DROP_BLOCKS]; /* w[q][l]: word q of block b0 + l */
+#else
+FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
+                            uint32_t w[4][DROP_BLOCKS]) {
   uint32_t k0 = (uint32_t)g->key, k1 = (uint32_t)(g->key >> 32);
   uint32_t s0 = (uint32_t)g->step, s1 = (uint32_t)(g->step >> 32);
 #pragma omp simd
   for (int l = 0; l < DROP_BLOCKS; l++) {
-    uint64_t b = b0 + (uint64_t)l;
+    uint64_t b = ctr[l];
     uint32_t c_0 = (uint32_t)b, c_1 = (uint32_t)(b >> 32), c_2 = s0, c_3 = s1, x0 = k0, x1 = k1;
-    for (int round = 0; round < 10; round++) { /* Philox4x32-10, as core/philox.c */
+    for (int round = 0; round < 10; round++) {
       uint64_t p0 = (uint64_t)0xD2511F53u * c_0, p1 = (uint64_t)0xCD9E8D57u * c_2;
       uint32_t n0 = (uint32_t)(p1 >> 32) ^ c_1 ^ x0, n2 = (uint32_t)(p0 >> 32) ^ c_3 ^ x1;
       c_1 = (uint32_t)p1, c_3 = (uint32_t)p0, c_0 = n0, c_2 = n2;
@@ -282,9 +372,73 @@ FA_INLINE void drop_row(const fa_geom *g, int64_t bh, int64_t t, int64_t c0, int
     }
     w[0][l] = c_0, w[1][l] = c_1, w[2][l] = c_2, w[3][l] = c_3;
   }
-  for (int64_t c = 0; c < n; c++) {
-    uint64_t e = i0 + (uint64_t)c - 4 * b0; /* element of the batch */
-    Z[c] = (w[e & 3][e >> 2] >> 8) >= g->thresh ? g->keep_scale : 0.0f;
+}
+#endif
+
+/* Dropout factors of a tile, transposed: Zt[c][r] for query r0 + r and key
+ * c0 + c, c < nk; each element is decided as drop_factor decides it (the
+ * same counter, key and word, the same integer threshold), bit for bit.
+ * Query r's elements start at i0 + r T in the [B, NH, T, T] index space
+ * (i0: element (r0, c0) of head bh). When T % 4 == 0 every query's key c is
+ * word (i0 + c) % 4 of block (i0 + c) / 4 + r T / 4: one batch of 16
+ * blocks, one per query lane, gives 4 whole rows of Zt, so the tile takes
+ * 2 ceil(((i0 % 4) + nk) / 4) batches (16 for a full aligned tile) and no
+ * transposition. Otherwise the blocks each query row needs (at most BC / 4
+ * + 1) are listed and run in batches, and the factors are placed one by
+ * one (lanes past nr and keys past nv[r] 0; their probabilities are 0). */
+enum { DROP_MAX = BR * (BC / 4 + 1) + DROP_BLOCKS };
+_Static_assert(BR == 2 * DROP_BLOCKS, "a tile's query lanes are two Philox batches");
+FA_INLINE void drop_tile(const fa_geom *g, int64_t bh, int64_t r0, int64_t nr, int64_t c0,
+                         int64_t nk, float Zt[BC][BR]) {
+  uint64_t i0 = g->offset + (uint64_t)((fa_drop_bh(g, bh) * g->T + r0) * g->T + c0);
+  vw thresh = (vw){0} + g->thresh;
+  vf keep = vdup(g->keep_scale);
+  if (g->T % 4 == 0) {
+    uint64_t e0 = i0 & 3, step = (uint64_t)g->T / 4; /* blocks from one query to the next */
+    for (int64_t j = 0; 4 * j < (int64_t)e0 + nk; j++)
+      for (int h = 0; h < 2; h++) {
+        uint64_t ctr[DROP_BLOCKS]; /* ctr [16]: block j of query lanes 16 h .. 16 h + 15 */
+        uint32_t w[4][DROP_BLOCKS];
+        for (int l = 0; l < DROP_BLOCKS; l++)
+          ctr[l] = (i0 >> 2) + (uint64_t)j + (uint64_t)(h * DROP_BLOCKS + l) * step;
+        philox_batch(g, ctr, w);
+        for (int q = 0; q < 4; q++) {
+          int64_t c = 4 * j + q - (int64_t)e0;
+          if (c < 0 || c >= nk) continue;
+          for (int v = 0; v < DROP_BLOCKS / VL; v++) {
+            vw x;
+            memcpy(&x, w[q] + v * VL, sizeof x);
+            vst(Zt[c] + h * DROP_BLOCKS + v * VL, vsel((x >> 8) >= thresh, keep, vdup(0.0f)));
+          }
+        }
+      }
+    return;
+  }
+  int64_t nv[BR]; /* visible keys per query row */
+  visible(g, r0, nr, c0, nk, nv);
+  uint64_t ctr[DROP_MAX];  /* ctr [nb]: the blocks' counters, row by row */
+  uint32_t w[4][DROP_MAX]; /* w[q][b]: word q of block ctr[b] */
+  int64_t first[BR], nb = 0;
+  for (int64_t r = 0; r < nr; r++) {
+    uint64_t ir = i0 + (uint64_t)(r * g->T);
+    first[r] = nb;
+    if (nv[r] > 0)
+      for (uint64_t b = ir >> 2; b <= (ir + (uint64_t)nv[r] - 1) >> 2; b++) ctr[nb++] = b;
+  }
+  for (int64_t b = nb; b % DROP_BLOCKS; b++) ctr[b] = 0; /* padding lanes, unread */
+  uint32_t wb[4][DROP_BLOCKS];
+  for (int64_t b0 = 0; b0 < nb; b0 += DROP_BLOCKS) {
+    philox_batch(g, ctr + b0, wb);
+    for (int q = 0; q < 4; q++) memcpy(w[q] + b0, wb[q], sizeof wb[q]);
+  }
+  for (int64_t c = 0; c < nk; c++) memset(Zt[c], 0, sizeof Zt[c]);
+  for (int64_t r = 0; r < nr; r++) {
+    uint64_t e0 = (i0 + (uint64_t)(r * g->T)) & 3; /* row r's key c: word e0 + c */
+    for (int64_t c = 0; c < nv[r]; c++) {
+      uint64_t e = e0 + (uint64_t)c;
+      Zt[c][r] = (w[e & 3][first[r] + (int64_t)(e >> 2)] >> 8) >= g->thresh ? g->keep_scale
+                                                                             : 0.0f;
+    }
   }
 }
 
@@ -293,57 +447,47 @@ FA_INLINE int64_t key_end(const fa_geom *g, int64_t r0, int64_t nr) {
   return g->causal ? r0 + nr : g->T;
 }
 
-/* Row r of tile S becomes exp(S - x) (masked entries 0). */
-FA_INLINE void exp_row(float *row, float x) {
-  vst(row, vexp(vld(row) - x));
-  vst(row + VL, vexp(vld(row + VL) - x));
-}
-
-/* Forward of one query tile (Algorithm 1/2): running row max m and sum l of
- * exp(S - m); o accumulates (dropout-masked) exp(S - m) v, rescaled by
- * exp(m_old - m_new) when the max grows, and is divided by l at the end. */
+/* Forward of one query tile (Algorithm 1/2), transposed tiles: running max
+ * m and sum l of exp(S - m) per query lane; o accumulates (dropout-masked)
+ * exp(S - m) v, rescaled by exp(m_old - m_new) when the max grows, and is
+ * divided by l at the end. */
 FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, kvh = bh / g->G;
   int64_t ldq = g->lq.ld, ldkv = g->lkv.ld, ldo = g->lo.ld;
   const float *qb = g->q + fa_head_off(g->lq, bh), *kb = g->k + fa_head_off(g->lkv, kvh),
               *vb = g->v + fa_head_off(g->lkv, kvh);
   float *ob = g->o + fa_head_off(g->lo, bh) + r0 * ldo; /* ob [nr, HS]: this tile's rows */
-  _Alignas(64) float S[BR][BC];      /* S [nr, BC]: scores, then probabilities */
-  int64_t nv[BR];                    /* visible columns per row of S */
-  float m[BR], l[BR];                /* running row max and row sum */
-  for (int64_t r = 0; r < nr; r++) {
-    m[r] = -INFINITY, l[r] = 0.0f;
-    memset(ob + r * ldo, 0, (size_t)HS * sizeof(float));
-  }
+  _Alignas(64) float Qt[DCH][BR]; /* Qt [HS, BR]: the tile's q rows transposed */
+  _Alignas(64) float St[BC][BR];  /* St [nk, BR]: scores, then probabilities */
+  _Alignas(64) float Zt[BC][BR];  /* Zt [nk, BR]: dropout factors */
+  _Alignas(64) float al[BR];      /* al [BR]: alpha per query */
+  vf m[NV], l[NV], alpha[NV];   /* running max and sum per query lane */
+  for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
+  for (int64_t r = 0; r < nr; r++) memset(ob + r * ldo, 0, (size_t)HS * sizeof(float));
+  fa_panel qp;
+  panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
   int64_t end = key_end(g, r0, nr);
   for (int64_t c0 = 0; c0 < end; c0 += BC) {
-    int64_t nc = end - c0 < BC ? end - c0 : BC;
-    tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, S);
-    add_key_bias(g, bh, c0, nr, nc, S);
-    visible(g, r0, nr, c0, nc, nv);
-    mask_tile(nv, nr, S);
-    for (int64_t r = 0; r < nr; r++) {
-      if (!nv[r]) { /* every key of this tile is in row r's future: P = 0 */
-        memset(S[r], 0, sizeof S[r]);
-        continue;
-      }
-      float mt = row_max(S[r], m[r]);
-      float alpha = fexp(m[r] - mt); /* m[r] = -inf: alpha = 0 */
-      exp_row(S[r], mt);
-      l[r] = alpha * l[r] + row_sum(S[r]);
-      m[r] = mt;
-      if (g->dropout) {
-        float Z[BC]; /* Z [nv[r]]: row r's dropout factors */
-        drop_row(g, bh, r0 + r, c0, nv[r], Z);
-        for (int64_t c = 0; c < nv[r]; c++) S[r][c] *= Z[c];
-      }
-      if (alpha != 1.0f)
-        for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= alpha;
+    int64_t nk = end - c0 < BC ? end - c0 : BC;
+    scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
+    stats_update(St, nk, true, m, l, alpha);
+    if (g->dropout) {
+      drop_tile(g, bh, r0, nr, c0, nk, Zt);
+      for (int64_t c = 0; c < nk; c++)
+        for (int v = 0; v < NV; v++) vst(St[c] + v * VL, vld(St[c] + v * VL) * vld(Zt[c] + v * VL));
     }
-    tile_acc(ob, ldo, (const float(*)[BC])S, vb + c0 * ldkv, ldkv, HS, nr, nc);
+    for (int v = 0; v < NV; v++) vst(al + v * VL, alpha[v]);
+    for (int64_t r = 0; r < nr; r++)
+      if (al[r] != 1.0f)
+        for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
+    /* o[r] += sum_c P[c][r] v[c]; causal: keys past the row group skipped */
+    tile_acc(ob, ldo, &St[0][0], 1, BR, vb + c0 * ldkv, ldkv, HS, nr, nk, -FA_ALL,
+             g->causal ? r0 - c0 : FA_ALL);
   }
+  _Alignas(64) float lr[BR]; /* lr [BR]: l per query */
+  for (int v = 0; v < NV; v++) vst(lr + v * VL, l[v]);
   for (int64_t r = 0; r < nr; r++) {
-    float inv = l[r] > 0 ? 1.0f / l[r] : 0.0f;
+    float inv = lr[r] > 0 ? 1.0f / lr[r] : 0.0f;
     for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= inv;
   }
 }
@@ -354,13 +498,16 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
   else fwd_tile(g, g->HS, bh, r0);
 }
 
-
 /* Backward of one query head (Algorithm 4 with the loops swapped, so one
- * thread owns a head): for each query tile, pass 1 recomputes the row
- * max m and sum l online and D = rowsum(dO o); pass 2 walks the key tiles
- * again, rebuilding P = exp(S - m) / l, and accumulates dq (this
- * tile's rows, zeroed here), dk and dv (the key tile's rows of the head's kv
- * head, zeroed by the caller) in the output. */
+ * thread owns a head): for each query tile (q and dO packed transposed
+ * once), pass 1 recomputes the row max m and sum l online and D =
+ * rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S -
+ * m) / l, and accumulates dq (this tile's rows, zeroed here), dk and dv
+ * (the key tile's rows of the head's kv head, zeroed by the caller) in the
+ * output. With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles
+ * (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
+ * (a sixth of the backward's multiply-adds): the same values either way. */
+enum { SC_TILES = 32 };
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   int64_t q0 = fa_head_off(g->lq, bh), kv0 = fa_head_off(g->lkv, bh / g->G),
           o0 = fa_head_off(g->lo, bh);
@@ -370,59 +517,64 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   float *dqb = g->dq + q0, *dkb = g->dk + kv0, *dvb = g->dv + kv0;
   for (int64_t t = 0; t < g->T; t++) /* dq [T, HS] */
     memset(dqb + t * ldq, 0, (size_t)HS * sizeof(float));
+  _Alignas(64) float Sc[SC_TILES][BC][BR]; /* Sc [T / BC, nk, BR]: the tile's scores */
+  bool cached = g->T <= SC_TILES * BC;
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
     int64_t nr = g->T - r0 < BR ? g->T - r0 : BR, end = key_end(g, r0, nr);
-    _Alignas(64) float P[BR][BC];  /* P [nr, BC]: scores, then P, then Pd = P z */
-    _Alignas(64) float dS[BR][BC]; /* dS [nr, BC]: dPd = dO v^T, then scale * dS */
-    _Alignas(64) float Tt[BR][BC]; /* Tt [BC, nr]: Pd or dS transposed */
-    int64_t nv[BR];                /* visible columns per row */
-    float m[BR], l[BR];            /* pass 1: running max and sum */
-    float il[BR], D[BR];           /* 1 / l and rowsum(dO o) */
-    for (int64_t r = 0; r < nr; r++) m[r] = -INFINITY, l[r] = 0.0f;
+    _Alignas(64) float Qt[DCH][BR];  /* Qt [HS, BR]: q rows transposed */
+    _Alignas(64) float dOt[DCH][BR]; /* dOt [HS, BR]: dO rows transposed */
+    _Alignas(64) float St1[BC][BR];  /* St1 [nk, BR]: scores, then Pd = P z (uncached) */
+    _Alignas(64) float dSt[BC][BR];  /* dSt [nk, BR]: dPd = v dO^T, then scale dS */
+    _Alignas(64) float Zt[BC][BR];   /* Zt [nk, BR]: dropout factors */
+    _Alignas(64) float Dr[BR];       /* Dr [BR]: rowsum(dO o), 0 past nr */
+    vf m[NV], l[NV], alpha[NV], il[NV], D[NV];
+    fa_panel qp, dop;
+    panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
+    panel_init(&dop, dob + r0 * ldo, ldo, nr, HS, dOt);
+    for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
-      int64_t nc = end - c0 < BC ? end - c0 : BC;
-      tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, P);
-      add_key_bias(g, bh, c0, nr, nc, P);
-      visible(g, r0, nr, c0, nc, nv);
-      mask_tile(nv, nr, P);
-      for (int64_t r = 0; r < nr; r++) {
-        if (!nv[r]) continue;
-        float mt = row_max(P[r], m[r]);
-        exp_row(P[r], mt);
-        l[r] = fexp(m[r] - mt) * l[r] + row_sum(P[r]);
-        m[r] = mt;
-      }
+      int64_t nk = end - c0 < BC ? end - c0 : BC;
+      float(*S)[BR] = cached ? Sc[c0 / BC] : St1;
+      scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, S);
+      stats_update(S, nk, false, m, l, alpha);
     }
-    for (int64_t r = 0; r < nr; r++) {
-      il[r] = 1.0f / l[r];
-      D[r] = dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS);
+    for (int64_t r = 0; r < BR; r++)
+      Dr[r] = r < nr ? dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS) : 0.0f;
+    for (int h = 0; h < NV; h++) {
+      D[h] = vld(Dr + h * VL);
+      il[h] = 1.0f / l[h];
+      m[h] = vsel(m[h] == vdup(-INFINITY), vdup(0.0f), m[h]);
     }
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
-      int64_t nc = end - c0 < BC ? end - c0 : BC;
-      tile_abt(qb + r0 * ldq, ldq, kb + c0 * ldkv, ldkv, HS, nr, nc, g->scale, P);
-      add_key_bias(g, bh, c0, nr, nc, P);
-      tile_abt(dob + r0 * ldo, ldo, vb + c0 * ldkv, ldkv, HS, nr, nc, 1.0f, dS);
-      visible(g, r0, nr, c0, nc, nv);
-      mask_tile(nv, nr, P);
-      /* Every row r < nr is computed (fully masked rows give P = dS = 0), so
-       * the tile products below need no masks. */
-      for (int64_t r = 0; r < nr; r++) {
-        _Alignas(64) float Z[BC]; /* Z [BC]: row r's dropout factors */
-        for (int c = 0; c < BC; c++) Z[c] = 1.0f;
-        if (g->dropout) drop_row(g, bh, r0 + r, c0, nv[r], Z);
-        for (int h = 0; h < BC; h += VL) {
-          v16f p = vexp(vld(P[r] + h) - m[r]) * il[r], z = vld(Z + h);
-          vst(dS[r] + h, (p * (z * vld(dS[r] + h) - D[r])) * g->scale);
-          vst(P[r] + h, p * z);
+      int64_t nk = end - c0 < BC ? end - c0 : BC;
+      float(*St)[BR] = cached ? Sc[c0 / BC] : St1;
+      if (!cached) scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, St);
+      kq_tile(vb + c0 * ldkv, ldkv, nk, &dop, HS, dSt);
+      if (g->dropout) drop_tile(g, bh, r0, nr, c0, nk, Zt);
+      /* Every lane is computed (invisible entries give P = dS = 0; lanes
+       * past nr are never summed), so the tile products need no masks. */
+      for (int64_t c = 0; c < nk; c++)
+        for (int h = 0; h < NV; h++) {
+          vf p = vexp(vld(St[c] + h * VL) - m[h]) * il[h], dp = vld(dSt[c] + h * VL);
+          if (g->dropout) {
+            vf z = vld(Zt[c] + h * VL);
+            vst(dSt[c] + h * VL, (p * (z * dp - D[h])) * g->scale);
+            vst(St[c] + h * VL, p * z);
+          } else {
+            vst(dSt[c] + h * VL, (p * (dp - D[h])) * g->scale);
+            vst(St[c] + h * VL, p);
+          }
         }
-      }
-      /* dv[c] += sum_r Pd[r, c] dO[r];  dk[c] += sum_r dS[r, c] q[r] */
-      transpose_tile((const float(*)[BC])P, nr, Tt);
-      tile_acc(dvb + c0 * ldkv, ldkv, (const float(*)[BC])Tt, dob + r0 * ldo, ldo, HS, nc, nr);
-      transpose_tile((const float(*)[BC])dS, nr, Tt);
-      tile_acc(dkb + c0 * ldkv, ldkv, (const float(*)[BC])Tt, qb + r0 * ldq, ldq, HS, nc, nr);
-      /* dq[r] += sum_c dS[r, c] k[c] */
-      tile_acc(dqb + r0 * ldq, ldq, (const float(*)[BC])dS, kb + c0 * ldkv, ldkv, HS, nr, nc);
+      /* dv[c] += sum_r Pd[c][r] dO[r];  dk[c] += sum_r dS[c][r] q[r]: the
+       * tiles as they lie; causal: queries before the row group skipped */
+      int64_t lo = g->causal ? c0 - r0 : -FA_ALL, hi = g->causal ? r0 - c0 : FA_ALL;
+      tile_acc(dvb + c0 * ldkv, ldkv, &St[0][0], BR, 1, dob + r0 * ldo, ldo, HS, nk, nr, lo,
+               FA_ALL);
+      tile_acc(dkb + c0 * ldkv, ldkv, &dSt[0][0], BR, 1, qb + r0 * ldq, ldq, HS, nk, nr, lo,
+               FA_ALL);
+      /* dq[r] += sum_c dS[c][r] k[c]: the tile read transposed */
+      tile_acc(dqb + r0 * ldq, ldq, &dSt[0][0], 1, BR, kb + c0 * ldkv, ldkv, HS, nr, nk,
+               -FA_ALL, hi);
     }
   }
 }
@@ -441,4 +593,3 @@ void FA_NAME(bwd_job)(const fa_geom *g, int64_t kvh) {
     else bwd_head(g, g->HS, bh);
   }
 }
-

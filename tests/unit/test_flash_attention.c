@@ -107,12 +107,12 @@ static void free4(slapo_tensor **t) {
 
 /* ---- fused vs reference vs composite ---- */
 
-static void check_case(bool causal, double p, bool training) {
+static void check_shape(const int64_t *shape, bool causal, double p, bool training) {
   slapo_tensor *vals[4];
-  for (int i = 0; i < 4; i++) vals[i] = random_f32(4, k_shape, 10 + (uint64_t)i);
+  for (int i = 0; i < 4; i++) vals[i] = random_f32(4, shape, 10 + (uint64_t)i);
   slapo_kernel_env env = {.seed = 99, .step = 3, .training = training};
   attn_case comp = {false, causal, p}, fused = {true, causal, p};
-  slapo_graph *gc = build_attention(&comp, k_shape), *gf = build_attention(&fused, k_shape);
+  slapo_graph *gc = build_attention(&comp, shape), *gf = build_attention(&fused, shape);
   slapo_tensor *base[4], *ref[4], *fast[4];
   run_attention(gc, true, vals, &env, base);
   run_attention(gf, true, vals, &env, ref);
@@ -121,9 +121,10 @@ static void check_case(bool causal, double p, bool training) {
   for (int i = 0; i < 4; i++) {
     double r = rel_diff(ref[i], base[i]), f = rel_diff(fast[i], base[i]),
            fr = rel_diff(fast[i], ref[i]);
-    print_message("causal=%d p=%.1f %s %-2s: |ref-composite| %.2e  |fast-composite| %.2e  "
-                  "|fast-ref| %.2e\n",
-                  causal, p, training ? "train" : "eval ", what[i], r, f, fr);
+    print_message("T=%lld HS=%lld causal=%d p=%.1f %s %-2s: |ref-composite| %.2e  "
+                  "|fast-composite| %.2e  |fast-ref| %.2e\n",
+                  (long long)shape[2], (long long)shape[3], causal, p,
+                  training ? "train" : "eval ", what[i], r, f, fr);
     if (!(r <= 1e-5 && f <= 1e-5 && fr <= 1e-5))
       fail_msg("%s differs beyond 1e-5 relative (causal=%d p=%g training=%d)", what[i], causal,
                p, training);
@@ -131,7 +132,7 @@ static void check_case(bool causal, double p, bool training) {
   /* Dropout really acts in training (the mask is not trivially all-ones). */
   if (training && p > 0) {
     attn_case nodrop = {true, causal, 0};
-    slapo_graph *g0 = build_attention(&nodrop, k_shape);
+    slapo_graph *g0 = build_attention(&nodrop, shape);
     slapo_tensor *plain[4];
     run_attention(g0, false, vals, &env, plain);
     assert_true(rel_diff(plain[0], fast[0]) > 1e-2);
@@ -141,6 +142,10 @@ static void check_case(bool causal, double p, bool training) {
   free4(base), free4(ref), free4(fast), free4(vals);
   slapo_graph_free(gc);
   slapo_graph_free(gf);
+}
+
+static void check_case(bool causal, double p, bool training) {
+  check_shape(k_shape, causal, p, training);
 }
 
 /* ---- grouped-query heads and the additive key mask ---- */
@@ -337,6 +342,62 @@ static void test_causal_dropout_eval(void **state) {
 static void test_full_dropout_train(void **state) {
   (void)state;
   check_case(false, 0.2, true);
+}
+
+/* Shapes the kernels take other paths on: T % 4 == 0 (dropout factors a
+ * whole tile at a time; 68 leaves a partial last tile), head sizes 64 and
+ * 128 (vector accumulation at every level), 160 (q packed in chunks per key
+ * tile; the scalar accumulation on AVX-512), T = 1056 > 1024 (the backward
+ * recomputes the scores instead of keeping them between its passes). */
+static const int64_t k_shapes[4][4] = {
+    {1, 2, 68, 64}, {1, 1, 36, 128}, {1, 2, 40, 160}, {1, 1, 1056, 16}};
+
+static void test_tile_paths(void **state) {
+  (void)state;
+  for (int i = 0; i < 4; i++) {
+    check_shape(k_shapes[i], true, 0.2, true);
+    check_shape(k_shapes[i], false, 0.2, true);
+  }
+  check_shape(k_shapes[0], true, 0.0, true);
+}
+
+/* Every ISA level the host runs gives the same bytes as the host's own, with
+ * 1 and 2 threads (the same float operations in the same order), on each
+ * tile path, causal with dropout and not. */
+static void test_fast_kernels_isa_identical(void **state) {
+  (void)state;
+  const int64_t *shapes[5] = {k_shape, k_shapes[0], k_shapes[1], k_shapes[2], k_shapes[3]};
+  int saved = omp_get_max_threads();
+  for (int si = 0; si < 5; si++)
+    for (int causal = 0; causal < 2; causal++) {
+      slapo_tensor *vals[4];
+      for (int i = 0; i < 4; i++) vals[i] = random_f32(4, shapes[si], 50 + (uint64_t)i);
+      attn_case fused = {true, causal, 0.2};
+      slapo_graph *g = build_attention(&fused, shapes[si]);
+      slapo_kernel_env env = {.seed = 6, .step = 2, .training = true};
+      slapo_tensor *want[4];
+      run_attention(g, false, vals, &env, want);
+      for (int lv = 0; lv <= (int)slapo_isa_host(); lv++)
+        for (int th = 1; th <= 2; th++) {
+          slapo_isa_set_max((slapo_isa)lv);
+          omp_set_num_threads(th);
+          slapo_tensor *got[4];
+          run_attention(g, false, vals, &env, got);
+          for (int i = 0; i < 4; i++)
+            if (memcmp(slapo_tensor_data(got[i]), slapo_tensor_data(want[i]),
+                       slapo_tensor_nbytes(want[i])))
+              fail_msg("output %d of [%lld, %lld, %lld, %lld] causal=%d differs at %s with %d "
+                       "threads",
+                       i, (long long)shapes[si][0], (long long)shapes[si][1],
+                       (long long)shapes[si][2], (long long)shapes[si][3], causal,
+                       slapo_isa_name((slapo_isa)lv), th);
+          free4(got);
+        }
+      slapo_isa_set_max(slapo_isa_host());
+      omp_set_num_threads(saved);
+      free4(want), free4(vals);
+      slapo_graph_free(g);
+    }
 }
 
 /* The fast kernels give the same bytes with 1 and 2 threads (each output
@@ -622,6 +683,8 @@ int main(void) {
       cmocka_unit_test(test_causal_dropout_train),
       cmocka_unit_test(test_causal_dropout_eval),
       cmocka_unit_test(test_full_dropout_train),
+      cmocka_unit_test(test_tile_paths),
+      cmocka_unit_test(test_fast_kernels_isa_identical),
       cmocka_unit_test(test_fast_kernels_thread_count_independent),
       cmocka_unit_test(test_grouped_heads_masked),
       cmocka_unit_test(test_packed_heads_same_as_split),
