@@ -26,8 +26,8 @@
  *                               size (names parameter, axis, size, group)
  *             SLAPO_INVALID_ARG axis outside the parameter, parts < 1, an
  *                               Embedding with parts > 1
- *             SLAPO_STATE       already sharded another way; inlined into a
- *                               flattened trace (shard before trace)
+ *             SLAPO_STATE       already sharded another way; the module or an
+ *                               ancestor is traced (shard before trace)
  * Verified by verify: across ranks, gradients gathered to full shape
  * (within tolerance: sums run in another order). */
 #include <stdio.h>
@@ -43,6 +43,17 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   slapo_parameter *p;
   SLAPO_TRY(slapo__prim_param(node, "shard", param, &p));
   SLAPO_TRY(slapo__prim_not_inlined(node, "shard"));
+  /* A traced graph bakes the shapes it was captured at (head counts in
+   * reshapes): shard first, then trace, and the graph has the local ones. */
+  for (const slapo_module *a = m; a; a = a->parent)
+    if (slapo_module_graph(a)) {
+      char *ap = slapo_module_path(a);
+      slapo_status st = slapo_error(SLAPO_STATE, "shard: %s: %s is traced already, with the "
+                                    "unsharded shapes; shard before trace", path,
+                                    ap && ap[0] ? ap : "the root");
+      slapo_free(ap);
+      return st;
+    }
   if (parts > 1 && !strcmp(m->type->name, "Embedding"))
     return slapo_error(SLAPO_INVALID_ARG, "shard: %s.%s: an Embedding splits its vocabulary "
                        "in one block (parts=1), got parts=%d", path, param, parts);

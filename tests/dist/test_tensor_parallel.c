@@ -183,10 +183,31 @@ static void test_shard_unknown_parameter(void **state) {
                (const char *const[]){"axis 2", NULL});
   expect_error("transformer.wte shard weight axis=0 parts=2\n", SLAPO_INVALID_ARG,
                (const char *const[]){"Embedding", "parts=1", NULL});
+  expect_error("transformer.h.0.mlp.c_fc shard weight axis=1 pad=128\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"pad=128 pads axis 0 of a plain split", NULL});
+  expect_error("transformer.h.0 trace flatten=true\n"
+               "transformer.h.0.mlp.c_fc shard weight axis=0\n",
+               SLAPO_STATE, (const char *const[]){"transformer.h.0 is traced already",
+                                                  "shard before trace", NULL});
 }
 
 static void test_sync_bad_mode_and_op(void **state) {
   (void)state;
+  expect_error("transformer.h.0.mlp.c_fc sync fwd_pre all_reduce\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"fwd_pre takes all_gather or scatter", NULL});
+  expect_error(". sync fwd_post all_reduce\n", SLAPO_INVALID_ARG,
+               (const char *const[]){"sync a submodule", NULL});
+  expect_error("transformer.h.0.mlp.c_proj decompose\n"
+               "transformer.h.0 trace flatten=true\n"
+               "transformer.h.0.mlp.c_proj sync fwd_post all_reduce\n",
+               SLAPO_STATE, (const char *const[]){"transformer.h.0.mlp.c_proj", "inlined", NULL});
+  expect_error("transformer.h.0.mlp trace flatten=true\n"
+               "transformer.h.0.mlp sync bwd_post all_reduce pattern=\"matmul(x, w)\"\n",
+               SLAPO_INVALID_ARG, (const char *const[]){"use fwd_post", NULL});
+  expect_error("transformer.h.0.mlp sync fwd_post all_reduce pattern=\"matmul(x, w)\"\n",
+               SLAPO_PRECOND, (const char *const[]){"trace", NULL});
+  expect_error("transformer.h.0.mlp.c_fc sync fwd_post all_reduce group=pp\n",
+               SLAPO_INVALID_ARG, (const char *const[]){"group=pp: expected tp, dp or world", NULL});
   expect_error("transformer.h.0.mlp.c_fc sync bwd_pre all_reduce\n", SLAPO_INVALID_ARG,
                (const char *const[]){"unknown mode 'bwd_pre'", NULL});
   expect_error("transformer.h.0.mlp.c_fc sync bwd_post all_gather\n", SLAPO_INVALID_ARG,
