@@ -215,6 +215,10 @@ char *slapo_module_path(const slapo_module *m);
  * position in tree pre-order), with its full path at that position. */
 typedef void (*slapo_param_visit_fn)(slapo_parameter *p, const char *path, void *ud);
 slapo_status slapo_module_visit_params(slapo_module *m, slapo_param_visit_fn fn, void *ud);
+/* The gradient tensors of every materialized parameter below m, once each,
+ * in slapo_module_visit_params order: *out (owned array; the tensors are
+ * borrowed from the parameters) of *n. Errors: NOMEM. */
+slapo_status slapo_module_grads(slapo_module *m, slapo_tensor ***out, int *n);
 /* Number of distinct parameter elements. */
 int64_t slapo_module_numel(slapo_module *m);
 

@@ -24,17 +24,6 @@ static void outcome_free(outcome *o) {
   memset(o, 0, sizeof *o);
 }
 
-typedef struct grad_list {
-  slapo_tensor *t[4096];
-  int n;
-} grad_list;
-
-static void list_grad(slapo_parameter *p, const char *path, void *ud) {
-  (void)path;
-  grad_list *l = ud;
-  if (p->grad && l->n < 4096) l->t[l->n++] = p->grad;
-}
-
 /* Rows [d B / D, (d + 1) B / D) of each train input (views) into part. */
 static slapo_status rows_of(const slapo_verify_opts *opt, int d, int D, slapo_tensor **part) {
   int64_t B = opt->in[0]->shape[0];
@@ -79,11 +68,11 @@ static slapo_status train_dp(slapo_runner *r, slapo_module *m, const slapo_verif
   }
   s = train_part(r, opt, d, D, &sum);
   if (s == SLAPO_OK) s = slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1);
-  grad_list *l = s == SLAPO_OK ? slapo_calloc(1, sizeof *l) : NULL;
-  if (s == SLAPO_OK && !l) s = slapo_error(SLAPO_NOMEM, "verify: out of memory");
-  if (s == SLAPO_OK) s = slapo_module_visit_params(m, list_grad, l);
-  if (s == SLAPO_OK) s = slapo_dist_all_reduce_tensors(SLAPO_GROUP_DP, l->n, l->t, NULL);
-  slapo_free(l);
+  slapo_tensor **g = NULL;
+  int n = 0;
+  if (s == SLAPO_OK) s = slapo_module_grads(m, &g, &n);
+  if (s == SLAPO_OK) s = slapo_dist_all_reduce_tensors(SLAPO_GROUP_DP, n, g, NULL);
+  slapo_free(g);
   *loss = (float)sum;
   return s;
 }

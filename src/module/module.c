@@ -321,6 +321,40 @@ slapo_status slapo_module_visit_params(slapo_module *m, slapo_param_visit_fn fn,
   return v.status;
 }
 
+typedef struct grad_list {
+  slapo_tensor **t;
+  int n, cap;
+  slapo_status status;
+} grad_list;
+
+static void add_grad(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  grad_list *g = ud;
+  if (!p->grad || g->status != SLAPO_OK) return;
+  if (g->n == g->cap) {
+    int cap = g->cap ? 2 * g->cap : 256;
+    slapo_tensor **t = slapo_realloc(g->t, sizeof *t * (size_t)cap);
+    if (!t) {
+      g->status = slapo_error(SLAPO_NOMEM, "module: out of memory listing gradients");
+      return;
+    }
+    g->t = t, g->cap = cap;
+  }
+  g->t[g->n++] = p->grad;
+}
+
+slapo_status slapo_module_grads(slapo_module *m, slapo_tensor ***out, int *n) {
+  grad_list g = {0};
+  slapo_status s = slapo_module_visit_params(m, add_grad, &g);
+  if (s == SLAPO_OK) s = g.status;
+  if (s != SLAPO_OK) {
+    slapo_free(g.t);
+    g.t = NULL, g.n = 0;
+  }
+  *out = g.t, *n = g.n;
+  return s;
+}
+
 static void count_numel(slapo_parameter *p, const char *path, void *ud) {
   (void)path;
   *(int64_t *)ud += slapo_tensor_numel(p->value);
