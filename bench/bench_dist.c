@@ -19,6 +19,7 @@
 #include "slapo/dist.h"
 #include "slapo/train.h"
 #include "bench_machine.h"
+#include "bench_model.h"
 
 static void die(const char *what) {
   fprintf(stderr, "bench_dist: rank %d: %s failed: %s\n", slapo_dist_rank(SLAPO_GROUP_WORLD),
@@ -82,31 +83,14 @@ int main(int argc, char **argv) {
   }
   if (slapo_dist_init((int)tp) != SLAPO_OK) die("slapo_dist_init");
   int rank = slapo_dist_rank(SLAPO_GROUP_WORLD), D = slapo_dist_size(SLAPO_GROUP_DP);
-  const slapo_model_family *family;
-  slapo_model_dims dims;
-  slapo_module *model;
-  CHECK(slapo_model_find("gpt2", &family));
-  CHECK(family->dims(config, &dims));
-  CHECK(family->create(config, -1, &model));
-  slapo_schedule_run sched = {0};
-  if (schedule) {
-    CHECK(slapo_models_init());
-    CHECK(slapo_schedule_file_apply(model, schedule, NULL, 0, &sched));
-  }
-  CHECK(slapo_module_materialize(model, 1));
-  slapo_plan_opts opts = {.timing = true};
-  slapo_runner *r;
-  CHECK(slapo_runner_new(model, &opts, &r));
-  slapo_adamw *opt;
-  CHECK(slapo_adamw_new(model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, &opt));
-  int64_t sh[2] = {B, T};
-  slapo_tensor *x, *y;
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
-  int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
   /* Each data-parallel replica its own ids; ranks of one replica the same. */
-  bench_random_ids(12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP), dims.vocab_size, B * T, xd, yd);
-  const slapo_tensor *in[2] = {x, y};
+  bench_model bm;
+  uint64_t seed = 12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP);
+  CHECK(bench_model_new("gpt2", config, schedule, B, T, true, seed, &bm));
+  slapo_module *model = bm.model;
+  slapo_runner *r = bm.runner;
+  slapo_adamw *opt = bm.opt;
+  const slapo_tensor *in[2] = {bm.x, bm.y};
   double *step = calloc((size_t)steps, sizeof *step), *tpc = calloc((size_t)steps, sizeof *tpc);
   double *dpc = calloc((size_t)steps, sizeof *dpc);
   if (!step || !tpc || !dpc) die("calloc");
@@ -139,13 +123,8 @@ int main(int argc, char **argv) {
            m[0] - m[1] - m[2], m[1], m[2], 100 * (m[1] + m[2]) / m[0], m[4], m[3],
            schedule ? ", schedule " : "", schedule ? schedule : "");
   }
-  slapo_tensor_free(x);
-  slapo_tensor_free(y);
   free(step), free(tpc), free(dpc);
-  slapo_adamw_free(opt);
-  slapo_runner_free(r);
-  slapo_schedule_run_deinit(&sched);
-  slapo_module_free(model);
+  bench_model_free(&bm);
   slapo_dist_finalize();
   return 0;
 }

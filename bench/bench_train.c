@@ -31,6 +31,7 @@
 #include "slapo/exec.h"
 #include "slapo/train.h"
 #include "bench_machine.h"
+#include "bench_model.h"
 
 static void die(const char *what) {
   fprintf(stderr, "bench_train: %s failed: %s\n", what, slapo_last_error());
@@ -208,32 +209,14 @@ int main(int argc, char **argv) {
 
   double peak_gflops = gemm_peak_gflops();
 
-  const slapo_model_family *family;
-  slapo_model_dims dims;
-  slapo_module *model;
-  CHECK(slapo_model_find(family_name, &family));
-  CHECK(family->dims(config, &dims));
-  CHECK(family->create(config, -1, &model));
-  slapo_schedule_run sched = {0};
-  if (schedule) {
-    CHECK(slapo_models_init());
-    CHECK(slapo_schedule_file_apply(model, schedule, NULL, 0, &sched));
-  }
-  CHECK(slapo_module_materialize(model, 1));
-  slapo_plan_opts opts = {.timing = profile};
-  slapo_runner *r;
-  CHECK(slapo_runner_new(model, &opts, &r));
-  slapo_adamw *opt;
-  CHECK(slapo_adamw_new(model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, &opt));
-
   /* idx, targets [B, T] i32: random ids in [0, V) from a fixed LCG. */
-  int64_t sh[2] = {B, T};
-  slapo_tensor *x, *y;
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &x));
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &y));
-  int32_t *xd = slapo_tensor_data(x), *yd = slapo_tensor_data(y);
-  bench_random_ids(12345, dims.vocab_size, B * T, xd, yd);
-  const slapo_tensor *in[2] = {x, y};
+  bench_model bm;
+  CHECK(bench_model_new(family_name, config, schedule, B, T, profile, 12345, &bm));
+  slapo_module *model = bm.model;
+  slapo_runner *r = bm.runner;
+  slapo_adamw *opt = bm.opt;
+  const slapo_model_dims dims = bm.dims;
+  const slapo_tensor *in[2] = {bm.x, bm.y};
 
   int total = steps + 2;
   double *times = malloc((size_t)steps * sizeof *times);
@@ -290,11 +273,6 @@ int main(int argc, char **argv) {
   free(pr.by_op);
   free(pr.by_sig);
   free(times);
-  slapo_tensor_free(x);
-  slapo_tensor_free(y);
-  slapo_adamw_free(opt);
-  slapo_runner_free(r);
-  slapo_schedule_run_deinit(&sched);
-  slapo_module_free(model);
+  bench_model_free(&bm);
   return 0;
 }
