@@ -7,45 +7,8 @@ set -u
 
 SLAPO=${1:?usage: test_cli.sh path/to/slapo}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_cli_XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-
-passed=0
-failed=0
-OUT="$TMP/out"
-ERR="$TMP/err"
-
-# run NAME WANT_RC CMD... : runs the command, keeps stdout/stderr, checks rc.
-rc_ok=0
-run() {
-  local name=$1 want=$2
-  shift 2
-  "$@" >"$OUT" 2>"$ERR"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then
-    rc_ok=1
-  else
-    rc_ok=0
-    echo "FAIL $name: exit $rc, want $want"
-    echo "  stderr: $(head -c 400 "$ERR")"
-  fi
-}
-
-# expect NAME FILE TEXT : the last run's FILE ("out" or "err") contains TEXT.
-check() {
-  local name=$1 file=$2 text=$3
-  if [ "$rc_ok" -eq 1 ] && grep -qF -- "$text" "$TMP/$file"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    [ "$rc_ok" -eq 1 ] && echo "FAIL $name: $file lacks '$text': $(head -c 400 "$TMP/$file")"
-  fi
-}
-
-# ok NAME : the last run's exit code was right (no text to check).
-ok() {
-  if [ "$rc_ok" -eq 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-}
+HARNESS_NAME=test_cli
+source "$(dirname "$0")/harness.sh"
 
 TEXT="$TMP/corpus.txt"
 for i in $(seq 40); do
@@ -246,5 +209,4 @@ check "profile steps" err "--steps: bad value '0'"
 run "profile seq" 1 "$SLAPO" profile --config tiny --seq 65
 check "profile seq" err "exceeds the tiny context of 64"
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary

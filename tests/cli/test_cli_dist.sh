@@ -12,34 +12,9 @@ ROOT=${2:?usage: test_cli_dist.sh path/to/slapo path/to/repo}
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPIRUN="mpirun --oversubscribe"
 TP_SCHED="$ROOT/schedules/gpt2_tp.sched"
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_dist_XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
-passed=0
-failed=0
-OUT="$TMP/out"
-ERR="$TMP/err"
-rc_ok=0
-run() { # NAME WANT_RC CMD...
-  local name=$1 want=$2
-  shift 2
-  timeout "${RUN_TIMEOUT:-120}" "$@" >"$OUT" 2>"$ERR"
-  local rc=$?
-  if { [ "$want" = nonzero ] && [ "$rc" -ne 0 ] && [ "$rc" -ne 124 ]; } || [ "$rc" = "$want" ]; then
-    rc_ok=1
-  else
-    rc_ok=0
-    echo "FAIL $name: exit $rc, want $want"
-    echo "  stderr: $(head -c 600 "$ERR")"
-  fi
-}
-check() { # NAME FILE TEXT
-  if [ "$rc_ok" -eq 1 ] && grep -qF -- "$3" "$TMP/$2"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    [ "$rc_ok" -eq 1 ] && echo "FAIL $1: $2 lacks '$3': $(head -c 600 "$TMP/$2")"
-  fi
-}
+HARNESS_NAME=test_dist
+RUN_TIMEOUT=${RUN_TIMEOUT:-120}
+source "$(dirname "$0")/harness.sh"
 TEXT="$TMP/corpus.txt"
 for i in $(seq 60); do
   echo "The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins."
@@ -118,5 +93,4 @@ check "failing rank message" err "slapo: rank 1: io:"
 elapsed=$(($(date +%s) - start))
 if [ "$elapsed" -le 30 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL failing rank: took ${elapsed}s"; fi
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary
