@@ -94,16 +94,13 @@ int main(int argc, char **argv) {
   double *step = calloc((size_t)steps, sizeof *step), *tpc = calloc((size_t)steps, sizeof *tpc);
   double *dpc = calloc((size_t)steps, sizeof *dpc);
   if (!step || !tpc || !dpc) die("calloc");
-  slapo_module_zero_grad(model);
   for (int s = -2; s < steps; s++) { /* two warm-up steps: build, plan, first touch */
     CHECK(slapo_dist_barrier(SLAPO_GROUP_WORLD));
     double t0 = bench_now_s(), loss, comm;
     slapo_kernel_env env = {1, (uint64_t)(s + 2), true};
     CHECK(slapo_train_accumulate(r, 1, in, &env, &loss, NULL));
     double t_graph = collective_ms(r);
-    CHECK(slapo_dp_all_reduce_grads(model, &comm));
-    double norm = slapo_clip_grad_norm(model, 0);
-    slapo_adamw_step_scaled(opt, 6e-4f, slapo_clip_scale(norm, 1.0), true);
+    CHECK(slapo_train_update(r, model, opt, 6e-4f, 1.0, NULL, &comm));
     if (s >= 0) step[s] = 1e3 * (bench_now_s() - t0), tpc[s] = t_graph, dpc[s] = 1e3 * comm;
   }
   /* The slowest rank sets the pace: the maximum over ranks of each median. */

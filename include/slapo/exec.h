@@ -69,16 +69,42 @@ slapo_status slapo_plan_bind_param(slapo_plan *p, const char *path, const slapo_
 /* Binds `acc` as the accumulator of output value i (i >= the plan's
  * opts.accumulate_from): every run adds value i into it (acc += value,
  * elementwise, the same single f32 addition per element as adding after
- * the run). `acc` is borrowed until the plan is freed or rebound; f32,
- * contiguous, of the value's shape. Errors: SLAPO_INVALID_ARG (NULL, i not
- * an accumulated output, acc strided, meta or not f32), SLAPO_SHAPE (both
- * shapes named). */
+ * the run) or writes it (SLAPO_ACC_WRITE). `acc` is borrowed until the plan
+ * is freed or rebound; f32, contiguous, of the value's shape, and not the
+ * storage of another output's accumulator. Errors: SLAPO_INVALID_ARG (NULL,
+ * i not an accumulated output, acc strided, meta, not f32, or shared with
+ * output j), SLAPO_SHAPE (both shapes named). */
 slapo_status slapo_plan_bind_accumulator(slapo_plan *p, int i, slapo_tensor *acc);
 
 /* Runs every node in order. `env` may be NULL (seed 0, step 0, training).
+ * Accumulated outputs are added into their accumulators (SLAPO_ACC_ADD).
  * Errors: SLAPO_STATE naming the first unbound placeholder, param or
  * accumulator, SLAPO_NOMEM. */
 slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env);
+
+/* How slapo_plan_run_acc puts accumulated outputs into their accumulators
+ * (flags, or-ed). */
+enum {
+  SLAPO_ACC_ADD = 0,     /* acc += value                                       */
+  SLAPO_ACC_WRITE = 1,   /* acc = value: a step's first micro-batch. Where the
+                          * value is a kernel's whole buffer the kernel writes
+                          * it straight into acc (no copy, no zeroing, acc not
+                          * read); elsewhere it is copied.                     */
+  SLAPO_ACC_MEASURE = 2, /* also record each accumulator's sum of squares once
+                          * it is final (slapo_plan_accumulator_sumsq), while
+                          * it is still in cache: a step's last micro-batch   */
+};
+
+/* slapo_plan_run with `acc_flags` (SLAPO_ACC_*). Under SLAPO_ACC_WRITE an
+ * accumulator is scratch for the run's nodes until its value is final, so
+ * it must not be bound as an input or param of the same plan. Errors: those
+ * of slapo_plan_run, SLAPO_INVALID_ARG (unknown flags). */
+slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsigned acc_flags);
+
+/* Sum of squares (double, fixed order: ops/sum_squares.c) of accumulator i
+ * after the last run, which had SLAPO_ACC_MEASURE; NAN when it did not or i
+ * is not an accumulated output. */
+double slapo_plan_accumulator_sumsq(const slapo_plan *p, int i);
 
 /* Number of values of the output node, and value i after a run (NULL for
  * an accumulated value: it went into its accumulator). Borrowed: valid

@@ -343,6 +343,25 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
 slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                                slapo_step_mode mode, const slapo_kernel_env *env,
                                float loss_scale, const slapo_tensor **out);
+/* slapo_step_scaled with `grads` (SLAPO_ACC_* flags of slapo/exec.h) saying
+ * how TRAIN puts the gradients into the parameters' grads: SLAPO_ACC_ADD
+ * adds (as slapo_step_scaled); SLAPO_ACC_WRITE overwrites them, for a
+ * step's first micro-batch (no slapo_module_zero_grad before it: the
+ * kernels write the gradients straight into the grads where they can, and
+ * the grads of parameters the step does not use are zeroed); with
+ * SLAPO_ACC_MEASURE the step also records each gradient's sum of squares
+ * once it is final, while it is in cache (slapo_runner_grad_sumsq), for a
+ * step's last micro-batch. The same values as zero_grad + ADD and a
+ * separate pass. Errors: as slapo_step, SLAPO_INVALID_ARG (unknown flags). */
+slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                              slapo_step_mode mode, const slapo_kernel_env *env, float loss_scale,
+                              unsigned grads, const slapo_tensor **out);
+/* After a TRAIN step with SLAPO_ACC_MEASURE, and as long as no grad was
+ * written since: the sums of squares of every parameter's grad, in double,
+ * split into those of tensor-parallel shards (*sharded: this rank's pieces,
+ * to be summed over the TP group) and the rest (*replicated). Errors:
+ * SLAPO_STATE (the last step was not a measured TRAIN step). */
+slapo_status slapo_runner_grad_sumsq(const slapo_runner *r, double *replicated, double *sharded);
 /* The activation peak (bytes) slapo_step would plan for these inputs and
  * mode, computed without allocating anything: the model may still be meta
  * and `in` may be meta tensors (only dtypes and shapes are read). The step

@@ -156,6 +156,10 @@ typedef struct slapo_op {
   slapo_view_fn view;       /* non-NULL: output is a view of in[0]           */
   slapo_backward_fn backward; /* NULL: not differentiable (error if needed) */
   bool contiguous_inputs;   /* executor makes strided inputs contiguous     */
+  bool inplace;             /* the kernel also runs with its output over    */
+                            /*   input 0 (same dtype and shape; out == in[0] */
+                            /*   storage): the planner gives it input 0's    */
+                            /*   buffer when this node is its last reader    */
   bool random;              /* draws from Philox (dropout)                   */
   bool commutative;         /* two inputs that may be swapped (add, mul): the */
                             /*   pattern matcher tries both orders            */

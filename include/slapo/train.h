@@ -74,8 +74,12 @@ slapo_status slapo_dp_all_reduce_grads(slapo_module *model, double *comm_s);
  * clip_grad_norm_); returns the norm before clipping. max_norm <= 0: only
  * measures. Under tensor parallelism the norm is over the unsharded
  * model: a sharded parameter's squares are summed over the group, a
- * replicated one counted once. */
+ * replicated one counted once. NaN when that all-reduce fails. */
 double slapo_clip_grad_norm(slapo_module *model, double max_norm);
+/* The global norm from this rank's sums of squares: `replicated` (counted
+ * once) and `sharded` (tensor-parallel pieces, summed over the group). NaN
+ * when the all-reduce fails. */
+double slapo_grad_norm_from_sumsq(double replicated, double sharded);
 /* The factor slapo_clip_grad_norm scales the gradients by, for a measured
  * global norm: max_norm / (norm + 1e-6) when max_norm > 0 and norm > max_norm,
  * else 1 (as torch.nn.utils.clip_grad_norm_). */
@@ -166,7 +170,8 @@ slapo_status slapo_sample(slapo_runner *r, const slapo_sample_opts *o, int32_t *
 /* ------------------------------------------------------------------------ */
 
 /* Runs one optimizer step's n_micro micro-batches through the TRAIN step,
- * adding their gradients into the parameters' grads (zero them first), each
+ * setting the parameters' grads to the sum of their gradients (the first
+ * micro-batch overwrites the grads: no zeroing needed before), each
  * weighted by its share of the step's valid targets: the result is the
  * gradient of the step's token mean, L = (sum of the losses of every target
  * that is not SLAPO_IGNORE_INDEX) / N, whatever the micro-batches' counts.
@@ -183,6 +188,26 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                                     const slapo_tensor *const *inputs,
                                     const slapo_kernel_env *envs, double *loss,
                                     int64_t *n_valid);
+
+/* The global L2 norm of the gradients slapo_train_accumulate just left in
+ * the parameters' grads (as slapo_clip_grad_norm(model, 0) measures it,
+ * to rounding of the sum's order), from the sums of squares its last
+ * micro-batch measured as each gradient was final: no pass over the
+ * gradients. Under data parallelism the all-reduce changes the gradients
+ * after that, so the norm is measured by slapo_clip_grad_norm instead, as
+ * it is when the runner has no measure (grads written since). NaN when the
+ * tensor-parallel all-reduce fails. */
+double slapo_train_grad_norm(slapo_runner *r, slapo_module *model);
+
+/* The rest of an optimizer step after slapo_train_accumulate: the
+ * gradients' all-reduce under data parallelism, their global norm
+ * (slapo_train_grad_norm), then AdamW at `lr` reading the gradients clipped
+ * to max_norm (<= 0: not clipped), the clip folded into its one pass. The
+ * grads are left as they were: the next slapo_train_accumulate overwrites
+ * them. *norm: the norm before clipping; *comm_s: the all-reduce's seconds
+ * (either may be NULL). Errors: those of the all-reduce. */
+slapo_status slapo_train_update(slapo_runner *r, slapo_module *model, slapo_adamw *opt, float lr,
+                                double max_norm, double *norm, double *comm_s);
 
 /* What a training run needs, in bytes (slapo_memory_estimate_train). */
 typedef struct slapo_memory_estimate {

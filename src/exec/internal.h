@@ -30,7 +30,10 @@ typedef enum exec_kind {
 typedef struct exec_buf {
   size_t nbytes;          /* rounded up to SLAPO__EXEC_ALIGN */
   size_t offset;          /* into the activation arena (unused in debug mode) */
-  int def, last;
+  int def, last;          /* def -1: merged into an in-place op's input's */
+  int writer;             /* the last kernel node writing it (in place)  */
+  int redirect;           /* accumulated output a SLAPO_ACC_WRITE run
+                             writes it into (its accumulator), or -1 */
   slapo_dtype dtype;      /* picks the poison pattern in debug mode */
   slapo_storage storage;  /* external: points into the arena or, in debug
                              mode, at this run's own allocation */
@@ -93,6 +96,8 @@ struct slapo_plan {
    * is kept until the next run. */
   int n_outputs;
   slapo_tensor **accumulator;
+  double *sumsq;               /* [n_outputs]: SLAPO_ACC_MEASURE's sums */
+  bool measured;               /* the last run had SLAPO_ACC_MEASURE */
 
   /* Timing (opts.timing): ms per node of the last run; origin groups. */
   double *ms;

@@ -6,11 +6,13 @@
  * timing and the live-bytes high-water mark. The hot path allocates nothing
  * except scratch growth and, in debug allocation mode, one block per buffer.
  * Layer: exec. */
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/assert.h"
 #include "exec/internal.h"
+#include "ops/vmath.h"
 
 /* ------------------------------------------------------------------------ */
 /* Binding                                                                   */
@@ -88,16 +90,41 @@ slapo_status slapo_plan_bind_accumulator(slapo_plan *p, int i, slapo_tensor *acc
                        v->name, slapo_shape_str(v->ndim, v->shape, want, sizeof want),
                        slapo_shape_str(acc->ndim, acc->shape, got, sizeof got));
   }
+  /* A SLAPO_ACC_WRITE run writes each accumulator once: two outputs in one
+   * storage would overwrite each other's value. */
+  const char *a0 = slapo_tensor_data(acc);
+  size_t an = slapo_tensor_nbytes(acc);
+  for (int j = 0; j < p->n_outputs; j++) {
+    const slapo_tensor *o = p->accumulator[j];
+    if (!o || j == i) continue;
+    const char *b0 = slapo_tensor_data(o);
+    if (a0 < b0 + slapo_tensor_nbytes(o) && b0 < a0 + an)
+      return slapo_error(SLAPO_INVALID_ARG,
+                         "plan_bind_accumulator: output %d ('%s'): the accumulator shares "
+                         "memory with output %d's; bind one tensor per output",
+                         i, v->name, j);
+  }
   p->accumulator[i] = acc;
   return SLAPO_OK;
 }
 
-/* acc += val elementwise (val any strides). Parallel over the elements. */
-static void accumulate(slapo_tensor *acc, const slapo_tensor *val) {
+double slapo_plan_accumulator_sumsq(const slapo_plan *p, int i) {
+  if (!p || !p->measured || !accumulated(p, i) || !p->accumulator[i]) return NAN;
+  return p->sumsq[i];
+}
+
+/* acc += val, or acc = val when `write`, elementwise (val any strides).
+ * Parallel over the elements. */
+static void accumulate(slapo_tensor *acc, const slapo_tensor *val, bool write) {
   float *dst = slapo_tensor_data(acc); /* [numel] contiguous */
   int64_t numel = slapo_tensor_numel(acc);
   if (slapo_tensor_is_contiguous(val)) {
     const float *src = slapo_tensor_data(val); /* [numel] */
+    if (write) {
+#pragma omp parallel for schedule(static) if (numel > 65536)
+      for (int64_t j = 0; j < numel; j++) dst[j] = src[j];
+      return;
+    }
 #pragma omp parallel for schedule(static) if (numel > 65536)
     for (int64_t j = 0; j < numel; j++) dst[j] += src[j];
     return;
@@ -107,7 +134,7 @@ static void accumulate(slapo_tensor *acc, const slapo_tensor *val) {
   const float *src = slapo_tensor_data(val);
   int64_t idx[SLAPO_MAX_DIMS] = {0}, off = 0;
   for (int64_t j = 0; j < numel; j++) {
-    dst[j] += src[off];
+    dst[j] = write ? src[off] : dst[j] + src[off];
     for (int k = val->ndim - 1; k >= 0; k--) {
       off += val->strides[k];
       if (++idx[k] < val->shape[k]) break;
@@ -204,8 +231,42 @@ static void run_view(slapo_plan *p, exec_node *e) {
   st->refcount = rc;
 }
 
+/* Points buffer b at its place for this run: the arena, or under
+ * SLAPO_ACC_WRITE its accumulator (find_redirects in plan.c) when that is
+ * aligned as planned buffers are. */
+static void place_buffer(slapo_plan *p, exec_buf *b, bool write) {
+  void *at = (char *)p->arena + b->offset;
+  if (write && b->redirect >= 0) {
+    void *acc = slapo_tensor_data(p->accumulator[b->redirect]);
+    if ((uintptr_t)acc % SLAPO__EXEC_ALIGN == 0) at = acc;
+  }
+  b->storage.data = at;
+}
+
+/* After node e ran: its accumulated values into their accumulators (a
+ * value already written in place by its kernel is left alone), each
+ * measured once final. */
+static void put_accumulated(slapo_plan *p, const exec_node *e, unsigned flags) {
+  for (int k = 0; k < e->n_acc; k++) {
+    int j = e->acc[k];
+    slapo_tensor *acc = p->accumulator[j];
+    bool write = flags & SLAPO_ACC_WRITE;
+    if (!write || slapo_tensor_data(e->val) != slapo_tensor_data(acc))
+      accumulate(acc, e->val, write);
+    if (flags & SLAPO_ACC_MEASURE)
+      p->sumsq[j] = slapo__sum_squares(slapo_tensor_data(acc), slapo_tensor_numel(acc));
+  }
+}
+
 slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
+  return slapo_plan_run_acc(p, env, SLAPO_ACC_ADD);
+}
+
+slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsigned acc_flags) {
   if (!p) return slapo_error(SLAPO_INVALID_ARG, "plan_run: plan is NULL");
+  if (acc_flags & ~(unsigned)(SLAPO_ACC_WRITE | SLAPO_ACC_MEASURE))
+    return slapo_error(SLAPO_INVALID_ARG, "plan_run: unknown accumulation flags 0x%x",
+                       acc_flags);
   for (int i = 0; i < p->n_nodes; i++) {
     const exec_node *e = &p->nodes[i];
     if (e->kind != EXEC_BOUND || e->val) continue;
@@ -227,7 +288,11 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
   if (!env) env = &dflt;
 
   p->ran = false;
+  p->measured = false;
   if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
+  /* Debug allocation mode gives each buffer its own block: values are
+   * copied into accumulators there. */
+  bool direct = (acc_flags & SLAPO_ACC_WRITE) && !p->opts.debug_alloc;
   size_t live = 0, peak = 0;
   for (int i = 0; i < p->n_nodes; i++) {
     exec_node *e = &p->nodes[i];
@@ -237,20 +302,22 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
     }
     if (e->kind == EXEC_KERNEL) {
       exec_buf *b = &p->bufs[e->buf];
+      bool def = b->def == i; /* else an in-place op on its input's buffer */
       slapo_status s = SLAPO_OK;
-      if (p->opts.debug_alloc) s = slapo__debugmem_acquire(p, b, e->node);
+      if (def && p->opts.debug_alloc) s = slapo__debugmem_acquire(p, b, e->node);
+      else if (def) place_buffer(p, b, direct);
       if (s == SLAPO_OK && e->any_maybe_strided) s = make_contiguous(p, e);
       if (s != SLAPO_OK) {
         if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
         return s;
       }
       e->kernel(e->node, p->ins, &e->t, env);
-      live += b->nbytes;
+      if (def) live += b->nbytes;
       if (live > peak) peak = live;
     } else if (e->kind == EXEC_VIEW) {
       run_view(p, e);
     }
-    for (int k = 0; k < e->n_acc; k++) accumulate(p->accumulator[e->acc[k]], e->val);
+    put_accumulated(p, e, acc_flags);
     for (int k = 0; k < e->n_release; k++) {
       exec_buf *b = &p->bufs[e->release[k]];
       live -= b->nbytes;
@@ -260,6 +327,7 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
   }
   p->measured_peak_nbytes = peak;
   p->ran = true;
+  p->measured = acc_flags & SLAPO_ACC_MEASURE;
   return SLAPO_OK;
 }
 

@@ -20,6 +20,9 @@ typedef struct built_step {
   int64_t shapes[8][SLAPO_MAX_DIMS];
   int n_params;              /* TRAIN: outputs 1..n_params are gradients */
   slapo_parameter **params;  /* borrowed from the model                   */
+  int n_absent;              /* TRAIN: the model's parameters the graph   */
+  slapo_parameter **absent;  /*   does not use (zeroed by a WRITE step)   */
+  bool measured;             /* the last run had SLAPO_ACC_MEASURE        */
   char *text;                /* printed graph (SLAPO_DEBUG_STEP)          */
 } built_step;
 
@@ -62,6 +65,7 @@ static void step_clear(built_step *b) {
   slapo_plan_free(b->plan);
   slapo_graph_free(b->g);
   slapo_free(b->params);
+  slapo_free(b->absent);
   slapo_free(b->text);
   memset(b, 0, sizeof *b);
 }
@@ -84,6 +88,37 @@ static bool key_matches(const built_step *b, uint64_t version, int n_in,
         !slapo_shape_equal(b->ndims[i], b->shapes[i], in[i]->ndim, in[i]->shape))
       return false;
   return true;
+}
+
+typedef struct absent_state {
+  built_step *b;
+  int cap;
+  bool nomem;
+} absent_state;
+
+static void note_absent(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  absent_state *st = ud;
+  for (int i = 0; i < st->b->n_params; i++)
+    if (st->b->params[i] == p) return;
+  if (st->b->n_absent == st->cap) {
+    int cap = st->cap ? 2 * st->cap : 8;
+    slapo_parameter **a = slapo_realloc(st->b->absent, (size_t)cap * sizeof *a);
+    if (!a) {
+      st->nomem = true;
+      return;
+    }
+    st->b->absent = a, st->cap = cap;
+  }
+  st->b->absent[st->b->n_absent++] = p;
+}
+
+/* The model's parameters the train graph does not use: a SLAPO_ACC_WRITE
+ * step zeroes their grads, since no kernel writes them. */
+static slapo_status find_absent(slapo_module *root, built_step *b) {
+  absent_state st = {b, 0, false};
+  SLAPO_TRY(slapo_module_visit_params(root, note_absent, &st));
+  return st.nomem ? slapo_error(SLAPO_NOMEM, "step: out of memory") : SLAPO_OK;
 }
 
 static char *graph_text(const slapo_graph *g) {
@@ -158,6 +193,8 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
       b->params[i] = slapo_map_value_at(bs.param_objs, (size_t)i);
     }
     b->n_params = n;
+    s = find_absent(r->root, b);
+    if (s != SLAPO_OK) goto done;
     outs[0] = y;
     /* The seed dL/dloss is an input, not the constant 1, so a run can weight
      * its gradients (slapo_step_scaled: micro-batches by valid tokens). */
@@ -226,7 +263,15 @@ slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in
 slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                                slapo_step_mode mode, const slapo_kernel_env *env,
                                float loss_scale, const slapo_tensor **out) {
+  return slapo_step_grads(r, n_in, in, mode, env, loss_scale, SLAPO_ACC_ADD, out);
+}
+
+slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *const *in,
+                              slapo_step_mode mode, const slapo_kernel_env *env, float loss_scale,
+                              unsigned grads, const slapo_tensor **out) {
   if (out) *out = NULL;
+  if (grads & ~(unsigned)(SLAPO_ACC_WRITE | SLAPO_ACC_MEASURE))
+    return slapo_error(SLAPO_INVALID_ARG, "step: unknown gradient flags 0x%x", grads);
   if (n_in < 0 || n_in > 8)
     return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
   bool debug = getenv("SLAPO_DEBUG_STEP") != NULL;
@@ -262,9 +307,31 @@ slapo_status slapo_step_scaled(slapo_runner *r, int n_in, const slapo_tensor *co
   }
   slapo_kernel_env e = env ? *env : (slapo_kernel_env){0};
   e.training = mode == SLAPO_STEP_TRAIN && (!env || env->training);
-  /* TRAIN: the run also adds each gradient into its parameter's grad. */
-  SLAPO_TRY(slapo_plan_run(b->plan, &e));
+  /* TRAIN: the run also adds (or writes) each gradient into its
+   * parameter's grad. */
+  b->measured = false;
+  if (mode == SLAPO_STEP_TRAIN && (grads & SLAPO_ACC_WRITE))
+    for (int i = 0; i < b->n_absent; i++)
+      if (b->absent[i]->grad)
+        memset(slapo_tensor_data(b->absent[i]->grad), 0, slapo_tensor_nbytes(b->absent[i]->grad));
+  SLAPO_TRY(slapo_plan_run_acc(b->plan, &e, mode == SLAPO_STEP_TRAIN ? grads : SLAPO_ACC_ADD));
+  b->measured = mode == SLAPO_STEP_TRAIN && (grads & SLAPO_ACC_MEASURE);
   if (out) *out = slapo_plan_output(b->plan, 0);
+  return SLAPO_OK;
+}
+
+slapo_status slapo_runner_grad_sumsq(const slapo_runner *r, double *replicated, double *sharded) {
+  *replicated = *sharded = 0;
+  const built_step *b = &r->cur;
+  if (!r->have || !b->measured)
+    return slapo_error(SLAPO_STATE, "runner_grad_sumsq: the last step was not a TRAIN step run "
+                                    "with SLAPO_ACC_MEASURE");
+  for (int i = 0; i < b->n_params; i++) {
+    const slapo_parameter *p = b->params[i];
+    double sq = slapo_plan_accumulator_sumsq(b->plan, i + 1);
+    if (p->shard && p->shard->count > 1) *sharded += sq;
+    else *replicated += sq;
+  }
   return SLAPO_OK;
 }
 

@@ -131,14 +131,16 @@ static slapo_status index_add_infer(slapo_node *node) {
 }
 
 /* y[c] += s[c] for c < n; its own function so the loop vectorizes with
- * restrict pointers (y and s never overlap: out is freshly allocated). */
+ * restrict pointers (y and s never overlap: out is base's buffer or a fresh
+ * one, and src is never base: the planner shares only input 0's buffer). */
 SLAPO__SIMD_PROC(add_row, (float *restrict y, const float *restrict s, int64_t n), (y, s, n)) {
   for (int64_t c = 0; c < n; c++) y[c] += s[c];
 }
 
-/* Reference: copy base, then add the source rows in index order (float
- * sums: a double accumulator per element would need a [V, C] scratch buffer,
- * and a kernel cannot report an allocation failure). */
+/* Reference: copy base (unless out is base's buffer: the op is inplace),
+ * then add the source rows in index order (float sums: a double accumulator
+ * per element would need a [V, C] scratch buffer, and a kernel cannot report
+ * an allocation failure). */
 static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
                           slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
@@ -147,7 +149,7 @@ static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
   float *y = slapo_tensor_data(out);            /* y    [V, C] */
   int64_t V = in[0]->shape[0], C = in[0]->shape[1], N = in[1]->shape[0]; /* idx [N] */
   int64_t off = slapo_node_attr_int(node, "offset", 0);
-  memcpy(y, base, (size_t)(V * C) * sizeof(float));
+  if (y != base) memcpy(y, base, (size_t)(V * C) * sizeof(float));
   for (int64_t n = 0; n < N; n++) {
     int64_t v = index_at(in[1], n) - off;
     if (v < 0 || v >= V) continue; /* stray index: adds nothing (documented) */
@@ -156,7 +158,9 @@ static void index_add_ref(const slapo_node *node, const slapo_tensor *const *in,
 }
 
 /* Fast: first the base is copied contiguously (memcpy, in contiguous chunks
- * per thread), then the source rows are scattered: each thread owns one
+ * per thread; nothing when out is base's buffer, which makes a tied
+ * embedding's weight gradient cost its N rows, not a pass over [V, C]),
+ * then the source rows are scattered: each thread owns one
  * contiguous block of columns (a multiple of 16 floats = 64 bytes, so no two
  * threads write one cache line) and walks the sources in index order, so
  * each sum has the reference's order for every thread count and needs no
@@ -180,7 +184,7 @@ static void index_add_fast(const slapo_node *node, const slapo_tensor *const *in
     /* Copy: chunk boundaries on 16-float multiples of the flat [V * C]. */
     int64_t e0 = total * tid / nt / BLOCK * BLOCK;
     int64_t e1 = tid + 1 == nt ? total : total * (tid + 1) / nt / BLOCK * BLOCK;
-    if (e1 > e0) memcpy(y + e0, base + e0, (size_t)(e1 - e0) * sizeof(float));
+    if (e1 > e0 && y != base) memcpy(y + e0, base + e0, (size_t)(e1 - e0) * sizeof(float));
 #pragma omp barrier
     /* Scatter: this thread's columns [c0, c1). */
     int64_t c0 = n_blocks * tid / nt * BLOCK, c1 = n_blocks * (tid + 1) / nt * BLOCK;
@@ -221,8 +225,10 @@ SLAPO_OP_DESCRIPTOR(index_add) = {
     .fast = index_add_fast,
     .backward = index_add_backward,
     .contiguous_inputs = true,
+    .inplace = true,
     .doc = "(base [V, C], idx [N] i32/i64, src [N, C]) -> base with src[n] added to row "
-           "idx[n], in index order (deterministic, no atomics); stray indices add nothing",
+           "idx[n], in index order (deterministic, no atomics); stray indices add nothing; "
+           "in place over base's buffer where base has no later reader",
     .test = {.example = index_add_example, .int_high = 5},
 };
 

@@ -148,4 +148,9 @@ static inline float slapo__gelu_tanh_grad(float x) {                            
 
 SLAPO__VMATH_SRC
 
+/* Sum over i < n of x[i]^2 in double, in a fixed order of 64 chunks (the
+ * same bits for every thread count); OpenMP-parallel above 65536 elements.
+ * x [n] f32 contiguous. Defined in ops/sum_squares.c. */
+double slapo__sum_squares(const float *x, int64_t n);
+
 #endif

@@ -53,11 +53,24 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
      * cross-entropy's mean over nothing is. */
     double w = global > 0 ? (double)valid_targets(inputs[2 * m + 1]) / global : 0.0;
     const slapo_tensor *out;
-    SLAPO_TRY(slapo_step_scaled(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w, &out));
+    /* The first micro-batch writes the grads, the last measures them. */
+    unsigned grads = (m == 0 ? SLAPO_ACC_WRITE : SLAPO_ACC_ADD) |
+                     (m == n_micro - 1 ? SLAPO_ACC_MEASURE : 0);
+    SLAPO_TRY(slapo_step_grads(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w, grads,
+                               &out));
     sum += w * (double)*(const float *)slapo_tensor_data(out);
   }
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1));
   *loss = sum;
   if (n_valid) *n_valid = (int64_t)global;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_train_update(slapo_runner *r, slapo_module *model, slapo_adamw *opt, float lr,
+                                double max_norm, double *norm, double *comm_s) {
+  SLAPO_TRY(slapo_dp_all_reduce_grads(model, comm_s));
+  double n = slapo_train_grad_norm(r, model);
+  if (norm) *norm = n;
+  slapo_adamw_step_scaled(opt, lr, slapo_clip_scale(n, max_norm), false);
   return SLAPO_OK;
 }

@@ -386,8 +386,9 @@ static slapo_status alloc_batches(trainer *t) {
 }
 
 /* One optimizer step: the micro-batches (weighted by valid tokens, so the
- * gradients are already the step's token mean), then clipping and AdamW
- * with the next step's zeroing in its one pass over memory. */
+ * gradients are already the step's token mean; the first writes the grads,
+ * the last measures their norm as each is final), then AdamW with the clip
+ * factor in its one pass over memory. */
 static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   double ts = now_s(), loss = 0, comm_s = 0;
@@ -403,10 +404,9 @@ static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
   SLAPO_TRY(slapo_train_accumulate(t->runner, (int)c->grad_accum, t->micro_in, t->envs, &loss,
                                    NULL));
   SLAPO_TRY(slapo_dist_kernel_status());
-  SLAPO_TRY(slapo_dp_all_reduce_grads(t->model, &comm_s));
-  double norm = slapo_clip_grad_norm(t->model, 0);
   float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
-  slapo_adamw_step_scaled(t->opt, lr, slapo_clip_scale(norm, c->grad_clip), true);
+  double norm;
+  SLAPO_TRY(slapo_train_update(t->runner, t->model, t->opt, lr, c->grad_clip, &norm, &comm_s));
   double dt = now_s() - ts;
   *e = (slapo_train_event){.step = step + 1, .steps = c->steps, .loss = loss, .lr = lr,
                            .grad_norm = norm,
@@ -491,7 +491,6 @@ static slapo_status run(trainer *t) {
   SLAPO_TRY(resume(t, &start));
   SLAPO_TRY(alloc_batches(t));
   t->t0 = now_s();
-  slapo_module_zero_grad(t->model);
   for (int64_t step = start; step < t->c.steps; step++) {
     slapo_train_event e;
     SLAPO_TRY(train_step(t, step, &e));

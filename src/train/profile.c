@@ -317,16 +317,14 @@ static slapo_status profile(slapo_module *model, const slapo_profile_opts *o, pr
   for (int step = 0; step <= o->steps; step++) {
     fill_batch(o, step, idx, tgt);
     slapo_kernel_env env = {o->seed, (uint64_t)step, true};
-    const slapo_tensor *loss = NULL;
-    double t0 = now_ms();
-    SLAPO_TRY(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &loss));
+    double loss, t0 = now_ms();
+    /* As slapo_train's step: the grads written and their norm measured by
+     * the step, then AdamW with the clip factor. */
+    SLAPO_TRY(slapo_train_accumulate(r, 1, in, &env, &loss, NULL));
     double t1 = now_ms();
-    /* As slapo_train's step: measure the global norm, then AdamW with the
-     * clip factor, zeroing the gradients in the same pass. */
-    double norm = slapo_clip_grad_norm(model, 0);
-    slapo_adamw_step_scaled(opt, 6e-4f, slapo_clip_scale(norm, 1.0), true);
+    SLAPO_TRY(slapo_train_update(r, model, opt, 6e-4f, 1.0, NULL, NULL));
     double t2 = now_ms();
-    out->loss = *(const float *)slapo_tensor_data(loss);
+    out->loss = (float)loss;
     if (step == 0) continue; /* warm-up: builds and plans the step, first touch */
     step_ms += t2 - t0;
     opt_ms += t2 - t1;
@@ -378,10 +376,7 @@ slapo_status slapo_profile_run(slapo_module *model, const slapo_profile_opts *op
   if (s == SLAPO_OK) s = slapo_adamw_new(model, &ac, &opt);
   if (s == SLAPO_OK) s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &idx);
   if (s == SLAPO_OK) s = slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &tgt);
-  if (s == SLAPO_OK) {
-    slapo_module_zero_grad(model);
-    s = profile(model, o, &pr, r, opt, idx, tgt);
-  }
+  if (s == SLAPO_OK) s = profile(model, o, &pr, r, opt, idx, tgt);
   slapo_tensor_free(idx);
   slapo_tensor_free(tgt);
   slapo_adamw_free(opt);

@@ -885,6 +885,68 @@ static void test_accumulate_by_valid_tokens(void **state) {
   slapo_module_free(m);
 }
 
+static void set_grad(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  float v = *(const float *)ud, *g = slapo_tensor_data(p->grad);
+  for (int64_t i = 0; i < slapo_tensor_numel(p->grad); i++) g[i] = v;
+}
+
+/* slapo_train_accumulate writes the grads (whatever they held, NaN here;
+ * the tied wte's gradient scattered in place into lm_head's, written
+ * straight into the grad) and measures their norm: bitwise the gradients of
+ * zero_grad + slapo_step, the norm slapo_clip_grad_norm's to rounding; an
+ * unused parameter's grad is zeroed; without a measured step the runner
+ * says so and slapo_train_grad_norm falls back to the pass. */
+static void test_accumulate_writes_and_measures(void **state) {
+  (void)state;
+  slapo_gpt2_config c = tiny_cfg();
+  slapo_module *m = new_model(&c, 5);
+  int64_t es[1] = {7};
+  assert_int_equal(slapo_module_add_param(m, "unused", 1, es, SLAPO_INIT_ZEROS, 0), SLAPO_OK);
+  assert_int_equal(slapo_module_materialize(m, 5), SLAPO_OK);
+  slapo_runner *r;
+  assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
+  enum { B = 2, T = 8 };
+  slapo_tensor *x = i32_2d(B, T), *y = i32_2d(B, T);
+  for (int i = 0; i < B * T; i++)
+    ((int32_t *)slapo_tensor_data(x))[i] = (i * 37) % 256,
+    ((int32_t *)slapo_tensor_data(y))[i] = (i * 11 + 3) % 256;
+  const slapo_tensor *in[2] = {x, y}, *out;
+  slapo_kernel_env env = {1, 0, true};
+  slapo_module_zero_grad(m);
+  assert_int_equal(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &out), SLAPO_OK);
+  double want_norm = slapo_clip_grad_norm(m, 0), rep, sh;
+  assert_int_equal(slapo_runner_grad_sumsq(r, &rep, &sh), SLAPO_STATE);
+  assert_true(fabs(slapo_train_grad_norm(r, m) - want_norm) == 0); /* the pass itself */
+  grad_snap want = {0};
+  assert_int_equal(slapo_module_visit_params(m, snap, &want), SLAPO_OK);
+
+  float nan = NAN;
+  assert_int_equal(slapo_module_visit_params(m, set_grad, &nan), SLAPO_OK);
+  double loss;
+  assert_int_equal(slapo_train_accumulate(r, 1, in, &env, &loss, NULL), SLAPO_OK);
+  grad_snap got = {0};
+  assert_int_equal(slapo_module_visit_params(m, snap, &got), SLAPO_OK);
+  assert_int_equal(got.n, want.n);
+  for (int i = 0; i < got.n; i++) {
+    const float *a = slapo_tensor_data(got.g[i]), *b = slapo_tensor_data(want.g[i]);
+    for (int64_t k = 0; k < slapo_tensor_numel(got.g[i]); k++)
+      if (!(a[k] == b[k])) fail_msg("grad %d[%lld]: %g, want %g", i, (long long)k, a[k], b[k]);
+  }
+  const float *unused = slapo_tensor_data(slapo_module_param(m, "unused")->grad);
+  for (int k = 0; k < 7; k++) assert_true(unused[k] == 0.0f);
+  assert_int_equal(slapo_runner_grad_sumsq(r, &rep, &sh), SLAPO_OK);
+  assert_true(sh == 0.0);
+  double norm = slapo_train_grad_norm(r, m);
+  if (!(fabs(norm - want_norm) <= 1e-12 * want_norm))
+    fail_msg("measured norm %.17g, pass %.17g", norm, want_norm);
+  for (int i = 0; i < got.n; i++) slapo_tensor_free(got.g[i]), slapo_tensor_free(want.g[i]);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+}
+
 /* The estimate plans the same graphs the run plans: its train and eval
  * peaks on a meta model equal the peaks of real steps on the materialized
  * one, and the state terms are four f32 copies of the parameters. */
@@ -929,6 +991,7 @@ int main(void) {
       cmocka_unit_test(test_dataset_directory),   cmocka_unit_test(test_dataset_batch),
       cmocka_unit_test(test_grad_accumulation),   cmocka_unit_test(test_sample),
       cmocka_unit_test(test_accumulate_by_valid_tokens),
+      cmocka_unit_test(test_accumulate_writes_and_measures),
       cmocka_unit_test(test_memory_estimate_matches_plan),
       cmocka_unit_test(test_sample_kv_cache),
   };
