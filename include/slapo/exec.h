@@ -115,6 +115,10 @@ const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i);
 /* Timing (opts.timing): milliseconds spent in `n` during the last run; 0
  * when timing is off or n is not a node of the planned graph. */
 double slapo_plan_node_ms(const slapo_plan *p, const slapo_node *n);
+/* Timing: milliseconds the last run spent putting accumulated values into
+ * their accumulators (adding, copying, measuring), which no node's
+ * slapo_plan_node_ms includes; 0 when timing is off. */
+double slapo_plan_accumulate_ms(const slapo_plan *p);
 /* Prints total ms and share per origin module path, largest first. */
 void slapo_plan_print_timing(const slapo_plan *p, FILE *f);
 

@@ -99,8 +99,10 @@ struct slapo_plan {
   double *sumsq;               /* [n_outputs]: SLAPO_ACC_MEASURE's sums */
   bool measured;               /* the last run had SLAPO_ACC_MEASURE */
 
-  /* Timing (opts.timing): ms per node of the last run; origin groups. */
+  /* Timing (opts.timing): ms per node of the last run (without putting
+   * accumulated values into accumulators: acc_ms); origin groups. */
   double *ms;
+  double acc_ms;
   int n_groups;
   const char **group_name;     /* borrowed from the graph's nodes */
 };

@@ -289,6 +289,7 @@ slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsi
 
   p->ran = false;
   p->measured = false;
+  p->acc_ms = 0;
   if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
   /* Debug allocation mode gives each buffer its own block: values are
    * copied into accumulators there. */
@@ -317,7 +318,13 @@ slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsi
     } else if (e->kind == EXEC_VIEW) {
       run_view(p, e);
     }
-    put_accumulated(p, e, acc_flags);
+    if (p->opts.timing && e->n_acc) {
+      double t1 = now_ms();
+      put_accumulated(p, e, acc_flags);
+      p->acc_ms += now_ms() - t1, t0 += now_ms() - t1;
+    } else {
+      put_accumulated(p, e, acc_flags);
+    }
     for (int k = 0; k < e->n_release; k++) {
       exec_buf *b = &p->bufs[e->release[k]];
       live -= b->nbytes;

@@ -11,6 +11,10 @@ double slapo_plan_node_ms(const slapo_plan *p, const slapo_node *n) {
   return i < 0 ? 0 : p->ms[i];
 }
 
+double slapo_plan_accumulate_ms(const slapo_plan *p) {
+  return p && p->opts.timing ? p->acc_ms : 0;
+}
+
 /* Total ms and call_op node count of origin group g. */
 static double group_ms(const slapo_plan *p, int g, int *n_nodes) {
   double ms = 0;

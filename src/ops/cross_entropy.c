@@ -130,6 +130,27 @@ SLAPO__SIMD_FN(float, exp_store_row, (const float *restrict x, float *restrict y
   return sum;
 }
 
+/* exp_store_row with y over x (the op in place): the same terms, order and
+ * bits; its own function so that both loops keep restrict pointers. */
+SLAPO__SIMD_FN(float, exp_inplace_row, (float *restrict y, int64_t V, float m), (y, V, m)) {
+  float acc[LANES] = {0};
+  int64_t v = 0;
+  for (; v + LANES <= V; v += LANES)
+    for (int l = 0; l < LANES; l++) {
+      float e = slapo__exp_bounded(slapo__clamp_abs(y[v + l] - m, EXP_ARG_MAX_BITS));
+      y[v + l] = e;
+      acc[l] += e;
+    }
+  for (int l = 0; v < V; v++, l++) {
+    float e = slapo__exp_bounded(slapo__clamp_abs(y[v] - m, EXP_ARG_MAX_BITS));
+    y[v] = e;
+    acc[l] += e;
+  }
+  float sum = 0.0f;
+  for (int l = 0; l < LANES; l++) sum += acc[l];
+  return sum;
+}
+
 /* y[v] *= k for v < V. */
 SLAPO__SIMD_PROC(scale_row, (float *restrict y, int64_t V, float k), (y, V, k)) {
   for (int64_t v = 0; v < V; v++) y[v] *= k;
@@ -302,9 +323,11 @@ static void cross_entropy_backward_fast(const slapo_node *node, const slapo_tens
       continue;
     }
     /* dx_r = e^(x - m) * (g / se) - g onehot(t): exponentials stored by the
-     * vectorized row pass, then one scaling pass. */
+     * vectorized row pass, then one scaling pass. In place (dx over the
+     * logits, whose last reader this is) the row stays in cache and the
+     * [R, V] output needs no buffer of its own. */
     float m = row_max(xr, d.V);
-    float se = exp_store_row(xr, dxr, d.V, m);
+    float se = dxr == xr ? exp_inplace_row(dxr, d.V, m) : exp_store_row(xr, dxr, d.V, m);
     scale_row(dxr, d.V, g / se);
     dxr[t] -= g;
   }
@@ -326,10 +349,11 @@ SLAPO_OP_DESCRIPTOR(cross_entropy_backward) = {
     .ref = cross_entropy_backward_ref,
     .fast = cross_entropy_backward_fast,
     .contiguous_inputs = true,
+    .inplace = true,
     .doc = "(logits [.., V], targets [..], dloss []) -> (softmax(row) - onehot(target)) * "
            "dloss / count, zero rows for skipped targets: one pass per row, where the "
            "composite would materialise log_softmax, a one-hot [.., V] and a mask; attr "
-           "ignore_index",
+           "ignore_index; in place over the logits where they have no later reader",
     .test = {.example = cross_entropy_backward_example,
              .int_high = 5,
              .checked_by = "cross_entropy composite"},

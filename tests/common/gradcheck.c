@@ -285,6 +285,16 @@ slapo_status gc_case_run(gc_case *c, char *report, size_t cap) {
 }
 
 const slapo_graph *gc_case_graph(const gc_case *c) { return c->g; }
+
+slapo_status gc_case_copy_input0(gc_case *c, char *report, size_t cap) {
+  slapo_graph_insert_before(c->g, c->y);
+  slapo_node *copy = slapo_mul_scalar(c->ctx, c->y->inputs[0], 1.0);
+  slapo_graph_insert_at_end(c->g);
+  slapo_status s = copy ? slapo_node_set_input(c->y, 0, copy) : slapo_ctx_status(c->ctx);
+  if (s != SLAPO_OK)
+    say(report, cap, "copy of input 0 failed: %s: %s", slapo_status_name(s), slapo_last_error());
+  return s;
+}
 int gc_case_output_count(const gc_case *c) { return c->n_out; }
 const slapo_tensor *gc_case_output(const gc_case *c, int i) {
   return slapo_plan_output(c->plan, i);

@@ -41,6 +41,11 @@ slapo_status gc_case_plan(gc_case *c, bool reference, char *report, size_t cap);
 /* Binds the inputs and runs the plan (env: seed, step 0, training). */
 slapo_status gc_case_run(gc_case *c, char *report, size_t cap);
 const slapo_graph *gc_case_graph(const gc_case *c);
+/* Routes input 0 of the example's op node through a copy kernel (x * 1,
+ * exact) inserted before it, so that the planner may run an in-place op
+ * (op->inplace) over that kernel's buffer. Re-plan afterwards. Errors: the
+ * ctx's (report says so). */
+slapo_status gc_case_copy_input0(gc_case *c, char *report, size_t cap);
 int gc_case_output_count(const gc_case *c);
 /* Output i of the last run (borrowed: until the next run or free). */
 const slapo_tensor *gc_case_output(const gc_case *c, int i);
