@@ -115,6 +115,16 @@ const slapo_tensor *slapo_plan_output(const slapo_plan *p, int i);
 /* Timing (opts.timing): milliseconds spent in `n` during the last run; 0
  * when timing is off or n is not a node of the planned graph. */
 double slapo_plan_node_ms(const slapo_plan *p, const slapo_node *n);
+/* The buffers live at the plan's live-bytes peak: the first node at which
+ * the running total of live bytes, counted as the executor counts it for
+ * slapo_plan_measured_peak_nbytes (a buffer from the node that writes it,
+ * before that node's dead inputs are released, until its last reader), is
+ * largest. Calls fn once per buffer with the node that first writes it
+ * (an in-place op's value lives in its input's buffer) and the buffer's
+ * bytes; known before any run, as the plan decides it. */
+typedef void (*slapo_plan_buffer_fn)(const slapo_node *writer, size_t nbytes, void *ud);
+void slapo_plan_visit_peak(const slapo_plan *p, slapo_plan_buffer_fn fn, void *ud);
+
 /* Timing: milliseconds the last run spent putting accumulated values into
  * their accumulators (adding, copying, measuring), which no node's
  * slapo_plan_node_ms includes; 0 when timing is off. */

@@ -285,10 +285,13 @@ typedef struct slapo_profile {
                               + backward + gradient accumulation) plus the
                               optimizer                                    */
   double nodes_ms;         /* sum of the rows' fwd_ms + bwd_ms             */
-  double optimizer_ms;     /* mean of gradient norm + AdamW (which zeroes
-                              the gradients), as slapo_train's step        */
-  double other_ms;         /* step_ms - nodes_ms - optimizer_ms: what no
-                              node timer covers (binding, executor loop)   */
+  double grads_ms;         /* mean of putting each gradient into its
+                              parameter's grad and measuring it, after the
+                              node that computes it (slapo_plan_accumulate_ms) */
+  double optimizer_ms;     /* mean of slapo_train_update (gradient norm +
+                              AdamW), as slapo_train's step                */
+  double other_ms;         /* step_ms - nodes_ms - grads_ms - optimizer_ms:
+                              what no timer covers (binding, executor loop) */
   double loss;             /* the last step's loss                         */
   size_t planned_peak_nbytes;  /* the plan's arena (slapo_plan_peak_nbytes) */
   size_t live_peak_nbytes;     /* sum of the rows' act_nbytes               */

@@ -106,6 +106,8 @@ static void print_one(const profile_args *a, const char *schedule, int64_t seq,
     printf("%-*s %10.3f %10.3f %10.3f %6.1f%% %10.2f\n", w, r->path, r->fwd_ms, r->bwd_ms,
            r->fwd_ms + r->bwd_ms, 100 * (r->fwd_ms + r->bwd_ms) / t, (double)r->act_nbytes / MiB);
   }
+  printf("%-*s %10s %10s %10.3f %6.1f%% %10s\n", w, "gradients into grads", "", "",
+         p->grads_ms, 100 * p->grads_ms / t, "");
   printf("%-*s %10s %10s %10.3f %6.1f%% %10s\n", w, "optimizer (AdamW)", "", "",
          p->optimizer_ms, 100 * p->optimizer_ms / t, "");
   printf("%-*s %10s %10s %10.3f %6.1f%% %10s\n", w, "other (untimed executor)", "", "",
@@ -115,7 +117,8 @@ static void print_one(const profile_args *a, const char *schedule, int64_t seq,
   printf("\nactivation peak: live %.2f MiB (the act MiB total), planned arena %.2f MiB "
          "(with fragmentation)\n",
          (double)p->live_peak_nbytes / MiB, (double)p->planned_peak_nbytes / MiB);
-  printf("optimizer: gradient norm + AdamW update (zeroing the gradients), as in slapo train\n");
+  printf("gradients: written into the grads by the kernels that compute them and measured for "
+         "the norm; optimizer: gradient norm + AdamW update, as in slapo train\n");
   if (p->live_peak_nbytes != p->measured_peak_nbytes)
     printf("note: the executor measured a live peak of %.2f MiB; the per-module figures repeat "
            "the planner's liveness and disagree with it\n",
@@ -172,6 +175,8 @@ static void print_compare(const profile_args *a, const char *sa, const char *sb,
   for (int i = 0; i < pb->n_rows; i++)
     if (!find_row(pa, pb->rows[i].path))
       compare_line(w, pb->rows[i].path, NULL, &pb->rows[i], false);
+  slapo_profile_row ga = {.fwd_ms = pa->grads_ms}, gb = {.fwd_ms = pb->grads_ms};
+  compare_line(w, "gradients into grads", &ga, &gb, true);
   slapo_profile_row oa = {.fwd_ms = pa->optimizer_ms}, ob = {.fwd_ms = pb->optimizer_ms};
   compare_line(w, "optimizer (AdamW)", &oa, &ob, true);
   slapo_profile_row xa = {.fwd_ms = pa->other_ms}, xb = {.fwd_ms = pb->other_ms};

@@ -519,6 +519,24 @@ void slapo_plan_free(slapo_plan *p) {
   slapo_free(p);
 }
 
+void slapo_plan_visit_peak(const slapo_plan *p, slapo_plan_buffer_fn fn, void *ud) {
+  if (!p || !fn) return;
+  size_t live = 0, peak = 0;
+  int at = -1;
+  for (int i = 0; i < p->n_nodes; i++) {
+    const exec_node *e = &p->nodes[i];
+    if (e->kind == EXEC_KERNEL && p->bufs[e->buf].def == i) {
+      live += p->bufs[e->buf].nbytes;
+      if (live > peak) peak = live, at = i;
+    }
+    for (int k = 0; k < e->n_release; k++) live -= p->bufs[e->release[k]].nbytes;
+  }
+  for (int r = 0; at >= 0 && r < p->n_bufs; r++) {
+    const exec_buf *b = &p->bufs[r];
+    if (b->def >= 0 && b->def <= at && b->last >= at) fn(p->nodes[b->def].node, b->nbytes, ud);
+  }
+}
+
 size_t slapo_plan_peak_nbytes(const slapo_plan *p) { return p ? p->peak_nbytes : 0; }
 
 size_t slapo_plan_measured_peak_nbytes(const slapo_plan *p) {

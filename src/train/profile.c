@@ -13,11 +13,6 @@
 #include "core/assert.h"
 #include "slapo/train.h"
 
-/* The planner sizes every buffer to a multiple of this (SLAPO__EXEC_ALIGN in
- * exec/internal.h, which other layers do not include). A mismatch shows as
- * live_peak_nbytes != measured_peak_nbytes (tests/unit/test_profile.c). */
-#define PLAN_ALIGN ((size_t)64)
-
 static double now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -128,116 +123,29 @@ static void count_nodes(prof *pr, const slapo_graph *g) {
   }
 }
 
-static int cmp_ptr(const void *a, const void *b) {
-  uintptr_t x = (uintptr_t) * (const slapo_node *const *)a;
-  uintptr_t y = (uintptr_t) * (const slapo_node *const *)b;
-  return x < y ? -1 : x > y;
+typedef struct peak_state {
+  prof *pr;
+  slapo_status s;
+} peak_state;
+
+static void add_live(const slapo_node *writer, size_t nbytes, void *ud) {
+  peak_state *st = ud;
+  int r = st->s == SLAPO_OK ? row_of(st->pr, writer->origin) : -1;
+  if (r < 0) {
+    if (st->s == SLAPO_OK) st->s = nomem();
+    return;
+  }
+  st->pr->out->rows[r].act_nbytes += nbytes;
+  st->pr->out->live_peak_nbytes += nbytes;
 }
 
-typedef struct live_node {
-  const slapo_node *node;
-  int kind;     /* 0 bound, 1 kernel (own buffer), 2 view, 3 output */
-  int buf;      /* index of the node whose buffer this value lives in, -1 */
-  int last;     /* kernel nodes: last reader of its buffer (n: kept) */
-  size_t nbytes;
-} live_node;
-
-enum { K_BOUND, K_KERNEL, K_VIEW, K_OUTPUT };
-
-typedef struct ptr_idx {
-  const slapo_node *p;
-  int i;
-} ptr_idx;
-
-static int cmp_ptr_idx(const void *a, const void *b) {
-  return cmp_ptr(&((const ptr_idx *)a)->p, &((const ptr_idx *)b)->p);
-}
-
-static int index_of(const ptr_idx *ix, int n, const slapo_node *p) {
-  ptr_idx key = {p, 0};
-  const ptr_idx *hit = bsearch(&key, ix, (size_t)n, sizeof *ix, cmp_ptr_idx);
-  return hit ? hit->i : -1;
-}
-
-/* The activation bytes per row at the step's live peak. The plan does not
- * expose its buffers, so this repeats the planner's liveness on the graph
- * (exec/plan.c: classify, liveness; exec/run.c: the live-bytes count): a
- * call_op node writes its own buffer unless its op is a view (a view of a
- * placeholder or parameter with a reference kernel gets a buffer of its
- * own); a buffer lives from its writer to its last reader or a reader of a
- * view of it; the output node keeps the loss until the next run, while
- * the gradients (outputs >= accumulate_from, 1 in TRAIN mode) are added
- * into their parameter by the node that computes them and die there. The
- * peak is the first node at which the running total of live bytes (taken
- * after the node's buffer is allocated, before its dead inputs are
- * released) is largest: the figure slapo_plan_measured_peak_nbytes reports,
- * which the caller stores beside this one. */
-static slapo_status live_at_peak(prof *pr, const slapo_graph *g, int accumulate_from) {
-  int n = slapo_graph_count(g);
-  live_node *ln = slapo_calloc((size_t)n + 1, sizeof *ln);
-  ptr_idx *ix = slapo_calloc((size_t)n + 1, sizeof *ix);
-  size_t *release = slapo_calloc((size_t)n + 1, sizeof *release);
-  if (!ln || !ix || !release) {
-    slapo_free(ln), slapo_free(ix), slapo_free(release);
-    return nomem();
-  }
-  int i = 0;
-  for (const slapo_node *nd = slapo_graph_first(g); nd && i < n; nd = nd->next, i++) {
-    ln[i].node = nd;
-    ix[i] = (ptr_idx){nd, i};
-  }
-  qsort(ix, (size_t)n, sizeof *ix, cmp_ptr_idx);
-  for (i = 0; i < n; i++) {
-    const slapo_node *nd = ln[i].node;
-    live_node *e = &ln[i];
-    e->buf = -1;
-    if (nd->kind == SLAPO_NODE_OUTPUT) e->kind = K_OUTPUT;
-    else if (nd->kind != SLAPO_NODE_CALL_OP || !nd->op) e->kind = K_BOUND;
-    else if (nd->op->view && nd->n_inputs > 0) {
-      int k = index_of(ix, n, nd->inputs[0]);
-      e->kind = k >= 0 && ln[k].kind == K_BOUND && nd->op->ref ? K_KERNEL : K_VIEW;
-      if (e->kind == K_VIEW) e->buf = k >= 0 ? ln[k].buf : -1;
-    } else e->kind = K_KERNEL;
-    if (e->kind == K_KERNEL) {
-      size_t b = slapo_dtype_size(nd->dtype);
-      for (int d = 0; d < nd->ndim; d++) b *= (size_t)nd->shape[d];
-      e->nbytes = (b + PLAN_ALIGN - 1) & ~(PLAN_ALIGN - 1);
-      e->buf = i;
-      e->last = i;
-    }
-    for (int j = 0; j < nd->n_inputs; j++) {
-      int k = index_of(ix, n, nd->inputs[j]);
-      int r = k >= 0 ? ln[k].buf : -1;
-      if (r < 0) continue;
-      bool acc = e->kind == K_OUTPUT && accumulate_from > 0 && j >= accumulate_from;
-      int until = e->kind == K_OUTPUT && !acc ? n : acc ? k : i;
-      if (until > ln[r].last) ln[r].last = until;
-    }
-  }
-  for (i = 0; i < n; i++)
-    if (ln[i].kind == K_KERNEL && ln[i].last < n) release[ln[i].last] += ln[i].nbytes;
-  size_t live = 0, peak = 0;
-  int at = -1;
-  for (i = 0; i < n; i++) {
-    if (ln[i].kind == K_KERNEL) {
-      live += ln[i].nbytes;
-      if (live > peak) peak = live, at = i;
-    }
-    live -= release[i];
-  }
-  slapo_status s = SLAPO_OK;
-  for (i = 0; at >= 0 && i <= at; i++) {
-    if (ln[i].kind != K_KERNEL || ln[i].last < at) continue;
-    int r = row_of(pr, ln[i].node->origin);
-    if (r < 0) {
-      s = nomem();
-      break;
-    }
-    pr->out->rows[r].act_nbytes += ln[i].nbytes;
-    pr->out->live_peak_nbytes += ln[i].nbytes;
-  }
-  slapo_free(ln), slapo_free(ix), slapo_free(release);
-  return s;
+/* The activation bytes per row at the step's live peak, from the plan's own
+ * buffers (slapo_plan_visit_peak): each buffer counts for the module whose
+ * node writes it first. */
+static slapo_status live_at_peak(prof *pr, const slapo_plan *plan) {
+  peak_state st = {pr, SLAPO_OK};
+  slapo_plan_visit_peak(plan, add_live, &st);
+  return st.s;
 }
 
 /* Random ids in [0, vocab) for step `step`: idx from stream 31, targets 32. */
@@ -330,24 +238,25 @@ static slapo_status profile(slapo_module *model, const slapo_profile_opts *o, pr
     opt_ms += t2 - t1;
     g = slapo_runner_graph(r);
     SLAPO_TRY(add_times(pr, slapo_runner_plan(r), g));
+    out->grads_ms += slapo_plan_accumulate_ms(slapo_runner_plan(r));
   }
   double k = (double)o->steps;
   out->steps = o->steps;
   out->step_ms = step_ms / k;
   out->optimizer_ms = opt_ms / k;
+  out->grads_ms /= k;
   for (int i = 0; i < out->n_rows; i++) {
     out->rows[i].fwd_ms /= k;
     out->rows[i].bwd_ms /= k;
     out->nodes_ms += out->rows[i].fwd_ms + out->rows[i].bwd_ms;
   }
-  out->other_ms = out->step_ms - out->nodes_ms - out->optimizer_ms;
+  out->other_ms = out->step_ms - out->nodes_ms - out->grads_ms - out->optimizer_ms;
   count_nodes(pr, g);
   out->n_nodes = slapo_graph_count(g);
   const slapo_plan *plan = slapo_runner_plan(r);
   out->planned_peak_nbytes = slapo_plan_peak_nbytes(plan);
   out->measured_peak_nbytes = slapo_plan_measured_peak_nbytes(plan);
-  /* slapo_step plans TRAIN graphs with accumulate_from 1 (module/step.c). */
-  SLAPO_TRY(live_at_peak(pr, g, 1));
+  SLAPO_TRY(live_at_peak(pr, plan));
   return sort_rows(model, out);
 }
 

@@ -99,9 +99,11 @@ static void check_profile(slapo_module *m, const slapo_profile *p, const slapo_p
   }
   assert_true(fabs(sum - p->nodes_ms) <= 1e-9 * (1 + sum));
   assert_true(p->nodes_ms > 0 && p->optimizer_ms > 0);
-  assert_true(p->nodes_ms + p->optimizer_ms <= p->step_ms + 1e-9);
+  assert_true(p->grads_ms > 0);
+  assert_true(p->nodes_ms + p->grads_ms + p->optimizer_ms <= p->step_ms + 1e-9);
   assert_true(p->other_ms >= -1e-9);
-  assert_true(fabs(p->nodes_ms + p->optimizer_ms + p->other_ms - p->step_ms) <= 1e-9 * p->step_ms);
+  assert_true(fabs(p->nodes_ms + p->grads_ms + p->optimizer_ms + p->other_ms - p->step_ms) <=
+              1e-9 * p->step_ms);
   assert_int_equal(nodes, p->n_nodes);
   /* Memory: the rows are the live peak, which the executor measured too. */
   assert_true(act > 0);
