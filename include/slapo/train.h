@@ -296,8 +296,8 @@ typedef struct slapo_profile {
   size_t planned_peak_nbytes;  /* the plan's arena (slapo_plan_peak_nbytes) */
   size_t live_peak_nbytes;     /* sum of the rows' act_nbytes               */
   size_t measured_peak_nbytes; /* slapo_plan_measured_peak_nbytes: equals
-                                  live_peak_nbytes when the profile's
-                                  liveness matches the planner's           */
+                                  live_peak_nbytes (the executor counts the
+                                  buffers slapo_plan_visit_peak lists)     */
 } slapo_profile;
 
 /* Runs 1 + opts.steps TRAIN steps of `model` (materialized, its schedule

@@ -120,8 +120,8 @@ static void print_one(const profile_args *a, const char *schedule, int64_t seq,
   printf("gradients: written into the grads by the kernels that compute them and measured for "
          "the norm; optimizer: gradient norm + AdamW update, as in slapo train\n");
   if (p->live_peak_nbytes != p->measured_peak_nbytes)
-    printf("note: the executor measured a live peak of %.2f MiB; the per-module figures repeat "
-           "the planner's liveness and disagree with it\n",
+    printf("note: the executor measured a live peak of %.2f MiB, the plan's buffers at its "
+           "peak add up to another figure (a bug: please report it)\n",
            (double)p->measured_peak_nbytes / MiB);
 }
 
