@@ -109,29 +109,8 @@ SLAPO__SIMD_FN(float, exp_sum_row, (const float *restrict x, int64_t V, float m)
   return sum;
 }
 
-/* Same terms and summation order as exp_sum_row, also stored in y. */
-SLAPO__SIMD_FN(float, exp_store_row, (const float *restrict x, float *restrict y, int64_t V, float m),
-               (x, y, V, m)) {
-  float acc[LANES] = {0};
-  int64_t v = 0;
-  for (; v + LANES <= V; v += LANES)
-    for (int l = 0; l < LANES; l++) {
-      float e = slapo__exp_bounded(slapo__clamp_abs(x[v + l] - m, EXP_ARG_MAX_BITS));
-      y[v + l] = e;
-      acc[l] += e;
-    }
-  for (int l = 0; v < V; v++, l++) {
-    float e = slapo__exp_bounded(slapo__clamp_abs(x[v] - m, EXP_ARG_MAX_BITS));
-    y[v] = e;
-    acc[l] += e;
-  }
-  float sum = 0.0f;
-  for (int l = 0; l < LANES; l++) sum += acc[l];
-  return sum;
-}
-
-/* exp_store_row with y over x (the op in place): the same terms, order and
- * bits; its own function so that both loops keep restrict pointers. */
+/* y[v] = e^(y[v] - m) in place, with exp_sum_row's terms and summation
+ * order (so its bits), returning the sum. */
 SLAPO__SIMD_FN(float, exp_inplace_row, (float *restrict y, int64_t V, float m), (y, V, m)) {
   float acc[LANES] = {0};
   int64_t v = 0;
@@ -324,10 +303,12 @@ static void cross_entropy_backward_fast(const slapo_node *node, const slapo_tens
     }
     /* dx_r = e^(x - m) * (g / se) - g onehot(t): exponentials stored by the
      * vectorized row pass, then one scaling pass. In place (dx over the
-     * logits, whose last reader this is) the row stays in cache and the
-     * [R, V] output needs no buffer of its own. */
+     * logits, whose last reader this is: the planner's usual case) the
+     * [R, V] output needs no buffer of its own; out of place the row is
+     * copied to dx first. */
     float m = row_max(xr, d.V);
-    float se = dxr == xr ? exp_inplace_row(dxr, d.V, m) : exp_store_row(xr, dxr, d.V, m);
+    if (dxr != xr) memcpy(dxr, xr, (size_t)d.V * sizeof(float)); /* a row: in cache */
+    float se = exp_inplace_row(dxr, d.V, m);
     scale_row(dxr, d.V, g / se);
     dxr[t] -= g;
   }
