@@ -211,7 +211,14 @@ static slapo_status dropout_backward(slapo_ctx *ctx, slapo_node *node, slapo_nod
 /* cc codegen: dropout_ref's keep test and scale on this element's uniform u,
  * over a (forward) or g (the backward re-applies the mask); the identity when
  * p == 0. Whether the run trains is the backend's to decide. Sharded
- * offsets (offset != 0) are not supported yet. */
+ * offsets (offset != 0) are not supported yet.
+ * The test is in float, exactly dropout_ref's (double)u >= p: u = k * 2^-24
+ * for an integer k < 2^24, so u >= p iff k >= T = ceil(p * 2^24) (as the
+ * fast kernel decides) iff u >= T * 2^-24, a float (T <= 2^24), written as
+ * a hex literal, exact. The kept value is selected before the scale,
+ * slapo__keep(v, kept) * s (v or +0, ops/vmath.h), which equals
+ * kept ? v * s : 0 (s >= 1, or 0 for p = 1; +0 * s is +0), so no
+ * floating-point operation is conditional and the loop vectorizes. */
 static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap) {
   if (which != -1 && which != 0) return false;
   const char *v = which == -1 ? "a" : "g";
@@ -224,7 +231,8 @@ static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap)
   /* The scale exactly as drop_args_of computes it. */
   if (p < 1) snprintf(S, sizeof S, "(float)(1.0 / (1.0 - %s))", P);
   else snprintf(S, sizeof S, "0.0f");
-  return cc_put(buf, cap, "((double)u >= %s ? %s * %s : 0.0f)", P, v, S);
+  float t = (float)(ceil(p * 16777216.0) / 16777216.0);
+  return cc_put(buf, cap, "(slapo__keep(%s, u >= %af) * %s)", v, (double)t, S);
 }
 
 static slapo_node *dropout_example(slapo_ctx *ctx) {

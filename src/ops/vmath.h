@@ -71,6 +71,18 @@ static inline float slapo__clamp_abs(float x, uint32_t lim_bits) {              
   return x;                                                                                       \
 }                                                                                                 \
                                                                                                   \
+/* v if keep (0 or 1), else +0.0f, by masking the bits: a select no floating-point                         \
+ * operation depends on, so GCC neither branches nor moves the multiply                           \
+ * after it under the condition, and the loop vectorizes with and without                         \
+ * AVX-512 masks (a dropout's keep test, cc_expr of dropout). */                                  \
+static inline float slapo__keep(float v, int keep) {                                              \
+  uint32_t b;                                                                                     \
+  memcpy(&b, &v, sizeof b);                                                                       \
+  b &= 0u - (uint32_t)keep;                                                                       \
+  memcpy(&v, &b, sizeof b);                                                                       \
+  return v;                                                                                       \
+}                                                                                                 \
+                                                                                                  \
 /* e^a for |a| <= 87 (callers bound it; outside, the 2^n scale overflows).                        \
  * The argument is a double and is reduced in double, so e^a is accurate to                       \
  * ~2 ulp of float even when a is large: a float argument alone would carry                       \

@@ -1,7 +1,8 @@
 /* tests/compiler/test_fuse.c - fuse through the none and cc backends:
  * GPT-2's bias + GELU and bias + dropout + residual regions (against the
  * unfused model, dropout on), every elementwise op through cc against none
- * with broadcast shapes, byte-identical reruns, the kernel cache (hit, miss
+ * with broadcast shapes, dropout on rows that are not whole Philox blocks
+ * (bitwise against none), byte-identical reruns, the kernel cache (hit, miss
  * on another ISA, shape-generic objects), compiler missing and failing,
  * unsupported ops, the generated source against a golden file, the
  * backward kernel's reductions (bitwise equal for 1, 2 and 3 threads, and
@@ -154,12 +155,14 @@ static slapo_module *one_model(const one_op *o) {
   return m;
 }
 
+/* One training step with the input r of w's shape; the loss and the
+ * gradients of w and b (NULL without b). */
 static void run_one(slapo_module *m, float *loss, slapo_tensor **gw, slapo_tensor **gb) {
-  int64_t s[2] = {4, 8};
+  const slapo_tensor *w = slapo_module_param(m, "w")->value;
   slapo_tensor *r;
-  OK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, s, &r));
+  OK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, w->shape, &r));
   float *d = slapo_tensor_data(r);
-  for (int i = 0; i < 32; i++) d[i] = (float)((i * 5) % 7) / 7.0f - 0.4f;
+  for (int64_t i = 0; i < slapo_tensor_numel(r); i++) d[i] = (float)((i * 5) % 7) / 7.0f - 0.4f;
   slapo_runner *run;
   OK(slapo_runner_new(m, NULL, &run));
   slapo_module_zero_grad(m);
@@ -174,18 +177,22 @@ static void run_one(slapo_module *m, float *loss, slapo_tensor **gw, slapo_tenso
   slapo_tensor_free(r);
 }
 
-static void fused_one(slapo_module *m, const char *compiler) {
+static void fuse_text(slapo_module *m, const char *compiler, const char *text) {
   slapo_sched *root;
   OK(slapo_sched_create(m, &root));
   OK(slapo_trace(root, NULL));
-  const one_op *o = m->config;
-  char text[64];
-  snprintf(text, sizeof text, "%s(x%s)", o->name, o->kind ? ", y" : "");
   slapo_pattern *p = pt_parse(text);
   slapo_status st = slapo_fuse(root, p, compiler, "One", NULL, true);
   if (st != SLAPO_OK) fail_msg("%s: %s", text, slapo_last_error());
   slapo_pattern_free(p);
   slapo_sched_free(root);
+}
+
+static void fused_one(slapo_module *m, const char *compiler) {
+  const one_op *o = m->config;
+  char text[64];
+  snprintf(text, sizeof text, "%s(x%s)", o->name, o->kind ? ", y" : "");
+  fuse_text(m, compiler, text);
 }
 
 static void every_elementwise_op(void **state) {
@@ -227,6 +234,64 @@ static void every_elementwise_op(void **state) {
     if (!found) fail_msg("elementwise op %s is not tested through cc", op->name);
   }
   assert_true(covered > 20);
+}
+
+/* ---- dropout where rows are not whole Philox blocks ---- */
+
+/* sum(dropout(add(w, b), 0.3) * r) for w [R, C] and a bias b [C]. */
+static slapo_node *bias_drop_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                     slapo_node *const *in) {
+  (void)n_in;
+  slapo_node *w = slapo_weight(ctx, self, "w"), *b = slapo_weight(ctx, self, "b");
+  slapo_node *y = slapo_dropout(ctx, slapo_add(ctx, w, b), 0.3);
+  int64_t axes[2] = {0, 1};
+  return slapo_sum(ctx, slapo_mul(ctx, y, in[0]), 2, axes, false);
+}
+
+static const slapo_module_type k_bias_drop = {"BiasDrop", bias_drop_forward, NULL, one_free, NULL};
+
+static slapo_module *bias_drop_model(int64_t R, int64_t C) {
+  slapo_module *m;
+  OK(slapo_module_new(&k_bias_drop, NULL, &m));
+  int64_t ws[2] = {R, C};
+  OK(slapo_module_add_param(m, "w", 2, ws, SLAPO_INIT_ZEROS, 0));
+  OK(slapo_module_add_param(m, "b", 1, &ws[1], SLAPO_INIT_ZEROS, 0));
+  slapo_tensor *ex;
+  OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, ws, &ex));
+  OK(slapo_module_set_example(m, 1, (const slapo_tensor *const *)&ex));
+  slapo_tensor_free(ex);
+  OK(slapo_module_materialize(m, 1));
+  fill(slapo_module_param(m, "w"), -1, 1, 1);
+  fill(slapo_module_param(m, "b"), -1, 1, 2);
+  return m;
+}
+
+/* A row of C % 4 != 0 columns starts inside a Philox block, and so do the
+ * later column blocks of a row longer than one (64 columns): the cc kernels
+ * draw uniforms from any offset in a block. The masks, so the loss and w's
+ * gradient, must be the unfused op's bit for bit; b's gradient is a sum in
+ * another order. */
+static void dropout_unaligned_rows(void **state) {
+  (void)state;
+  static const int64_t shapes[][2] = {{5, 7}, {3, 70}, {4, 130}, {6, 64}};
+  for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+    slapo_module *a = bias_drop_model(shapes[k][0], shapes[k][1]);
+    slapo_module *b = bias_drop_model(shapes[k][0], shapes[k][1]);
+    fuse_text(a, "none", "dropout(add(x, y))");
+    fuse_text(b, "cc", "dropout(add(x, y))");
+    float la, lb;
+    slapo_tensor *wa, *ba, *wb, *bb;
+    run_one(a, &la, &wa, &ba);
+    run_one(b, &lb, &wb, &bb);
+    print_message("[%lld, %lld]: loss %.9g vs %.9g\n", (long long)shapes[k][0],
+                  (long long)shapes[k][1], la, lb);
+    assert_memory_equal(&la, &lb, sizeof la);
+    assert_memory_equal(slapo_tensor_data(wa), slapo_tensor_data(wb),
+                        sizeof(float) * (size_t)slapo_tensor_numel(wa));
+    if (pt_worst(bb, ba, 1e-5, 1e-4) > 1) fail_msg("gradient of b differs");
+    slapo_tensor_free(wa), slapo_tensor_free(wb), slapo_tensor_free(ba), slapo_tensor_free(bb);
+    slapo_module_free(a), slapo_module_free(b);
+  }
 }
 
 /* ---- the cache, the compiler, the source ---- */
@@ -526,6 +591,7 @@ int main(void) {
       cmocka_unit_test(bias_gelu_none_and_cc),
       cmocka_unit_test(bias_dropout_residual),
       cmocka_unit_test(every_elementwise_op),
+      cmocka_unit_test(dropout_unaligned_rows),
       cmocka_unit_test(cache_hits_and_misses),
       cmocka_unit_test(compiler_missing_and_failing),
       cmocka_unit_test(preconditions),
