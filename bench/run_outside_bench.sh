@@ -31,10 +31,11 @@ median() { sort -g | awk '{a[NR] = $1} END {if (NR % 2) print a[(NR + 1) / 2]; e
 parse() {
   awk '
     /^slapo model=/ { for (i = 1; i <= NF; i++) if ($i ~ /^tokens_per_s=/) { split($i, a, "="); tok = a[2] } }
-    /^phases/ { for (i = 1; i <= NF; i++) if ($i == "norm") { clip = $(i + 1); sub(",", "", clip) } }
+    /^phases/ { for (i = 1; i <= NF; i++) if ($i == "norm") { clip = $(i + 1); sub(",", "", clip) }
+                adamw = $NF }
     /^graph ms per step/ { graph = $NF == "ms" ? $(NF - 1) : $NF }
     $1 == "matmul" || $1 == "linear" { gemm += $2 }
-    END { printf "%.1f %.1f\n", graph - gemm + clip, tok }'
+    END { printf "%.1f %.1f %.1f\n", graph - gemm + clip, tok, adamw }'
 }
 
 declare -A OUT TOK
@@ -42,9 +43,9 @@ echo "# $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); l
 echo "# $ROUNDS rounds of: bench_train --config $CONFIG --batch $B --seq $T --steps $STEPS --schedule $SCHEDULE --profile"
 for r in $(seq "$ROUNDS"); do
   for b in "$@"; do
-    read -r o t < <(OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$b/bench_bench_train" --config "$CONFIG" \
+    read -r o t a < <(OMP_NUM_THREADS=${OMP_NUM_THREADS:-2} "$b/bench_bench_train" --config "$CONFIG" \
       --batch "$B" --seq "$T" --steps "$STEPS" --schedule "$SCHEDULE" --profile | parse)
-    echo "round $r  $b: outside GEMMs and AdamW $o ms, $t tokens/s"
+    echo "round $r  $b: outside GEMMs and AdamW $o ms, $t tokens/s, AdamW phase $a ms"
     OUT[$b]+="$o "
     TOK[$b]+="$t "
   done
