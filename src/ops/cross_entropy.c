@@ -90,8 +90,8 @@ static void cross_entropy_ref(const slapo_node *node, const slapo_tensor *const 
 
 /* The fast kernels' row pass: e^(x[v] - m) for v < V (m = the row max),
  * summed in LANES interleaved partial sums (a fixed order, so reproducible)
- * that let the loop vectorize, as in ops/softmax.c. e^ is slapo__exp_bounded
- * (ops/vmath.h), ~2 ulp; arguments below -87 (e^-87 ~ 1.6e-38, nothing next
+ * that let the loop vectorize, as in ops/softmax.c. e^ is
+ * slapo__exp_bounded_f (ops/vmath.h: float only, ~1 ulp); arguments below -87 (e^-87 ~ 1.6e-38, nothing next
  * to the max's 1) are clamped to -87. */
 enum { LANES = 16 };
 #define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
@@ -101,9 +101,9 @@ SLAPO__SIMD_FN(float, exp_sum_row, (const float *restrict x, int64_t V, float m)
   int64_t v = 0;
   for (; v + LANES <= V; v += LANES)
     for (int l = 0; l < LANES; l++)
-      acc[l] += slapo__exp_bounded(slapo__clamp_abs(x[v + l] - m, EXP_ARG_MAX_BITS));
+      acc[l] += slapo__exp_bounded_f(slapo__clamp_abs(x[v + l] - m, EXP_ARG_MAX_BITS));
   for (int l = 0; v < V; v++, l++)
-    acc[l] += slapo__exp_bounded(slapo__clamp_abs(x[v] - m, EXP_ARG_MAX_BITS));
+    acc[l] += slapo__exp_bounded_f(slapo__clamp_abs(x[v] - m, EXP_ARG_MAX_BITS));
   float sum = 0.0f;
   for (int l = 0; l < LANES; l++) sum += acc[l];
   return sum;
@@ -116,12 +116,12 @@ SLAPO__SIMD_FN(float, exp_inplace_row, (float *restrict y, int64_t V, float m), 
   int64_t v = 0;
   for (; v + LANES <= V; v += LANES)
     for (int l = 0; l < LANES; l++) {
-      float e = slapo__exp_bounded(slapo__clamp_abs(y[v + l] - m, EXP_ARG_MAX_BITS));
+      float e = slapo__exp_bounded_f(slapo__clamp_abs(y[v + l] - m, EXP_ARG_MAX_BITS));
       y[v + l] = e;
       acc[l] += e;
     }
   for (int l = 0; v < V; v++, l++) {
-    float e = slapo__exp_bounded(slapo__clamp_abs(y[v] - m, EXP_ARG_MAX_BITS));
+    float e = slapo__exp_bounded_f(slapo__clamp_abs(y[v] - m, EXP_ARG_MAX_BITS));
     y[v] = e;
     acc[l] += e;
   }

@@ -79,7 +79,7 @@ static void softmax_ref(const slapo_node *node, const slapo_tensor *const *in,
 /* One row's exponentials and their sum for the fast kernel: y[s] =
  * e^(x[s] - m) for s < n, summed in LANES interleaved partial sums (a
  * fixed order, so reproducible) that let the loop vectorize; e^ is
- * slapo__exp_bounded (ops/vmath.h), ~2 ulp, with arguments below -87 (e^-87
+ * slapo__exp_bounded_f (ops/vmath.h: float only, ~1 ulp), with arguments below -87 (e^-87
  * ~ 1.6e-38, nothing next to the row's maximum, which contributes 1)
  * clamped to -87. Returns the sum. */
 enum { LANES = 16 };
@@ -91,13 +91,13 @@ SLAPO__SIMD_FN(float, exp_row, (const float *restrict x, float *restrict y, int6
   int64_t s = 0;
   for (; s + LANES <= n; s += LANES) {
     for (int l = 0; l < LANES; l++) {
-      float e = slapo__exp_bounded(slapo__clamp_abs(x[s + l] - m, EXP_ARG_MAX_BITS));
+      float e = slapo__exp_bounded_f(slapo__clamp_abs(x[s + l] - m, EXP_ARG_MAX_BITS));
       y[s + l] = e;
       acc[l] += e;
     }
   }
   for (int l = 0; s < n; s++, l++) {
-    float e = slapo__exp_bounded(slapo__clamp_abs(x[s] - m, EXP_ARG_MAX_BITS));
+    float e = slapo__exp_bounded_f(slapo__clamp_abs(x[s] - m, EXP_ARG_MAX_BITS));
     y[s] = e;
     acc[l] += e;
   }
