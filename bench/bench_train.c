@@ -1,14 +1,15 @@
 /* bench/bench_train.c - training-step throughput of slapo for any family of
- * the model registry (GPT-2 by default; --model llama): one step is
- * slapo_step (forward and backward) + global-norm clipping (1.0) + AdamW +
- * zeroing the gradients, the same work bench/train_peer.py times for
- * PyTorch (see
- * bench/run_train_bench.sh, which runs the two side by side), written with
- * the one-pass optimizer API (clip scale and zeroing folded into AdamW's
- * pass: slapo_adamw_step_scaled). Inputs are
+ * the model registry (GPT-2 by default; --model llama): one step is what
+ * slapo_train does (slapo_train_accumulate: forward and backward, the
+ * gradients written into the grads and their norm measured; global-norm
+ * clipping at 1.0 folded into AdamW's one pass: slapo_adamw_step_scaled),
+ * the same work bench/train_peer.py times for PyTorch (see
+ * bench/run_train_bench.sh, which runs the two side by side). Inputs are
  * random token ids (no tokenizer). Prints one line: tokens/s from the median
  * step time, step ms (median, min), MFU, the measured GEMM peak, the planned
- * activation peak and the persistent bytes (weights, gradients, AdamW m, v).
+ * and measured activation peaks, the persistent bytes (weights, gradients,
+ * AdamW m, v), the ms outside the GEMM nodes and AdamW, and the share of
+ * the step outside the GEMM nodes (from per-node timing, always on).
  *
  * MFU (model FLOPs utilization; PaLM, Chowdhery et al. 2022, appendix B, as
  * llm.c's estimate_mfu): flops per token = 6 N + 12 L T C, with N every
@@ -148,20 +149,26 @@ static void add_profile(const slapo_runner *r, prof_table *pr, bool first) {
 /* GEMM nodes: what the "time outside GEMMs" leaves out. */
 static bool is_gemm(const char *op) { return !strcmp(op, "matmul") || !strcmp(op, "linear"); }
 
+/* Mean ms per step of every node (*all) and of the GEMM nodes (*gemm). */
+static void graph_ms(const prof_table *pr, int steps, double *all, double *gemm) {
+  *all = *gemm = 0;
+  for (int k = 0; k < pr->n_op; k++) {
+    *all += pr->by_op[k].ms / steps;
+    if (is_gemm(pr->by_op[k].key)) *gemm += pr->by_op[k].ms / steps;
+  }
+}
+
 /* step_ms, norm_ms: medians of the step and norm phases. */
 static void print_profile(prof_table *pr, int steps, double step_ms, double norm_ms) {
   qsort(pr->by_op, (size_t)pr->n_op, sizeof *pr->by_op, cmp_op_time);
   qsort(pr->by_sig, (size_t)pr->n_sig, sizeof *pr->by_sig, cmp_op_time);
-  double all = 0, gemm = 0;
-  for (int k = 0; k < pr->n_op; k++) {
-    all += pr->by_op[k].ms;
-    if (is_gemm(pr->by_op[k].key)) gemm += pr->by_op[k].ms;
-  }
-  double out = (all - gemm) / steps + norm_ms;
+  double all, gemm;
+  graph_ms(pr, steps, &all, &gemm);
+  double out = all - gemm + norm_ms;
   printf("outside GEMMs and AdamW: %.1f ms a step (graph %.1f - GEMM nodes %.1f + norm %.1f; "
          "%.1f%% of graph + norm %.1f)\n",
-         out, all / steps, gemm / steps, norm_ms, 100 * out / (step_ms + norm_ms),
-         step_ms + norm_ms);
+         out, all, gemm, norm_ms, 100 * out / (step_ms + norm_ms), step_ms + norm_ms);
+  all *= steps;
   printf("graph ms per step by op type (mean of %d steps; no optimizer): %.1f ms\n", steps,
          all / steps);
   for (int k = 0; k < pr->n_op; k++)
@@ -226,7 +233,9 @@ int main(int argc, char **argv) {
 
   /* idx, targets [B, T] i32: random ids in [0, V) from a fixed LCG. */
   bench_model bm;
-  CHECK(bench_model_new(family_name, config, schedule, B, T, profile, 12345, &bm));
+  /* Node timing always (two clock reads a node, ~0.05 ms a step): the
+   * first line reports the time outside the GEMM nodes. */
+  CHECK(bench_model_new(family_name, config, schedule, B, T, true, 12345, &bm));
   slapo_module *model = bm.model;
   slapo_runner *r = bm.runner;
   slapo_adamw *opt = bm.opt;
@@ -257,7 +266,7 @@ int main(int argc, char **argv) {
     if (it < 2) continue;
     times[it - 2] = t3 - t0;
     phase[0][it - 2] = t1 - t0, phase[1][it - 2] = t2 - t1, phase[2][it - 2] = t3 - t2;
-    if (profile) add_profile(r, &pr, it == 2);
+    add_profile(r, &pr, it == 2);
   }
 
   double min_s = times[0];
@@ -269,12 +278,20 @@ int main(int argc, char **argv) {
   double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
   /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
   double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
+  /* outside_ms: outside the GEMM nodes and AdamW (the other nodes, putting
+   * gradients into grads, the norm); non_gemm_share: the share of the
+   * whole step outside the GEMM nodes (AdamW included). */
+  double all, gemm, norm_ms = 1e3 * bench_median(phase[1], steps);
+  graph_ms(&pr, steps, &all, &gemm);
   printf("slapo model=%s config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
          "mfu=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
-         "persistent_mb=%.1f loss=%.4f params=%lld threads=%d\n",
+         "measured_peak_mb=%.1f persistent_mb=%.1f outside_ms=%.1f non_gemm_share=%.3f "
+         "loss=%.4f params=%lld threads=%d\n",
          family_name, config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
          flops_per_tok * tok_s / 1e9, peak_gflops, (double)slapo_runner_peak_nbytes(r) / 1e6,
-         persistent_mb, loss, (long long)N, omp_get_max_threads());
+         (double)slapo_plan_measured_peak_nbytes(slapo_runner_plan(r)) / 1e6, persistent_mb,
+         all - gemm + norm_ms, 1 - gemm / (med * 1e3), loss, (long long)N,
+         omp_get_max_threads());
   printf("phases (median ms): step (graph + grad accumulation) %.1f, clip norm %.1f, "
          "adamw %.1f\n",
          1e3 * bench_median(phase[0], steps), 1e3 * bench_median(phase[1], steps),

@@ -104,7 +104,7 @@ sched_for() { # sched_for FAMILY -> the schedule file of the scheduled row
 split_cfg() { # split_cfg [FAMILY/]CONFIG -> "FAMILY CONFIG"
   if [[ $1 == */* ]]; then echo "${1%%/*} ${1#*/}"; else echo "gpt2 $1"; fi
 }
-declare -A S P MFU PEAK Q QMFU QPEAK
+declare -A S P MFU PEAK MEAS OUT Q QMFU QPEAK QMEAS QOUT
 for r in $(seq "$ROUNDS"); do
   for c in $CONFIGS; do
     IFS=: read -r fc b t <<<"$c"
@@ -119,12 +119,16 @@ for r in $(seq "$ROUNDS"); do
     P[$c]+="$pt "
     MFU[$c]+="$(field mfu "$sl") "
     PEAK[$c]=$(field planned_peak_mb "$sl")
+    MEAS[$c]=$(field measured_peak_mb "$sl")
+    OUT[$c]+="$(field non_gemm_share "$sl") "
     if [ -n "$SCHEDULE" ]; then
       ql=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --model "$fam" --config "$cfg" --batch "$b" --seq "$t" \
         --steps "$STEPS" --schedule "$(sched_for "$fam")" | head -1)
       Q[$c]+="$(field tokens_per_s "$ql") "
       QMFU[$c]+="$(field mfu "$ql") "
       QPEAK[$c]=$(field planned_peak_mb "$ql")
+      QMEAS[$c]=$(field measured_peak_mb "$ql")
+      QOUT[$c]+="$(field non_gemm_share "$ql") "
       printf "round %d %-11s B%-2s T%-4s slapo+%s %8.1f tok/s (step %s ms, mfu %s)\n" "$r" "$fc" \
         "$b" "$t" "$(basename "$(sched_for "$fam")")" "$(field tokens_per_s "$ql")" "$(field step_ms "$ql")" \
         "$(field mfu "$ql")"
@@ -136,29 +140,35 @@ for r in $(seq "$ROUNDS"); do
 done
 
 echo
-printf "%-11s %3s %5s | %12s %12s %7s | %9s %12s\n" config B T "slapo tok/s" "torch tok/s" ratio "slapo MFU" "planned MB"
+printf "%-11s %3s %5s | %12s %12s %7s | %9s %9s | %11s %11s\n" config B T "slapo tok/s" "torch tok/s" \
+  ratio "slapo MFU" "non-GEMM" "planned MB" "measured MB"
 for c in $CONFIGS; do
   IFS=: read -r cfg b t <<<"$c"
   sm=$(tr ' ' '\n' <<<"${S[$c]}" | grep . | median)
   pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
   mm=$(tr ' ' '\n' <<<"${MFU[$c]}" | grep . | median)
-  printf "%-11s %3s %5s | %12.1f %12.1f %6.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
-    "$(awk -v a="$sm" -v b="$pm" 'BEGIN {print a / b}')" "$mm" "${PEAK[$c]}"
+  om=$(tr ' ' '\n' <<<"${OUT[$c]}" | grep . | median)
+  printf "%-11s %3s %5s | %12.1f %12.1f %6.2fx | %9.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
+    "$(awk -v a="$sm" -v b="$pm" 'BEGIN {print a / b}')" "$mm" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
+    "${PEAK[$c]}" "${MEAS[$c]}"
 done
-echo "(medians over $ROUNDS rounds; ratio = slapo / torch; MFU = (6N + 12LTC) * tokens/s / measured 1024^3 GEMM peak)"
+echo "(medians over $ROUNDS rounds; ratio = slapo / torch; MFU = (6N + 12LTC) * tokens/s / measured 1024^3 GEMM peak;"
+echo " non-GEMM = share of the step outside the GEMM nodes, AdamW included; activation peaks planned and measured)"
 if [ -n "$SCHEDULE" ]; then
   echo
-  printf "%-11s %3s %5s | %14s %12s %9s %9s | %9s %12s\n" config B T "scheduled tok/s" "torch tok/s" \
-    "vs torch" "vs plain" "MFU" "planned MB"
+  printf "%-11s %3s %5s | %14s %12s %9s %9s | %9s %9s | %11s %11s\n" config B T "scheduled tok/s" \
+    "torch tok/s" "vs torch" "vs plain" "MFU" "non-GEMM" "planned MB" "measured MB"
   for c in $CONFIGS; do
     IFS=: read -r cfg b t <<<"$c"
     sm=$(tr ' ' '\n' <<<"${S[$c]}" | grep . | median)
     pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
     qm=$(tr ' ' '\n' <<<"${Q[$c]}" | grep . | median)
     mm=$(tr ' ' '\n' <<<"${QMFU[$c]}" | grep . | median)
-    printf "%-11s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %9.3f %12s\n" "$cfg" "$b" "$t" "$qm" "$pm" \
-      "$(awk -v a="$qm" -v b="$pm" 'BEGIN {print a / b}')" \
-      "$(awk -v a="$qm" -v b="$sm" 'BEGIN {print a / b}')" "$mm" "${QPEAK[$c]}"
+    om=$(tr ' ' '\n' <<<"${QOUT[$c]}" | grep . | median)
+    printf "%-11s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %9.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" \
+      "$qm" "$pm" "$(awk -v a="$qm" -v b="$pm" 'BEGIN {print a / b}')" \
+      "$(awk -v a="$qm" -v b="$sm" 'BEGIN {print a / b}')" "$mm" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
+      "${QPEAK[$c]}" "${QMEAS[$c]}"
   done
   echo "(slapo with $( [ "$SCHEDULE" = default ] && echo "each family's default schedule" || echo "$SCHEDULE"); vs plain = scheduled / unscheduled slapo, same rounds)"
 fi
