@@ -1,7 +1,9 @@
 # tests/cli/harness.sh - sourced by the CLI test scripts: a scratch $TMP
-# (removed on exit), and run / check / ok / summary, which count passed and
-# failed checks. Set HARNESS_NAME, then source it (it sets TMP, OUT,
-# ERR). RUN_TIMEOUT (seconds, 0 = none) bounds each command.
+# (removed on exit), and run / check / check_re / lacks / ok / summary,
+# which count passed and failed checks: a run with the wrong exit code
+# counts one failure, and the checks of its output are then skipped. Set
+# HARNESS_NAME, then source it (it sets TMP, OUT, ERR). RUN_TIMEOUT
+# (seconds, 0 = none) bounds each command.
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_${HARNESS_NAME:-test}_XXXXXX")
 trap 'rm -rf "$TMP"' EXIT
 passed=0
@@ -21,25 +23,43 @@ run() {
     rc_ok=1
   else
     rc_ok=0
+    failed=$((failed + 1))
     echo "FAIL $name: exit $rc, want $want"
+    echo "  stdout: $(head -c 400 "$OUT")"
     echo "  stderr: $(head -c 600 "$ERR")"
   fi
 }
 
-# check NAME FILE TEXT : the last run's FILE ("out" or "err") contains TEXT.
-check() {
-  local name=$1 file=$2 text=$3
-  if [ "$rc_ok" -eq 1 ] && grep -qF -- "$text" "$TMP/$file"; then
+# The file a check reads: "out" and "err" are the last run's, else a path.
+file_of() {
+  case "$1" in out) echo "$OUT" ;; err) echo "$ERR" ;; *) echo "$1" ;; esac
+}
+
+# expect NAME FILE WHAT MODE ARG : one check of FILE (grep MODE -F or -E),
+# passing when a line matches (WHAT "has") or none does (WHAT "lacks").
+expect() {
+  local name=$1 f what=$3 mode=$4 arg=$5
+  f=$(file_of "$2")
+  [ "$rc_ok" -eq 1 ] || return 0 # the run's failure is counted once
+  if grep -q "$mode" -- "$arg" "$f"; then [ "$what" = has ]; else [ "$what" = lacks ]; fi
+  if [ $? -eq 0 ]; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1))
-    [ "$rc_ok" -eq 1 ] && echo "FAIL $name: $file lacks '$text': $(head -c 600 "$TMP/$file")"
+    echo "FAIL $name: $2 $([ "$what" = has ] && echo lacks || echo has) '$arg': $(head -c 600 "$f")"
   fi
 }
 
+# check NAME FILE TEXT : FILE contains TEXT (fixed string).
+check() { expect "$1" "$2" has -F "$3"; }
+# check_re NAME FILE REGEX : a line of FILE matches the extended REGEX.
+check_re() { expect "$1" "$2" has -E "$3"; }
+# lacks NAME FILE REGEX : no line of FILE matches REGEX.
+lacks() { expect "$1" "$2" lacks -E "$3"; }
+
 # ok NAME : the last run's exit code was right (no text to check).
 ok() {
-  if [ "$rc_ok" -eq 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+  if [ "$rc_ok" -eq 1 ]; then passed=$((passed + 1)); fi
 }
 
 # The tally; the script's exit status.

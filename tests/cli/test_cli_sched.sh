@@ -11,59 +11,9 @@ set -u
 SLAPO=${1:?usage: test_cli_sched.sh path/to/slapo path/to/source-root}
 SRC=${2:?usage: test_cli_sched.sh path/to/slapo path/to/source-root}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-TMP=$(mktemp -d "${TMPDIR:-/tmp}/slapo_test_cli_sched_XXXXXX")
-trap 'rm -rf "$TMP"' EXIT
+HARNESS_NAME=test_cli_sched
+source "$(dirname "$0")/harness.sh"
 cd "$SRC" || exit 1 # schedules/ paths as users type them
-
-passed=0
-failed=0
-OUT="$TMP/out"
-ERR="$TMP/err"
-
-# run NAME WANT_RC CMD... : runs the command, keeps stdout/stderr, checks rc.
-rc_ok=0
-run() {
-  local name=$1 want=$2
-  shift 2
-  "$@" >"$OUT" 2>"$ERR"
-  local rc=$?
-  if [ "$rc" -eq "$want" ]; then
-    rc_ok=1
-    passed=$((passed + 1))
-  else
-    rc_ok=0
-    failed=$((failed + 1))
-    echo "FAIL $name: exit $rc, want $want"
-    echo "  stdout: $(head -c 400 "$OUT")"
-    echo "  stderr: $(head -c 400 "$ERR")"
-  fi
-}
-
-# check NAME FILE PATTERN : the last run's FILE ("out", "err" or a path)
-# has a line matching the extended regex PATTERN.
-check() {
-  local name=$1 file=$2 pat=$3
-  case "$file" in out) file=$OUT ;; err) file=$ERR ;; esac
-  if [ "$rc_ok" -eq 1 ] && grep -qE -- "$pat" "$file"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL $name: no line matches /$pat/"
-    echo "  $(head -c 600 "$file")"
-  fi
-}
-
-# lacks NAME FILE PATTERN : no line of FILE matches PATTERN.
-lacks() {
-  local name=$1 file=$2 pat=$3
-  case "$file" in out) file=$OUT ;; err) file=$ERR ;; esac
-  if [ "$rc_ok" -eq 1 ] && ! grep -qE -- "$pat" "$file"; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL $name: a line matches /$pat/: $(grep -E -- "$pat" "$file" | head -3)"
-  fi
-}
 
 FA=schedules/gpt2_flash_attention.sched
 CK=schedules/gpt2_checkpoint.sched
@@ -71,64 +21,64 @@ CK=schedules/gpt2_checkpoint.sched
 # ---- primitives, help ----
 run "primitives" 0 "$SLAPO" primitives
 for p in replace replace_all annotate checkpoint; do
-  check "primitives lists $p" out "^$p +[a-z]"
+  check_re "primitives lists $p" out "^$p +[a-z]"
 done
-check "primitives lists replacement modules" out "^FlashAttention +"
+check_re "primitives lists replacement modules" out "^FlashAttention +"
 
 run "help checkpoint" 0 "$SLAPO" help checkpoint
-check "help checkpoint: signature" out "^checkpoint \[ratio=r( \| pattern=P)?\]"
-check "help checkpoint: C form" out "slapo_checkpoint\(node"
-check "help checkpoint: preconditions" out "Fails: INVALID_ARG"
-check "help checkpoint: verification" out "Verified: bitwise"
+check_re "help checkpoint: signature" out "^checkpoint \[ratio=r( \| pattern=P)?\]"
+check_re "help checkpoint: C form" out "slapo_checkpoint\(node"
+check_re "help checkpoint: preconditions" out "Fails: INVALID_ARG"
+check_re "help checkpoint: verification" out "Verified: bitwise"
 for p in replace replace_all annotate; do
   run "help $p" 0 "$SLAPO" help "$p"
-  check "help $p: doc" out "^  Fails: "
+  check_re "help $p: doc" out "^  Fails: "
 done
 
 run "help bogus" 1 "$SLAPO" help bogus
-check "help bogus: message" err "^slapo: not_found: no primitive 'bogus'"
+check_re "help bogus: message" err "^slapo: not_found: no primitive 'bogus'"
 
 # ---- show --schedule ----
 run "show" 0 "$SLAPO" show --config tiny --schedule "$FA"
-check "show: step count" out "^schedule $FA: 5 steps$"
+check_re "show: step count" out "^schedule $FA: 5 steps$"
 for i in 0 1 2 3; do
-  check "show: step $((i + 1))" out \
+  check_re "show: step $((i + 1))" out \
     "^$((i + 1)) +transformer\.h\.$i\.attn +replace +FlashAttention +# $FA:3$"
 done
-check "show: step 5" out "^5 +transformer\.h +checkpoint +ratio=1\.0 +# $FA:4$"
-check "show: applied log" out "^transformer\.h\.3\.attn +replace +FlashAttention$"
-check "show: scheduled tree" out "\(attn\): FlashAttention\("
+check_re "show: step 5" out "^5 +transformer\.h +checkpoint +ratio=1\.0 +# $FA:4$"
+check_re "show: applied log" out "^transformer\.h\.3\.attn +replace +FlashAttention$"
+check_re "show: scheduled tree" out "\(attn\): FlashAttention\("
 
 run "show --disable" 0 "$SLAPO" show --config tiny --schedule "$FA" --disable 1,2
-check "show --disable: steps still numbered" out "^1 +transformer\.h\.0\.attn +replace"
-check "show --disable: count" out "^applied \(2 disabled\):$"
+check_re "show --disable: steps still numbered" out "^1 +transformer\.h\.0\.attn +replace"
+check_re "show --disable: count" out "^applied \(2 disabled\):$"
 sed -n '/^applied/,$p' "$OUT" >"$TMP/applied"
-check "show --disable: step 3 applied" "$TMP/applied" "^transformer\.h\.2\.attn +replace +FlashAttention$"
-check "show --disable: step 5 applied" "$TMP/applied" "^transformer\.h +checkpoint +ratio=1\.0$"
+check_re "show --disable: step 3 applied" "$TMP/applied" "^transformer\.h\.2\.attn +replace +FlashAttention$"
+check_re "show --disable: step 5 applied" "$TMP/applied" "^transformer\.h +checkpoint +ratio=1\.0$"
 lacks "show --disable: step 1 skipped" "$TMP/applied" "^transformer\.h\.0\.attn +replace"
 lacks "show --disable: step 2 skipped" "$TMP/applied" "^transformer\.h\.1\.attn +replace"
-check "show --disable: h.0-1 keep GPT2Attention" "$TMP/applied" "\(attn\): GPT2Attention\("
+check_re "show --disable: h.0-1 keep GPT2Attention" "$TMP/applied" "\(attn\): GPT2Attention\("
 
 printf '# bad\ntransformer.h checkpoint ratio=0.5.1\n' >"$TMP/malformed.sched"
 run "show malformed" 1 "$SLAPO" show --config tiny --schedule "$TMP/malformed.sched"
-check "show malformed: file:line:col" err "^slapo: parse: $TMP/malformed\.sched:2:[0-9]+: expected a number"
+check_re "show malformed: file:line:col" err "^slapo: parse: $TMP/malformed\.sched:2:[0-9]+: expected a number"
 lacks "show malformed: nothing applied" out "^applied"
 
 printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
 run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
-check "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
+check_re "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
 
 # ---- verify ----
 run "verify checkpoint" 0 "$SLAPO" verify --schedule "$CK"
-check "verify checkpoint: bitwise" out "^steps 1-1 .*$CK:3 transformer\.h checkpoint\): equal bitwise$"
-check "verify checkpoint: ok" out "^verify: ok$"
+check_re "verify checkpoint: bitwise" out "^steps 1-1 .*$CK:3 transformer\.h checkpoint\): equal bitwise$"
+check_re "verify checkpoint: ok" out "^verify: ok$"
 
 run "verify flash attention" 0 "$SLAPO" verify --schedule "$FA" --batch 1 --seq 8 --final-only
-check "verify flash attention: tolerance" out "^steps 1-5 .*: within tolerance"
+check_re "verify flash attention: tolerance" out "^steps 1-5 .*: within tolerance"
 
 printf 'transformer.h.0 checkpoint\ntransformer.h.1 frobnicate\n' >"$TMP/broken.sched"
 run "verify broken" 1 "$SLAPO" verify --schedule "$TMP/broken.sched"
-check "verify broken: message" err "^slapo: not_found: $TMP/broken\.sched:2: unknown primitive 'frobnicate'"
+check_re "verify broken: message" err "^slapo: not_found: $TMP/broken\.sched:2: unknown primitive 'frobnicate'"
 
 # ---- train --schedule ----
 for i in $(seq 40); do
@@ -136,12 +86,12 @@ for i in $(seq 40); do
 done >"$TMP/corpus.txt"
 run "train --schedule" 0 "$SLAPO" train --config tiny --steps 2 --batch 1 --seq 8 --sample 0 \
   --data "$TMP/corpus.txt" --schedule "$FA"
-check "train --schedule: applied" out "applied 5 steps"
-check "train --schedule: steps ran" out "^step 2/2 loss [0-9.]+"
+check_re "train --schedule: applied" out "applied 5 steps"
+check_re "train --schedule: steps ran" out "^step 2/2 loss [0-9.]+"
 
 run "train --schedule --disable" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 \
   --sample 0 --data "$TMP/corpus.txt" --schedule "$FA" --disable 5
-check "train --disable: count" out "applied 4 steps \(1 disabled\)"
+check_re "train --disable: count" out "applied 4 steps \(1 disabled\)"
 
 # ---- traced graphs: show --graph, find ----
 printf 'transformer.h.0.mlp trace\n' >"$TMP/trace_mlp.sched"
@@ -149,72 +99,72 @@ printf 'transformer.h.0 trace flatten=true\n' >"$TMP/trace_flat.sched"
 
 run "show --graph" 0 "$SLAPO" show --graph transformer.h.0.mlp --config tiny \
   --schedule "$TMP/trace_mlp.sched"
-check "show --graph: header" out "^graph of transformer\.h\.0\.mlp \(GPT2MLP\), traced flatten=false"
-check "show --graph: c_fc" out "call_module c_fc\("
-check "show --graph: act" out "call_module act\("
-check "show --graph: shapes" out "^%c_fc : f32\[2, 8, 512\] = "
+check_re "show --graph: header" out "^graph of transformer\.h\.0\.mlp \(GPT2MLP\), traced flatten=false"
+check_re "show --graph: c_fc" out "call_module c_fc\("
+check_re "show --graph: act" out "call_module act\("
+check_re "show --graph: shapes" out "^%c_fc : f32\[2, 8, 512\] = "
 lacks "show --graph: no module tree" out "^total: "
 
 run "show --graph flattened" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
   --schedule "$TMP/trace_flat.sched"
-check "show --graph flattened: header" out "^graph of transformer\.h\.0 \(GPT2Block\), traced flatten=true"
-check "show --graph flattened: matmul" out "call_op matmul"
-check "show --graph flattened: module paths" out "call_module mlp\.c_fc\(.*# mlp$"
+check_re "show --graph flattened: header" out "^graph of transformer\.h\.0 \(GPT2Block\), traced flatten=true"
+check_re "show --graph flattened: matmul" out "call_op matmul"
+check_re "show --graph flattened: module paths" out "call_module mlp\.c_fc\(.*# mlp$"
 
 run "show --graph --dot" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
   --schedule "$TMP/trace_flat.sched" --dot "$TMP/out.dot"
-check "show --dot: says where" out "^show: wrote $TMP/out\.dot"
-check "show --dot: digraph" "$TMP/out.dot" "^digraph"
+check_re "show --dot: says where" out "^show: wrote $TMP/out\.dot"
+check_re "show --dot: digraph" "$TMP/out.dot" "^digraph"
 if command -v dot >/dev/null 2>&1; then
   run "dot -Tsvg" 0 dot -Tsvg "$TMP/out.dot" -o "$TMP/out.svg"
-  check "dot -Tsvg: svg" "$TMP/out.svg" "<svg"
+  check_re "dot -Tsvg: svg" "$TMP/out.svg" "<svg"
 else
   echo "skip dot -Tsvg: graphviz not installed"
 fi
 
 run "show --graph untraced" 1 "$SLAPO" show --graph transformer.h.1 --config tiny \
   --schedule "$TMP/trace_flat.sched"
-check "show --graph untraced: message" err \
+check_re "show --graph untraced: message" err \
   "^slapo: precond: transformer\.h\.1 is not traced; add 'transformer\.h\.1 trace' to the schedule$"
 run "show --graph inlined" 1 "$SLAPO" show --graph transformer.h.0.mlp --config tiny \
   --schedule "$TMP/trace_flat.sched"
-check "show --graph inlined: names the trace" err "inlined into the flattened trace of transformer\.h\.0"
+check_re "show --graph inlined: names the trace" err "inlined into the flattened trace of transformer\.h\.0"
 run "show --graph missing" 1 "$SLAPO" show --graph transformer.h.9 --config tiny \
   --schedule "$TMP/trace_flat.sched"
-check "show --graph missing: names it" err "^slapo: not_found: no module 'transformer\.h\.9'"
+check_re "show --graph missing: names it" err "^slapo: not_found: no module 'transformer\.h\.9'"
 run "show --dot without --graph" 2 "$SLAPO" show --config tiny --dot "$TMP/x.dot"
-check "show --dot without --graph: message" err "--dot needs --graph"
+check_re "show --dot without --graph: message" err "--dot needs --graph"
 
 run "find --pattern" 0 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
   --pattern 'gelu(linear(x, w, b))' transformer.h.0
-check "find --pattern: nodes" out "^match 1: %mlp_c_fc \(mlp\.c_fc\), %mlp_act \(mlp\.act\)$"
-check "find --pattern: inputs" out "^  inputs: x=%ln_2 f32\[2, 8, 128\], w=mlp\.c_fc\.weight f32\[512, 128\]"
-check "find --pattern: summary" out "^1 match of 'gelu\(linear\(x, w, b\)\)' in transformer\.h\.0$"
+check_re "find --pattern: nodes" out "^match 1: %mlp_c_fc \(mlp\.c_fc\), %mlp_act \(mlp\.act\)$"
+check_re "find --pattern: inputs" out "^  inputs: x=%ln_2 f32\[2, 8, 128\], w=mlp\.c_fc\.weight f32\[512, 128\]"
+check_re "find --pattern: summary" out "^1 match of 'gelu\(linear\(x, w, b\)\)' in transformer\.h\.0$"
 
 run "find --regex" 0 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
   --regex 'c_.*' transformer.h.0
-check "find --regex: attn.c_attn" out "^match 1: %attn_c_attn \(attn\.c_attn\)$"
-check "find --regex: summary" out "^4 matches of regex 'c_\.\*' in transformer\.h\.0$"
+check_re "find --regex: attn.c_attn" out "^match 1: %attn_c_attn \(attn\.c_attn\)$"
+check_re "find --regex: summary" out "^4 matches of regex 'c_\.\*' in transformer\.h\.0$"
 
 run "find untraced" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
   --pattern 'gelu(x)' transformer.h.1
-check "find untraced: message" err "^slapo: precond: .*transformer\.h\.1 is not traced; trace it first"
+check_re "find untraced: message" err "^slapo: precond: .*transformer\.h\.1 is not traced; trace it first"
 run "find bad pattern" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
   --pattern 'gelu(linear(x, w b))' transformer.h.0
-check "find bad pattern: column" err "^slapo: parse: pattern 'gelu\(linear\(x, w b\)\)': column [0-9]+: expected"
+check_re "find bad pattern: column" err "^slapo: parse: pattern 'gelu\(linear\(x, w b\)\)': column [0-9]+: expected"
 run "find unknown name" 1 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" \
   --pattern nosuch transformer.h.0
-check "find unknown name: message" err "^slapo: not_found: --pattern 'nosuch': no pattern is registered"
+check_re "find unknown name: message" err "^slapo: not_found: --pattern 'nosuch': no pattern is registered"
 run "find without pattern" 2 "$SLAPO" find --config tiny --schedule "$TMP/trace_flat.sched" transformer.h.0
-check "find without pattern: message" err "give one of --pattern P and --regex RE"
+check_re "find without pattern: message" err "give one of --pattern P and --regex RE"
 run "find without path" 2 "$SLAPO" find --config tiny --regex 'c_.*'
-check "find without path: message" err "a module PATH is required"
+check_re "find without path: message" err "a module PATH is required"
 run "help lists find" 0 "$SLAPO" help
-check "help lists find: line" out "^  find +list the matches"
+check_re "help lists find: line" out "^  find +list the matches"
 
 TC=schedules/gpt2_trace_checkpoint.sched
 run "find on $TC" 0 "$SLAPO" find --config tiny --schedule "$TC" --regex 'mlp\.act' transformer.h.3
-check "find on $TC: block 3 traced" out "^1 match of regex"
+check_re "find on $TC: block 3 traced" out "^1 match of regex"
 
 # Every schedule file in the repository keeps the model's numerics (dropout
 # on; tolerance where a primitive changes arithmetic). A file names its
@@ -225,8 +175,7 @@ for f in schedules/*.sched; do
   family=${family%%_*}
   run "verify $f" 0 env SLAPO_CACHE_DIR="$TMP/cache" "$SLAPO" verify --model "$family" \
     --config tiny --schedule "$f"
-  check "verify $f: ok" out "^verify: ok"
+  check_re "verify $f: ok" out "^verify: ok"
 done
 
-echo "$passed passed, $failed failed"
-[ "$failed" -eq 0 ]
+summary
