@@ -39,8 +39,10 @@
 #   - AdamW(foreach=False): torch 1.13's foreach (multi-tensor) AdamW took
 #     ~700 ms a step on 124M here against ~290 ms for the per-tensor loop;
 #     zero_grad(set_to_none=True) (False was no faster).
-# The training step timed on both sides: zero_grad, forward, backward,
-# clip_grad_norm(1.0), AdamW; random token ids (no tokenizer).
+# The training step timed on both sides: forward, backward, the global
+# norm clipped at 1.0, AdamW; the peer also zero_grad()s (slapo's step
+# writes the gradients instead of adding them, so it needs no zeroing);
+# random token ids (no tokenizer).
 set -euo pipefail
 
 BUILD=${1:-build}
