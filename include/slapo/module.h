@@ -79,6 +79,10 @@ slapo_status slapo_parameter_shard(slapo_parameter *p, const slapo_shard *s, int
 /* The unsharded shape of p (its own shape when whole) into shape
  * [SLAPO_MAX_DIMS]; returns ndim. */
 int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape);
+/* True when p holds one of several pieces of a tensor-parallel shard (its
+ * group's ranks hold different values: norms and checkpoints combine them);
+ * false for a replicated or unsharded parameter. */
+bool slapo_parameter_is_sharded(const slapo_parameter *p);
 
 /* ------------------------------------------------------------------------ */
 /* Module types                                                              */

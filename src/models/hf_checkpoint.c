@@ -242,7 +242,7 @@ static void save_one(slapo_parameter *p, const char *path, void *ud) {
   /* A sharded parameter is saved gathered, in the unsharded layout, so the
    * file loads into any tensor-parallel size (every rank gathers; rank 0
    * writes). */
-  if (p->shard && p->shard->count > 1) {
+  if (slapo_parameter_is_sharded(p)) {
     s = slapo_dist_gather_shards((slapo_group)p->shard_group, p->shard, p->value, &full);
     value = full;
   }

@@ -16,6 +16,10 @@ void slapo__param_free_shard(slapo_parameter *p) {
   p->shard = NULL, p->shard_users = NULL, p->n_shard_users = 0;
 }
 
+bool slapo_parameter_is_sharded(const slapo_parameter *p) {
+  return p->shard && p->shard->count > 1;
+}
+
 int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape) {
   if (p->shard) {
     slapo_shard_orig_shape(p->shard, shape);

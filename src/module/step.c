@@ -329,7 +329,7 @@ slapo_status slapo_runner_grad_sumsq(const slapo_runner *r, double *replicated, 
   for (int i = 0; i < b->n_params; i++) {
     const slapo_parameter *p = b->params[i];
     double sq = slapo_plan_accumulator_sumsq(b->plan, i + 1);
-    if (p->shard && p->shard->count > 1) *sharded += sq;
+    if (slapo_parameter_is_sharded(p)) *sharded += sq;
     else *replicated += sq;
   }
   return SLAPO_OK;

@@ -28,7 +28,7 @@ static void add_sq(slapo_parameter *p, const char *path, void *ud) {
   if (!p->grad) return;
   const float *g = slapo_tensor_data(p->grad); /* [numel] */
   double sq = slapo__sum_squares(g, slapo_tensor_numel(p->grad));
-  if (p->shard && p->shard->count > 1) st->sharded += sq; /* summed over the group below */
+  if (slapo_parameter_is_sharded(p)) st->sharded += sq; /* summed over the group below */
   else st->sumsq += sq;
 }
 
