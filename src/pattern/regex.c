@@ -45,14 +45,17 @@ static size_t bracket_len(const char *c) {
   return c[i] ? i + 1 : i;
 }
 
-/* The repetition count of the bound at c ('{' then a digit): n for {n} and
- * {m,n} (m when larger), m + 1 for {m,}; *len its length. */
-static double bound_count(const char *c, size_t *len) {
+/* The bound at c ('{' then a digit or ','; glibc reads a missing lower
+ * bound as 0, so {,n} repeats too): *min its lower bound; returns the
+ * copies regcomp makes, n for {n} and {m,n} (m when larger), m + 1 for
+ * {m,}; *len its length. */
+static double bound_count(const char *c, size_t *len, double *min) {
   char *end;
   double m = (double)strtol(c + 1, &end, 10), n = m;
   if (*end == ',') n = is_digit(end[1]) ? (double)strtol(end + 1, &end, 10) : m + 1;
   while (*end && *end != '}') end++;
   *len = (size_t)(end - c) + (*end == '}');
+  *min = m;
   return fmax(fmax(m, n), 1);
 }
 
@@ -108,9 +111,10 @@ const char *slapo__regex_hazard(const char *re) {
     } else if (g->has_last && (*c == '*' || *c == '?' || *c == '+')) {
       copies = *c == '+' ? 2 : 1;
       optional = *c != '+';
-    } else if (g->has_last && *c == '{' && is_digit(c[1])) {
-      copies = bound_count(c, &n);
-      optional = c[1] == '0' && !is_digit(c[2]);
+    } else if (g->has_last && *c == '{' && (is_digit(c[1]) || c[1] == ',')) {
+      double min;
+      copies = bound_count(c, &n, &min);
+      optional = min == 0;
     } else if (*c == '^' || *c == '$' || (*c == '\\' && c[1] && strchr("bB<>`'", c[1]))) {
       rx_operand(g, 1, true); /* anchors match the empty string */
       n = *c == '\\' ? 2 : 1;

@@ -190,6 +190,17 @@ static void test_errors(void **state) {
       {"mod('(()?()?)*')",
        "pattern 'mod('(()?()?)*')': column 5: bad module regex '(()?()?)*': it repeats an operand "
        "that matches the empty string (like a**, (a?)+ or ()?)"},
+      /* glibc reads {,n} as {0,n}: found by the fuzzer as a timeout. */
+      {"mod('((a{,20}){,20}){,20}')",
+       "pattern 'mod('((a{,20}){,20}){,20}')': column 5: bad module regex "
+       "'((a{,20}){,20}){,20}': it repeats an operand that matches the empty string (like a**, "
+       "(a?)+ or ()?)"},
+      {"mod('(ab{,99}){,99}c')",
+       "pattern 'mod('(ab{,99}){,99}c')': column 5: bad module regex '(ab{,99}){,99}c': too "
+       "complex (more than 1024 nodes once repetitions are expanded)"},
+      {"mod('(a{00,3}){2}')",
+       "pattern 'mod('(a{00,3}){2}')': column 5: bad module regex '(a{00,3}){2}': it repeats an "
+       "operand that matches the empty string (like a**, (a?)+ or ()?)"},
       {"mod('h.a*?')", "pattern 'mod('h.a*?')': column 5: bad module regex 'h.a*?': it repeats an "
                        "operand that matches the empty string (like a**, (a?)+ or ()?)"},
       {"mod('(a|b?)+')", "pattern 'mod('(a|b?)+')': column 5: bad module regex '(a|b?)+': it "
