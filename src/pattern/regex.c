@@ -16,8 +16,9 @@
  * 28 nested + a quarter billion; and its epsilon closures grow
  * exponentially with repeated operands that match the empty string
  * ((()?()?...()?)* with 22 takes seconds). Module regexes are bounded in
- * the nodes they expand to and in group nesting, and may not repeat an
- * operand that matches the empty string (see slapo__regex_hazard). */
+ * the nodes they expand to and in group nesting, may not repeat an
+ * operand that matches the empty string, and have no back-references (see
+ * slapo__regex_hazard). */
 #define MAX_REGEX_SIZE 1024
 #define MAX_REGEX_GROUPS 64
 #define STRINGIFY_(x) #x
@@ -82,8 +83,8 @@ static void rx_operand(rx_group *g, double nodes, bool nullable) {
 /* Why glibc's regcomp could take too long or too much memory on re, or
  * NULL: an upper estimate of its nodes (an atom counts 1, a group the sum
  * of its parts, a repetition copies its operand: + twice, {m,n} max(m, n)
- * times), group nesting, and a repeated operand that matches the empty
- * string (a**, (a?)+, ()?). Exact ERE syntax is regcomp's business: a
+ * times), group nesting, a repeated operand that matches the empty
+ * string (a**, (a?)+, ()?) and back-references. Exact ERE syntax is regcomp's business: a
  * malformed regex only has to be scanned without harm. */
 const char *slapo__regex_hazard(const char *re) {
   rx_group st[MAX_REGEX_GROUPS + 1] = {{.seq_nullable = true}};
@@ -115,6 +116,11 @@ const char *slapo__regex_hazard(const char *re) {
       double min;
       copies = bound_count(c, &n, &min);
       optional = min == 0;
+    } else if (*c == '\\' && is_digit(c[1])) {
+      /* A back-reference matches what its group did, the empty string
+       * too, and glibc's matcher backtracks on them: (\b)(\b\1+()){,40}
+       * compiled for 90 s. Paths never need one. */
+      return "it has a back-reference (\\1 to \\9), which module regexes do not allow";
     } else if (*c == '^' || *c == '$' || (*c == '\\' && c[1] && strchr("bB<>`'", c[1]))) {
       rx_operand(g, 1, true); /* anchors match the empty string */
       n = *c == '\\' ? 2 : 1;

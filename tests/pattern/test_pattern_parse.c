@@ -201,6 +201,10 @@ static void test_errors(void **state) {
       {"mod('(a{00,3}){2}')",
        "pattern 'mod('(a{00,3}){2}')': column 5: bad module regex '(a{00,3}){2}': it repeats an "
        "operand that matches the empty string (like a**, (a?)+ or ()?)"},
+      {"mod('(\\b)(\\b\\1+()){,40}')",
+       "pattern 'mod('(\\b)(\\b\\1+()){,40}')': column 5: bad module regex "
+       "'(\\b)(\\b\\1+()){,40}': it has a back-reference (\\1 to \\9), which module regexes "
+       "do not allow"},
       {"mod('h.a*?')", "pattern 'mod('h.a*?')': column 5: bad module regex 'h.a*?': it repeats an "
                        "operand that matches the empty string (like a**, (a?)+ or ()?)"},
       {"mod('(a|b?)+')", "pattern 'mod('(a|b?)+')': column 5: bad module regex '(a|b?)+': it "
