@@ -205,6 +205,9 @@ static void test_errors(void **state) {
        "pattern 'mod('(\\b)(\\b\\1+()){,40}')': column 5: bad module regex "
        "'(\\b)(\\b\\1+()){,40}': it has a back-reference (\\1 to \\9), which module regexes "
        "do not allow"},
+      {"mod('(\\ba){9}')",
+       "pattern 'mod('(\\ba){9}')': column 5: bad module regex '(\\ba){9}': more than 8 "
+       "word boundaries (\\b, \\B) once repetitions are expanded"},
       {"mod('h.a*?')", "pattern 'mod('h.a*?')': column 5: bad module regex 'h.a*?': it repeats an "
                        "operand that matches the empty string (like a**, (a?)+ or ()?)"},
       {"mod('(a|b?)+')", "pattern 'mod('(a|b?)+')': column 5: bad module regex '(a|b?)+': it "
