@@ -18,7 +18,8 @@
  * term is the attention's QK^T and AV products, forward and backward, counted
  * over the full T x T matrix as PaLM does. MFU = flops per token * tokens/s /
  * peak, where the peak is measured here with a 1024^3 f32 matmul through
- * slapo (planned one-node graph, best of 9 samples).
+ * slapo (planned one-node graph; the best sample of 9 taken before the run
+ * and one after every timed step).
  * --profile: also prints the mean ms per op type over the timed steps.
  * --machine: prints only the CPU and kernel line (bench_machine.h). */
 #include <getopt.h>
@@ -44,50 +45,66 @@ static void die(const char *what) {
     if ((expr) != SLAPO_OK) die(#expr);                                        \
   } while (0)
 
-/* GFLOP/s of a 1024^3 matmul through slapo: a planned one-node graph re-run
- * (dispatch included), 9 samples of >= 50 ms of runs each; the best sample,
- * since a peak is what the machine can do (on a shared machine the median
- * can land on a sample that lost its CPU to another process). */
-static double gemm_peak_gflops(void) {
-  const int64_t n = 1024;
-  int64_t sh[2] = {n, n};
+/* The GEMM peak: GFLOP/s of a 1024^3 matmul through slapo, a planned
+ * one-node graph re-run (dispatch included), in samples of >= 50 ms of
+ * runs. The peak is the best sample (a peak is what the machine can do),
+ * taken over samples spread across the whole run: 9 before it and one
+ * after every timed step, since on a shared machine a burst of samples can
+ * all land in a window where another VM holds the cores (one such round
+ * printed an MFU of 1.35). */
+typedef struct gemm_probe {
   slapo_tensor *a, *b;
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &a));
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &b));
-  float *pa = slapo_tensor_data(a), *pb = slapo_tensor_data(b);
-  for (int64_t i = 0; i < n * n; i++) {
-    pa[i] = (float)(i % 97) / 97.0f - 0.5f;
-    pb[i] = (float)(i % 89) / 89.0f - 0.5f;
-  }
   slapo_graph *g;
   slapo_ctx *ctx;
   slapo_plan *p;
-  CHECK(slapo_graph_new(&g));
-  CHECK(slapo_ctx_new(g, &ctx));
-  slapo_node *y = slapo_matmul(ctx, slapo_input(ctx, "a", SLAPO_DTYPE_F32, 2, sh),
-                               slapo_input(ctx, "b", SLAPO_DTYPE_F32, 2, sh), false, false);
-  slapo_output(ctx, 1, &y);
-  CHECK(slapo_ctx_status(ctx));
-  CHECK(slapo_plan_new(g, NULL, &p));
-  CHECK(slapo_plan_bind_input(p, "a", a));
-  CHECK(slapo_plan_bind_input(p, "b", b));
-  CHECK(slapo_plan_run(p, NULL)); /* warm-up: creates the oneDNN primitive */
-  double best = 1e30;
-  for (int s = 0; s < 9; s++) {
-    int runs = 0;
-    double t0 = bench_now_s(), dt;
-    do {
-      CHECK(slapo_plan_run(p, NULL));
-      runs++;
-    } while ((dt = bench_now_s() - t0) < 0.05);
-    best = dt / runs < best ? dt / runs : best;
+  double best_s; /* the fastest run's seconds so far */
+} gemm_probe;
+
+enum { PEAK_N = 1024 };
+
+static void gemm_probe_new(gemm_probe *q) {
+  int64_t sh[2] = {PEAK_N, PEAK_N};
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &q->a));
+  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &q->b));
+  float *pa = slapo_tensor_data(q->a), *pb = slapo_tensor_data(q->b);
+  for (int64_t i = 0; i < (int64_t)PEAK_N * PEAK_N; i++) {
+    pa[i] = (float)(i % 97) / 97.0f - 0.5f;
+    pb[i] = (float)(i % 89) / 89.0f - 0.5f;
   }
-  slapo_plan_free(p);
-  slapo_ctx_free(ctx);
-  slapo_graph_free(g);
-  slapo_tensor_free(a);
-  slapo_tensor_free(b);
-  return 2.0 * (double)(n * n * n) / best / 1e9;
+  CHECK(slapo_graph_new(&q->g));
+  CHECK(slapo_ctx_new(q->g, &q->ctx));
+  slapo_node *y = slapo_matmul(q->ctx, slapo_input(q->ctx, "a", SLAPO_DTYPE_F32, 2, sh),
+                               slapo_input(q->ctx, "b", SLAPO_DTYPE_F32, 2, sh), false, false);
+  slapo_output(q->ctx, 1, &y);
+  CHECK(slapo_ctx_status(q->ctx));
+  CHECK(slapo_plan_new(q->g, NULL, &q->p));
+  CHECK(slapo_plan_bind_input(q->p, "a", q->a));
+  CHECK(slapo_plan_bind_input(q->p, "b", q->b));
+  CHECK(slapo_plan_run(q->p, NULL)); /* warm-up: creates the oneDNN primitive */
+  q->best_s = 1e30;
+}
+
+/* One sample of >= 50 ms of runs. */
+static void gemm_probe_sample(gemm_probe *q) {
+  int runs = 0;
+  double t0 = bench_now_s(), dt;
+  do {
+    CHECK(slapo_plan_run(q->p, NULL));
+    runs++;
+  } while ((dt = bench_now_s() - t0) < 0.05);
+  q->best_s = dt / runs < q->best_s ? dt / runs : q->best_s;
+}
+
+static double gemm_probe_gflops(const gemm_probe *q) {
+  return 2.0 * (double)PEAK_N * PEAK_N * PEAK_N / q->best_s / 1e9;
+}
+
+static void gemm_probe_free(gemm_probe *q) {
+  slapo_plan_free(q->p);
+  slapo_ctx_free(q->ctx);
+  slapo_graph_free(q->g);
+  slapo_tensor_free(q->a);
+  slapo_tensor_free(q->b);
 }
 
 /* --profile: ms per op type and per distinct node signature (op, input
@@ -229,7 +246,9 @@ int main(int argc, char **argv) {
     return 2;
   }
 
-  double peak_gflops = gemm_peak_gflops();
+  gemm_probe peak;
+  gemm_probe_new(&peak);
+  for (int k = 0; k < 9; k++) gemm_probe_sample(&peak);
 
   /* idx, targets [B, T] i32: random ids in [0, V) from a fixed LCG. */
   bench_model bm;
@@ -267,7 +286,10 @@ int main(int argc, char **argv) {
     times[it - 2] = t3 - t0;
     phase[0][it - 2] = t1 - t0, phase[1][it - 2] = t2 - t1, phase[2][it - 2] = t3 - t2;
     add_profile(r, &pr, it == 2);
+    gemm_probe_sample(&peak); /* after the step's timings: not inside them */
   }
+  double peak_gflops = gemm_probe_gflops(&peak);
+  gemm_probe_free(&peak);
 
   double min_s = times[0];
   for (int i = 1; i < steps; i++) min_s = times[i] < min_s ? times[i] : min_s;
