@@ -91,8 +91,9 @@ static void rx_operand(rx_group *g, double nodes, double wb, bool nullable) {
  * NULL: an upper estimate of its nodes (an atom counts 1, a group the sum
  * of its parts, a repetition copies its operand: + twice, {m,n} max(m, n)
  * times), group nesting, a repeated operand that matches the empty
- * string (a**, (a?)+, ()?), back-references and word boundaries. Exact ERE syntax is regcomp's business: a
- * malformed regex only has to be scanned without harm. */
+ * string (a**, (a?)+, ()?), back-references and word boundaries (counted
+ * like nodes). Exact ERE syntax is regcomp's business: a malformed regex
+ * only has to be scanned without harm. */
 const char *slapo__regex_hazard(const char *re) {
   rx_group st[MAX_REGEX_GROUPS + 1] = {{.seq_nullable = true}};
   int d = 0;

@@ -24,9 +24,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > MAX_TOKENS) return 0;
   char *text = malloc(16 + size * 8);
   if (!text) return 0;
-  strcpy(text, "mod('");
-  for (size_t i = 0; i < size; i++) strcat(text, tokens[data[i] % N_TOKENS]);
-  strcat(text, "')()");
+  char *w = stpcpy(text, "mod('");
+  for (size_t i = 0; i < size; i++) w = stpcpy(w, tokens[data[i] % N_TOKENS]);
+  strcpy(w, "')()");
   slapo_pattern *p = NULL;
   (void)slapo_pattern_parse(text, &p); /* either outcome; only time and memory count */
   slapo_pattern_free(p);
