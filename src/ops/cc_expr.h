@@ -14,7 +14,7 @@
 #include <string.h>
 
 /* The fast kernels' scalar float helpers (ops/vmath.h: slapo__gelu_tanh,
- * slapo__gelu_tanh_grad, slapo__exp_bounded, ...) as one line of C that
+ * slapo__gelu_tanh_grad, slapo__exp_bounded_f, ...) as one line of C that
  * needs <stdint.h> and <string.h>; the cc backend pastes it into a
  * generated source whose expressions call them (ops/cc_math.c). Static. */
 const char *slapo__cc_math_src(void);
