@@ -19,7 +19,9 @@
  * over the full T x T matrix as PaLM does. MFU = flops per token * tokens/s /
  * peak, where the peak is measured here with a 1024^3 f32 matmul through
  * slapo (planned one-node graph; the best sample of 9 taken before the run
- * and one after every timed step).
+ * and one after every timed step). mfu_paired: the median over the steps of
+ * each step's MFU against the sample taken right after it, so a neighbour's
+ * load, which slows both, cancels in the ratio.
  * --profile: also prints the mean ms per op type over the timed steps.
  * --machine: prints only the CPU and kernel line (bench_machine.h). */
 #include <getopt.h>
@@ -84,8 +86,8 @@ static void gemm_probe_new(gemm_probe *q) {
   q->best_s = 1e30;
 }
 
-/* One sample of >= 50 ms of runs. */
-static void gemm_probe_sample(gemm_probe *q) {
+/* One sample of >= 50 ms of runs; returns its GFLOP/s. */
+static double gemm_probe_sample(gemm_probe *q) {
   int runs = 0;
   double t0 = bench_now_s(), dt;
   do {
@@ -93,6 +95,7 @@ static void gemm_probe_sample(gemm_probe *q) {
     runs++;
   } while ((dt = bench_now_s() - t0) < 0.05);
   q->best_s = dt / runs < q->best_s ? dt / runs : q->best_s;
+  return 2.0 * (double)PEAK_N * PEAK_N * PEAK_N / (dt / runs) / 1e9;
 }
 
 static double gemm_probe_gflops(const gemm_probe *q) {
@@ -263,6 +266,7 @@ int main(int argc, char **argv) {
 
   int total = steps + 2;
   double *times = malloc((size_t)steps * sizeof *times);
+  double *beside = malloc((size_t)steps * sizeof *beside); /* GFLOP/s right after step i */
   prof_table pr = {.cap = 512};
   pr.by_op = calloc((size_t)pr.cap, sizeof *pr.by_op);
   pr.by_sig = calloc((size_t)pr.cap, sizeof *pr.by_sig);
@@ -286,7 +290,7 @@ int main(int argc, char **argv) {
     times[it - 2] = t3 - t0;
     phase[0][it - 2] = t1 - t0, phase[1][it - 2] = t2 - t1, phase[2][it - 2] = t3 - t2;
     add_profile(r, &pr, it == 2);
-    gemm_probe_sample(&peak); /* after the step's timings: not inside them */
+    beside[it - 2] = gemm_probe_sample(&peak); /* after the step's timings: not inside them */
   }
   double peak_gflops = gemm_probe_gflops(&peak);
   gemm_probe_free(&peak);
@@ -298,6 +302,12 @@ int main(int argc, char **argv) {
   int64_t N = slapo_module_numel(model);
   double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
   double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
+  /* mfu_paired: the median over steps of each step's MFU against the probe
+   * sample taken right after it. A neighbour's load slows both alike, so
+   * the pair's ratio cancels it where the best-sample peak cannot. */
+  for (int i = 0; i < steps; i++)
+    beside[i] = flops_per_tok * (double)(B * T) / times[i] / (beside[i] * 1e9);
+  double mfu_paired = bench_median(beside, steps);
   /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
   double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
   /* outside_ms: outside the GEMM nodes and AdamW (the other nodes, putting
@@ -306,10 +316,11 @@ int main(int argc, char **argv) {
   double all, gemm, norm_ms = 1e3 * bench_median(phase[1], steps);
   graph_ms(&pr, steps, &all, &gemm);
   printf("slapo model=%s config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
-         "mfu=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
+         "mfu=%.3f mfu_paired=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
          "measured_peak_mb=%.1f persistent_mb=%.1f outside_ms=%.1f non_gemm_share=%.3f "
          "loss=%.4f params=%lld threads=%d\n",
          family_name, config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
+         mfu_paired,
          flops_per_tok * tok_s / 1e9, peak_gflops, (double)slapo_runner_peak_nbytes(r) / 1e6,
          (double)slapo_plan_measured_peak_nbytes(slapo_runner_plan(r)) / 1e6, persistent_mb,
          all - gemm + norm_ms, 1 - gemm / (med * 1e3), loss, (long long)N,
@@ -326,6 +337,7 @@ int main(int argc, char **argv) {
   free(pr.by_op);
   free(pr.by_sig);
   free(times);
+  free(beside);
   bench_model_free(&bm);
   return 0;
 }

@@ -24,9 +24,16 @@
 #     has (forcing avx512 on an AVX2-only CPU dies with SIGILL). A value
 #     already in the environment is kept, so a run can be capped on purpose:
 #       SLAPO_MAX_ISA=avx2 ONEDNN_MAX_CPU_ISA=AVX2 ATEN_CPU_CAPABILITY=avx2 \
-#         OPENBLAS_CORETYPE=Haswell bench/run_train_bench.sh
-#     runs both sides' AVX2 kernels on an AVX-512 machine (OpenBLAS picks its
-#     kernels by core type, not by an ISA cap);
+#         bench/run_train_bench.sh
+#     runs both sides' AVX2 kernels on an AVX-512 machine;
+#   - OpenBLAS picks its kernels by core type, not by an ISA cap: the peer
+#     runs with OPENBLAS_CORETYPE unset (OpenBLAS's own detection, e.g.
+#     Cooperlake on an AVX-512 EPYC) or Haswell when ATEN_CPU_CAPABILITY caps
+#     an AVX-512 CPU at avx2; PEER_OPENBLAS_CORETYPE names one. A value
+#     inherited from the environment is not passed on (it says so): a
+#     machine image here sets OPENBLAS_CORETYPE=Haswell, which made the
+#     peer 1.4-1.5x slower on an AVX-512 EPYC (small B4 T256 1931 tok/s
+#     Haswell, 2624 SkylakeX, 2910 Cooperlake; 124M B4 T64 95, 131, 146);
 #   - an optimized BLAS: Debian's torch calls the system libblas.so.3, by
 #     default netlib's reference BLAS (~5 GFLOP/s, single-threaded). When
 #     Debian's OpenBLAS (libopenblas0-openmp, or -pthread) is installed the
@@ -73,8 +80,19 @@ elif has avx2 fma; then
 else
   ATEN_ISA=default
 fi
+if [[ -n ${PEER_OPENBLAS_CORETYPE:-} ]]; then
+  BLAS_CORE="OPENBLAS_CORETYPE=$PEER_OPENBLAS_CORETYPE"
+elif [[ $ATEN_ISA == avx2 ]] && has avx512f; then
+  BLAS_CORE="OPENBLAS_CORETYPE=Haswell"
+else
+  BLAS_CORE="-u OPENBLAS_CORETYPE"
+  if [[ -n ${OPENBLAS_CORETYPE:-} ]]; then
+    echo "# run_train_bench: OPENBLAS_CORETYPE=$OPENBLAS_CORETYPE from the environment is not" \
+      "passed to the peer (OpenBLAS detects its fastest core type; PEER_OPENBLAS_CORETYPE forces one)"
+  fi
+fi
 if [[ -z ${PEER_ENV+x} ]]; then
-  PEER_ENV="OMP_WAIT_POLICY=ACTIVE ATEN_CPU_CAPABILITY=$ATEN_ISA"
+  PEER_ENV="$BLAS_CORE OMP_WAIT_POLICY=ACTIVE ATEN_CPU_CAPABILITY=$ATEN_ISA"
   if [[ -n $BLAS_DIR ]]; then
     PEER_ENV="$PEER_ENV LD_LIBRARY_PATH=$BLAS_DIR"
   else
@@ -106,7 +124,7 @@ sched_for() { # sched_for FAMILY -> the schedule file of the scheduled row
 split_cfg() { # split_cfg [FAMILY/]CONFIG -> "FAMILY CONFIG"
   if [[ $1 == */* ]]; then echo "${1%%/*} ${1#*/}"; else echo "gpt2 $1"; fi
 }
-declare -A S P MFU PEAK MEAS OUT Q QMFU QPEAK QMEAS QOUT
+declare -A S P MFU MFP PEAK MEAS OUT Q QMFU QMFP QPEAK QMEAS QOUT
 for r in $(seq "$ROUNDS"); do
   for c in $CONFIGS; do
     IFS=: read -r fc b t <<<"$c"
@@ -120,6 +138,7 @@ for r in $(seq "$ROUNDS"); do
     S[$c]+="$st "
     P[$c]+="$pt "
     MFU[$c]+="$(field mfu "$sl") "
+    MFP[$c]+="$(field mfu_paired "$sl") "
     PEAK[$c]=$(field planned_peak_mb "$sl")
     MEAS[$c]=$(field measured_peak_mb "$sl")
     OUT[$c]+="$(field non_gemm_share "$sl") "
@@ -128,48 +147,52 @@ for r in $(seq "$ROUNDS"); do
         --steps "$STEPS" --schedule "$(sched_for "$fam")" | head -1)
       Q[$c]+="$(field tokens_per_s "$ql") "
       QMFU[$c]+="$(field mfu "$ql") "
+      QMFP[$c]+="$(field mfu_paired "$ql") "
       QPEAK[$c]=$(field planned_peak_mb "$ql")
       QMEAS[$c]=$(field measured_peak_mb "$ql")
       QOUT[$c]+="$(field non_gemm_share "$ql") "
-      printf "round %d %-11s B%-2s T%-4s slapo+%s %8.1f tok/s (step %s ms, mfu %s)\n" "$r" "$fc" \
+      printf "round %d %-11s B%-2s T%-4s slapo+%s %8.1f tok/s (step %s ms, mfu %s, paired %s)\n" "$r" "$fc" \
         "$b" "$t" "$(basename "$(sched_for "$fam")")" "$(field tokens_per_s "$ql")" "$(field step_ms "$ql")" \
-        "$(field mfu "$ql")"
+        "$(field mfu "$ql")" "$(field mfu_paired "$ql")"
     fi
-    printf "round %d %-11s B%-2s T%-4s slapo %8.1f tok/s (step %s ms, mfu %s, gemm peak %s GF/s)  peer %8.1f tok/s (step %s ms)\n" \
-      "$r" "$fc" "$b" "$t" "$st" "$(field step_ms "$sl")" "$(field mfu "$sl")" \
+    printf "round %d %-11s B%-2s T%-4s slapo %8.1f tok/s (step %s ms, mfu %s, paired %s, gemm peak %s GF/s)  peer %8.1f tok/s (step %s ms)\n" \
+      "$r" "$fc" "$b" "$t" "$st" "$(field step_ms "$sl")" "$(field mfu "$sl")" "$(field mfu_paired "$sl")" \
       "$(field peak_gflops "$sl")" "$pt" "$(field step_ms "$pl")"
   done
 done
 
 echo
-printf "%-11s %3s %5s | %12s %12s %7s | %9s %9s | %11s %11s\n" config B T "slapo tok/s" "torch tok/s" \
-  ratio "slapo MFU" "non-GEMM" "planned MB" "measured MB"
+printf "%-11s %3s %5s | %12s %12s %7s | %11s %9s | %11s %11s\n" config B T "slapo tok/s" "torch tok/s" \
+  ratio "MFU / pair" "non-GEMM" "planned MB" "measured MB"
 for c in $CONFIGS; do
   IFS=: read -r cfg b t <<<"$c"
   sm=$(tr ' ' '\n' <<<"${S[$c]}" | grep . | median)
   pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
   mm=$(tr ' ' '\n' <<<"${MFU[$c]}" | grep . | median)
+  mp=$(tr ' ' '\n' <<<"${MFP[$c]}" | grep . | median)
   om=$(tr ' ' '\n' <<<"${OUT[$c]}" | grep . | median)
-  printf "%-11s %3s %5s | %12.1f %12.1f %6.2fx | %9.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
-    "$(awk -v a="$sm" -v b="$pm" 'BEGIN {print a / b}')" "$mm" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
+  printf "%-11s %3s %5s | %12.1f %12.1f %6.2fx | %5.3f %5.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" "$sm" "$pm" \
+    "$(awk -v a="$sm" -v b="$pm" 'BEGIN {print a / b}')" "$mm" "$mp" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
     "${PEAK[$c]}" "${MEAS[$c]}"
 done
-echo "(medians over $ROUNDS rounds; ratio = slapo / torch; MFU = (6N + 12LTC) * tokens/s / measured 1024^3 GEMM peak;"
+echo "(medians over $ROUNDS rounds; ratio = slapo / torch; MFU = (6N + 12LTC) * tokens/s / measured 1024^3 GEMM peak"
+echo " (its best sample in the run); pair = each step's MFU against the GEMM sample right after it (median);"
 echo " non-GEMM = share of the step outside the GEMM nodes, AdamW included; activation peaks planned and measured)"
 if [ -n "$SCHEDULE" ]; then
   echo
-  printf "%-11s %3s %5s | %14s %12s %9s %9s | %9s %9s | %11s %11s\n" config B T "scheduled tok/s" \
-    "torch tok/s" "vs torch" "vs plain" "MFU" "non-GEMM" "planned MB" "measured MB"
+  printf "%-11s %3s %5s | %14s %12s %9s %9s | %11s %9s | %11s %11s\n" config B T "scheduled tok/s" \
+    "torch tok/s" "vs torch" "vs plain" "MFU / pair" "non-GEMM" "planned MB" "measured MB"
   for c in $CONFIGS; do
     IFS=: read -r cfg b t <<<"$c"
     sm=$(tr ' ' '\n' <<<"${S[$c]}" | grep . | median)
     pm=$(tr ' ' '\n' <<<"${P[$c]}" | grep . | median)
     qm=$(tr ' ' '\n' <<<"${Q[$c]}" | grep . | median)
     mm=$(tr ' ' '\n' <<<"${QMFU[$c]}" | grep . | median)
+    mp=$(tr ' ' '\n' <<<"${QMFP[$c]}" | grep . | median)
     om=$(tr ' ' '\n' <<<"${QOUT[$c]}" | grep . | median)
-    printf "%-11s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %9.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" \
+    printf "%-11s %3s %5s | %14.1f %12.1f %8.2fx %8.2fx | %5.3f %5.3f %8.1f%% | %11s %11s\n" "$cfg" "$b" "$t" \
       "$qm" "$pm" "$(awk -v a="$qm" -v b="$pm" 'BEGIN {print a / b}')" \
-      "$(awk -v a="$qm" -v b="$sm" 'BEGIN {print a / b}')" "$mm" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
+      "$(awk -v a="$qm" -v b="$sm" 'BEGIN {print a / b}')" "$mm" "$mp" "$(awk -v a="$om" 'BEGIN {print 100 * a}')" \
       "${QPEAK[$c]}" "${QMEAS[$c]}"
   done
   echo "(slapo with $( [ "$SCHEDULE" = default ] && echo "each family's default schedule" || echo "$SCHEDULE"); vs plain = scheduled / unscheduled slapo, same rounds)"
