@@ -200,16 +200,70 @@ static void print_profile(prof_table *pr, int steps, double step_ms, double norm
            pr->by_sig[k].key);
 }
 
+/* One training step of bm as slapo_train runs it (step `it` seeds the
+ * dropout masks): the micro-batch writes the grads (no zeroing) and
+ * measures their norm as each is final; clipping at norm 1 is folded into
+ * AdamW's pass (bitwise what clip-then-step gives). ph[3]: seconds of the
+ * graph, the norm and AdamW; returns the step's seconds. */
+static double train_step(bench_model *bm, int it, float *loss, double ph[3]) {
+  const slapo_tensor *in[2] = {bm->x, bm->y};
+  slapo_kernel_env env = {.seed = 1, .step = (uint64_t)it, .training = true};
+  double l, t0 = bench_now_s();
+  CHECK(slapo_train_accumulate(bm->runner, 1, in, &env, &l, NULL));
+  double t1 = bench_now_s();
+  float gs = slapo_clip_scale(slapo_train_grad_norm(bm->runner, bm->model), 1.0);
+  double t2 = bench_now_s();
+  slapo_adamw_step_scaled(bm->opt, 1e-4f, gs, false);
+  double t3 = bench_now_s();
+  *loss = (float)l;
+  ph[0] = t1 - t0, ph[1] = t2 - t1, ph[2] = t3 - t2;
+  return t3 - t0;
+}
+
+/* --interleave: the unscheduled model and the scheduled one in one process,
+ * one step each in turn (ABBA order, so neither always runs first), after
+ * 2 warm-up steps each. A neighbour's load that lasts longer than two steps
+ * slows both members of a pair, so the median of the pairs' ratios is
+ * steadier than a ratio of two separate runs' medians. */
+static int interleave(const char *family, const char *config, const char *schedule, int64_t B,
+                      int64_t T, int steps) {
+  bench_model m[2];
+  CHECK(bench_model_new(family, config, NULL, B, T, false, 12345, &m[0]));
+  CHECK(bench_model_new(family, config, schedule, B, T, false, 12345, &m[1]));
+  double *t[2] = {malloc((size_t)steps * sizeof(double)), malloc((size_t)steps * sizeof(double))};
+  double *ratio = malloc((size_t)steps * sizeof(double)), ph[3];
+  float loss[2];
+  for (int it = 0; it < steps + 2; it++)
+    for (int k = 0; k < 2; k++) {
+      int w = (it & 1) ? 1 - k : k; /* ABBA */
+      double dt = train_step(&m[w], it, &loss[w], ph);
+      if (it >= 2) t[w][it - 2] = dt;
+    }
+  for (int i = 0; i < steps; i++) ratio[i] = t[0][i] / t[1][i];
+  double speedup = bench_median(ratio, steps);
+  printf("slapo interleaved model=%s config=%s B=%lld T=%lld schedule=%s plain_ms=%.1f "
+         "sched_ms=%.1f speedup=%.3f loss_plain=%.4f loss_sched=%.4f steps=%d threads=%d\n",
+         family, config, (long long)B, (long long)T, schedule, 1e3 * bench_median(t[0], steps),
+         1e3 * bench_median(t[1], steps), speedup, loss[0], loss[1], steps,
+         omp_get_max_threads());
+  bench_print_machine(stdout, "bench_train");
+  for (int k = 0; k < 2; k++) free(t[k]), bench_model_free(&m[k]);
+  free(ratio);
+  return 0;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_train [--model NAME] [--config NAME] [--batch B] [--seq T] [--steps N]\n"
-          "                   [--schedule F] [--profile] [--machine]\n"
+          "                   [--schedule F [--interleave]] [--profile] [--machine]\n"
           "  --model    model family (gpt2, llama, ...)        [gpt2]\n"
           "  --config   the family's config (tiny, small, ...) [small]\n"
           "  --batch    sequences per step                    [4]\n"
           "  --seq      tokens per sequence                   [256]\n"
           "  --steps    timed steps, after 2 warm-up steps    [10]\n"
           "  --schedule a .sched file applied to the model      [none]\n"
+          "  --interleave  steps of the unscheduled and the scheduled model in turn;\n"
+          "             prints the median of the pairs' time ratios (speedup)\n"
           "  --profile  print mean ms per op type\n"
           "  --machine  print the CPU and kernel line only\n"
           "OMP_NUM_THREADS sets the threads (default: all processors).\n");
@@ -219,7 +273,7 @@ int main(int argc, char **argv) {
   const char *family_name = "gpt2", *config = "small", *schedule = NULL;
   int64_t B = 4, T = 256;
   int steps = 10;
-  bool profile = false;
+  bool profile = false, inter = false;
   static const struct option longs[] = {{"model", required_argument, NULL, 'M'},
                                         {"config", required_argument, NULL, 'c'},
                                         {"batch", required_argument, NULL, 'b'},
@@ -228,6 +282,7 @@ int main(int argc, char **argv) {
                                         {"profile", no_argument, NULL, 'p'},
                                         {"schedule", required_argument, NULL, 'S'},
                                         {"machine", no_argument, NULL, 'm'},
+                                        {"interleave", no_argument, NULL, 'i'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
@@ -238,16 +293,18 @@ int main(int argc, char **argv) {
     case 't': T = atoll(optarg); break;
     case 's': steps = atoi(optarg); break;
     case 'p': profile = true; break;
+    case 'i': inter = true; break;
     case 'S': schedule = optarg; break;
     case 'm': bench_print_machine(stdout, "bench_train"); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
-  if (B < 1 || T < 1 || steps < 1) {
+  if (B < 1 || T < 1 || steps < 1 || (inter && !schedule)) {
     usage(stderr);
     return 2;
   }
+  if (inter) return interleave(family_name, config, schedule, B, T, steps);
 
   gemm_probe peak;
   gemm_probe_new(&peak);
@@ -260,9 +317,7 @@ int main(int argc, char **argv) {
   CHECK(bench_model_new(family_name, config, schedule, B, T, true, 12345, &bm));
   slapo_module *model = bm.model;
   slapo_runner *r = bm.runner;
-  slapo_adamw *opt = bm.opt;
   const slapo_model_dims dims = bm.dims;
-  const slapo_tensor *in[2] = {bm.x, bm.y};
 
   int total = steps + 2;
   double *times = malloc((size_t)steps * sizeof *times);
@@ -274,21 +329,10 @@ int main(int argc, char **argv) {
   double *phase[3]; /* step, clip norm, adamw: seconds per timed step */
   for (int k = 0; k < 3; k++) phase[k] = malloc((size_t)steps * sizeof *phase[k]);
   for (int it = 0; it < total; it++) {
-    slapo_kernel_env env = {.seed = 1, .step = (uint64_t)it, .training = true};
-    double l, t0 = bench_now_s();
-    /* As slapo_train's step: the micro-batch writes the grads (no zeroing)
-     * and measures their norm as each is final; clipping at norm 1 is
-     * folded into AdamW's pass (bitwise what clip-then-step gives). */
-    CHECK(slapo_train_accumulate(r, 1, in, &env, &l, NULL));
-    double t1 = bench_now_s();
-    float gs = slapo_clip_scale(slapo_train_grad_norm(r, model), 1.0);
-    double t2 = bench_now_s();
-    slapo_adamw_step_scaled(opt, 1e-4f, gs, false);
-    double t3 = bench_now_s();
-    loss = (float)l;
+    double ph[3], dt = train_step(&bm, it, &loss, ph);
     if (it < 2) continue;
-    times[it - 2] = t3 - t0;
-    phase[0][it - 2] = t1 - t0, phase[1][it - 2] = t2 - t1, phase[2][it - 2] = t3 - t2;
+    times[it - 2] = dt;
+    for (int k = 0; k < 3; k++) phase[k][it - 2] = ph[k];
     add_profile(r, &pr, it == 2);
     beside[it - 2] = gemm_probe_sample(&peak); /* after the step's timings: not inside them */
   }
