@@ -339,19 +339,20 @@ int main(int argc, char **argv) {
   double peak_gflops = gemm_probe_gflops(&peak);
   gemm_probe_free(&peak);
 
+  int64_t N = slapo_module_numel(model);
+  double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
+  /* mfu_paired: the median over steps of each step's MFU against the probe
+   * sample taken right after it (before bench_median sorts the times). A
+   * neighbour's load slows both alike, so the pair's ratio cancels it where
+   * the best-sample peak cannot. */
+  for (int i = 0; i < steps; i++)
+    beside[i] = flops_per_tok * (double)(B * T) / times[i] / (beside[i] * 1e9);
+  double mfu_paired = bench_median(beside, steps);
   double min_s = times[0];
   for (int i = 1; i < steps; i++) min_s = times[i] < min_s ? times[i] : min_s;
   double med = bench_median(times, steps);
   double tok_s = (double)(B * T) / med;
-  int64_t N = slapo_module_numel(model);
-  double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
   double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
-  /* mfu_paired: the median over steps of each step's MFU against the probe
-   * sample taken right after it. A neighbour's load slows both alike, so
-   * the pair's ratio cancels it where the best-sample peak cannot. */
-  for (int i = 0; i < steps; i++)
-    beside[i] = flops_per_tok * (double)(B * T) / times[i] / (beside[i] * 1e9);
-  double mfu_paired = bench_median(beside, steps);
   /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
   double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
   /* outside_ms: outside the GEMM nodes and AdamW (the other nodes, putting
