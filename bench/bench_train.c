@@ -86,6 +86,9 @@ static void gemm_probe_new(gemm_probe *q) {
   q->best_s = 1e30;
 }
 
+/* GFLOP/s of one 1024^3 matmul taking s seconds. */
+static double probe_gflops(double s) { return 2.0 * (double)PEAK_N * PEAK_N * PEAK_N / s / 1e9; }
+
 /* One sample of >= 50 ms of runs; returns its GFLOP/s. */
 static double gemm_probe_sample(gemm_probe *q) {
   int runs = 0;
@@ -95,12 +98,10 @@ static double gemm_probe_sample(gemm_probe *q) {
     runs++;
   } while ((dt = bench_now_s() - t0) < 0.05);
   q->best_s = dt / runs < q->best_s ? dt / runs : q->best_s;
-  return 2.0 * (double)PEAK_N * PEAK_N * PEAK_N / (dt / runs) / 1e9;
+  return probe_gflops(dt / runs);
 }
 
-static double gemm_probe_gflops(const gemm_probe *q) {
-  return 2.0 * (double)PEAK_N * PEAK_N * PEAK_N / q->best_s / 1e9;
-}
+static double gemm_probe_gflops(const gemm_probe *q) { return probe_gflops(q->best_s); }
 
 static void gemm_probe_free(gemm_probe *q) {
   slapo_plan_free(q->p);
