@@ -15,13 +15,13 @@
  * partials are then added in block order, in double. So reruns are
  * byte-identical whatever the thread count. Without a ROW input the
  * elements are viewed as rows of a fixed chunk (SLAPO_CC_CHUNK), so a
- * region of one row is still parallel. Expressions are the ops' float forms (cc_expr_fast: what
- * their fast kernels compute) unless math=ref asks for the reference forms;
- * the fast kernels' helpers the float forms call are pasted in from
- * ops/vmath.h (slapo__cc_math_src). Dropout draws Philox4x32-10 exactly as
- * slapo_rng_uniform (the key of each random node is computed by the host
- * from the run's seed and the node's stream); the generated source carries
- * its own Philox.
+ * region of one row is still parallel. Expressions are the ops' float
+ * forms (cc_expr_fast: what their fast kernels compute) unless math=ref
+ * asks for the reference forms; the fast kernels' helpers the float forms
+ * call are pasted in from ops/vmath.h (slapo__cc_math_src). Dropout draws
+ * Philox4x32-10 exactly as slapo_rng_uniform (the key of each random node
+ * is computed by the host from the run's seed and the node's stream); the
+ * generated source carries its own Philox.
  * Layer: compiler. */
 #include <stdarg.h>
 #include <stdio.h>
@@ -361,7 +361,7 @@ static const char k_prelude[] =
     "/* Each block first prefetches its streams PD floats ahead (the rows a\n"
     " * thread walks next): the loops are long for their bytes (GELU's exp and\n"
     " * division), and measured in the model the hardware prefetcher alone left\n"
-    " * them waiting on DRAM (bias + GELU backward 10.4 -> 6.2 ms a step). */\n"
+    " * them waiting on DRAM (bias + GELU backward 10.4 -> 6.0 ms a step). */\n"
     "#if defined(__GNUC__)\n"
     "#define SLAPO_CC_PREFETCH(p, rw) __builtin_prefetch((p), (rw))\n"
     "#else\n"
@@ -408,7 +408,9 @@ static void emit_uniforms(gen *G, const char *indent) {
  * (the forward: full inputs and y; the backward: the full inputs it reads,
  * dy and the full gradients it writes), one per 64-byte line, none past N. */
 static void emit_prefetch(gen *G, const char *indent, bool bwd) {
-  put(&G->b, "%sif (r * C + c0 + PD + CB <= N)\n%s  for (int64_t q = r * C + c0 + PD; q < r * C + c0 + PD + CB; q += 16) {\n",
+  put(&G->b,
+      "%sif (r * C + c0 + PD + CB <= N)\n"
+      "%s  for (int64_t q = r * C + c0 + PD; q < r * C + c0 + PD + CB; q += 16) {\n",
       indent, indent);
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_FULL && (!bwd || G->plan->bwd_reads[k]))

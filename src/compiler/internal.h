@@ -13,9 +13,9 @@
 /* The backward's reductions: at most this many row blocks, each summing
  * its rows' partials into the work area (SLAPO__CC_ROW_BLOCKS * (C doubles
  * per ROW input, of which its float partials use half, + 1 per SCALAR
- * input)); without a ROW input the elements
- * are viewed as rows of SLAPO__CC_CHUNK. Both fixed: the sums' order does
- * not depend on the thread count. */
+ * input)); without a ROW input the elements are viewed as rows of
+ * SLAPO__CC_CHUNK. Both fixed: the sums' order does not depend on the
+ * thread count. */
 #define SLAPO__CC_ROW_BLOCKS 32
 #define SLAPO__CC_CHUNK 4096
 #define SLAPO__CC_STR_(x) #x

@@ -276,8 +276,9 @@ static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor 
  * dw [C], db [C]; then, from a 64-byte boundary, the fast kernel's work
  * area of LNB_BLOCKS * 2C floats (the row blocks' partial sums of dw and
  * db; float adds keep affine_row at the vector width, where double ones
- * cost the kernel ~10% in the model), zero when the kernel returns. The work lives in the node's own
- * buffer because kernels cannot fail (no allocation in them). */
+ * cost the kernel ~10% in the model), zero when the kernel returns. The
+ * work lives in the node's own buffer because kernels cannot fail (no
+ * allocation in them). */
 enum { LNB_BLOCKS = 32 };
 static int64_t lnb_work_at(int64_t R, int64_t C) { return (R * C + 2 * C + 15) / 16 * 16; }
 
