@@ -445,12 +445,13 @@ static void emit_fwd(gen *G, slapo_status *s) {
 }
 
 /* The backward: parallel over nrb fixed row blocks (at most RBLK, set by R
- * alone). Block t sums its rows' gradients of a ROW input k into the float
- * partials (float *)(work + slot(k) * RBLK * C) + t * C + c (the slot's
- * first half: float adds keep the per-element loop at the full vector
- * width, where double ones cost GELU's backward ~14%; each partial covers
- * R / RBLK rows) and of a SCALAR input into one double, in row order; after
- * the loop the partials are added in block order, in double. Without a
+ * alone). Block t sums its rows' gradients of a SCALAR input into the
+ * double work[sslot(k) * RBLK + t] and of a ROW input into the floats
+ * (float *)(work + n_scalar * RBLK) + slot(k) * RBLK * C + t * C + c (float
+ * adds keep the per-element loop at the full vector width, where double
+ * ones cost GELU's backward ~14%; each partial covers R / RBLK rows), in
+ * row order; after the loop the partials are added in block order, in
+ * double. Without a
  * ROW input the elements are rows of SLAPO_CC_CHUNK (the last one
  * shorter), whatever C the host passed. */
 static void emit_bwd(gen *G, slapo_status *s) {
@@ -474,8 +475,8 @@ static void emit_bwd(gen *G, slapo_status *s) {
   int slot = 0;
   for (int k = 0; k < G->plan->n_in; k++) {
     if (G->plan->kind[k] == SLAPO__CC_ROW) {
-      put(&G->b, "    float *acc%d = (float *)(work + (int64_t)%d * RBLK * C) + t * C;\n"
-                 "    for (int64_t c = 0; c < C; c++) acc%d[c] = 0;\n", k, slot++, k);
+      put(&G->b, "    float *acc%d = (float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C + t * C;\n"
+                 "    for (int64_t c = 0; c < C; c++) acc%d[c] = 0;\n", k, n_scalar, slot++, k);
     }
     if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
   }
@@ -503,7 +504,7 @@ static void emit_bwd(gen *G, slapo_status *s) {
   int sslot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
-      put(&G->b, "    work[(int64_t)%d * RBLK * C + %d * RBLK + t] = s%d;\n", n_row, sslot++, k);
+      put(&G->b, "    work[%d * RBLK + t] = s%d;\n", sslot++, k);
   put(&G->b, "  }\n");
   /* Each column's partials in block order, as one sum per column; blocks of
    * CB columns, so the adds vectorize across columns. */
@@ -516,20 +517,20 @@ static void emit_bwd(gen *G, slapo_status *s) {
       if (G->plan->kind[k] == SLAPO__CC_ROW)
         put(&G->b, "    { double t[CB] = {0};\n"
                    "      for (int64_t b = 0; b < nrb; b++) {\n"
-                   "        const float *w = (const float *)(work + (int64_t)%d * RBLK * C) + b * C;\n"
+                   "        const float *w = (const float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C + b * C;\n"
                    "#pragma omp simd\n"
                    "        for (int64_t c = c0; c < c1; c++) t[c - c0] += w[c];\n"
                    "      }\n"
                    "      for (int64_t c = c0; c < c1; c++) pk[off[%d] + c] = (float)t[c - c0]; }\n",
-            slot++, k);
+            n_scalar, slot++, k);
     put(&G->b, "  }\n");
   }
   sslot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
       put(&G->b, "  { double t = 0;\n"
-                 "    for (int64_t b = 0; b < nrb; b++) t += work[(int64_t)%d * RBLK * C + %d * RBLK + b];\n"
-                 "    pk[off[%d]] = (float)t; }\n", n_row, sslot++, k);
+                 "    for (int64_t b = 0; b < nrb; b++) t += work[%d * RBLK + b];\n"
+                 "    pk[off[%d]] = (float)t; }\n", sslot++, k);
   put(&G->b, "}\n");
 }
 

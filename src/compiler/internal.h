@@ -11,9 +11,9 @@
 #define SLAPO__CC_MAX_IN 16
 #define SLAPO__CC_MAX_RAND 8
 /* The backward's reductions: at most this many row blocks, each summing
- * its rows' partials into the work area (SLAPO__CC_ROW_BLOCKS * (C doubles
- * per ROW input, of which its float partials use half, + 1 per SCALAR
- * input)); without a ROW input the elements are viewed as rows of
+ * its rows' partials into the work area (SLAPO__CC_ROW_BLOCKS * (one double
+ * per SCALAR input, then C floats per ROW input)); without a ROW input the
+ * elements are viewed as rows of
  * SLAPO__CC_CHUNK. Both fixed: the sums' order does not depend on the
  * thread count. */
 #define SLAPO__CC_ROW_BLOCKS 32
@@ -56,12 +56,15 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, boo
                                 slapo__cc_plan *plan, char **src);
 
 /* Doubles of the backward's work area for a region with these kinds and
- * row size C (the ROW inputs' numel). */
+ * row size C (the ROW inputs' numel): the SCALAR inputs' double partials,
+ * then the ROW inputs' float partials, rounded up to whole doubles. */
 static inline int64_t slapo__cc_work_doubles(const slapo__cc_plan *plan, int64_t C) {
-  int64_t n = 0;
-  for (int k = 0; k < plan->n_in; k++)
-    n += plan->kind[k] == SLAPO__CC_ROW ? C : plan->kind[k] == SLAPO__CC_SCALAR ? 1 : 0;
-  return n * SLAPO__CC_ROW_BLOCKS;
+  int64_t scalars = 0, row_floats = 0;
+  for (int k = 0; k < plan->n_in; k++) {
+    scalars += plan->kind[k] == SLAPO__CC_SCALAR;
+    row_floats += plan->kind[k] == SLAPO__CC_ROW ? C : 0;
+  }
+  return (scalars + (row_floats + 1) / 2) * SLAPO__CC_ROW_BLOCKS;
 }
 
 /* The kernels of a compiled source. */
