@@ -62,8 +62,10 @@ _Static_assert(BR % VL == 0 && 16 % VL == 0, "tile rows and Philox batches are w
  * bits. */
 #if defined(__AVX512F__)
 #define RB 4
+#define RK 8
 #else
 #define RB 2
+#define RK 2
 #endif
 #define NC 4
 
@@ -95,31 +97,46 @@ FA_INLINE vf vsel(vi mask, vf a, vf b) {
   return (vf)((mask & (vi)a) | (~mask & (vi)b));
 }
 
-/* exp(x) lane by lane, as Cephes expf: x = n ln2 + r with |r| <= ln2/2,
- * exp(r) by a degree-6 polynomial, 2^n from exponent bits; x < -87 (also
- * -inf, i.e. masked scores) gives 0. Max relative error 8.1e-8 (< 1 ulp) on
- * [-87, 0.5], measured against exp() in double on every float there; the
- * arguments here are scores minus their row max or log-sum-exp, so <= 0 up to
- * rounding. libm's expf does not vectorize without -ffast-math. */
+/* floor(x) lane by lane (exact at every level). */
+#if defined(__AVX512F__)
+FA_INLINE vf vfloor(vf x) {
+  return (vf)_mm512_roundscale_ps((__m512)x, _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+FA_INLINE vf vfloor(vf x) { return (vf)_mm256_floor_ps((__m256)x); }
+#else
+FA_INLINE vf vfloor(vf x) {
+  for (int j = 0; j < VL; j++) x[j] = floorf(x[j]);
+  return x;
+}
+#endif
+
+/* exp(x) lane by lane, as Cephes expf: x = n ln2 + r with n = floor(x /
+ * ln2 + 1/2), so |r| <= ln2/2 (ln2 split in two, n 0.693359375 exact), and
+ * exp(r) by a degree-6 polynomial, every step one fused multiply-add; 2^n
+ * from exponent bits; x < -87 (also -inf, i.e. masked scores) gives 0. At
+ * most 1.01 ulp (8.4e-8 relative) from exp() in double on [-87, 0.5],
+ * measured on every float there (the separate multiplies and adds: 0.98). The arguments here are scores minus their
+ * row max or log-sum-exp, so <= 0 up to rounding. libm's expf does not
+ * vectorize without -ffast-math. (The same steps as separate multiplies
+ * and adds, with floor from a truncating conversion, took ~30 instructions
+ * for ~20 here: the exponentials were ~17% of the forward's time.) */
 FA_INLINE vf vexp(vf x) {
   vi tiny = x < vdup(-87.0f);
   vf xc = vsel(tiny, vdup(-87.0f), x);
-  vf fx = xc * 1.44269504088896341f + 0.5f;
-  vi n = __builtin_convertvector(fx, vi);
-  n += __builtin_convertvector(n, vf) > fx; /* truncation -> floor */
-  vf nf = __builtin_convertvector(n, vf);
-  vf r = xc - nf * 0.693359375f;
-  r = r - nf * -2.12194440e-4f;
-  vf z = r * r;
+  vf nf = vfloor(vfma(xc, vdup(1.44269504088896341f), vdup(0.5f)));
+  vf r = vfma(nf, vdup(-0.693359375f), xc);
+  r = vfma(nf, vdup(2.12194440e-4f), r);
   vf y = vdup(1.9875691500e-4f);
-  y = y * r + 1.3981999507e-3f;
-  y = y * r + 8.3334519073e-3f;
-  y = y * r + 4.1665795894e-2f;
-  y = y * r + 1.6666665459e-1f;
-  y = y * r + 5.0000001201e-1f;
-  y = y * z + r + 1.0f;
-  vf p2 = (vf)((n + 127) << 23);
-  return vsel(tiny, vdup(0.0f), y * p2);
+  y = vfma(y, r, vdup(1.3981999507e-3f));
+  y = vfma(y, r, vdup(8.3334519073e-3f));
+  y = vfma(y, r, vdup(4.1665795894e-2f));
+  y = vfma(y, r, vdup(1.6666665459e-1f));
+  y = vfma(y, r, vdup(5.0000001201e-1f));
+  y = vfma(y, r * r, r);
+  vi n = __builtin_convertvector(nf, vi);
+  vf p2 = (vf)((n + 127) << 23); /* (1 + y) 2^n: 2^n exact, one rounding */
+  return vsel(tiny, vdup(0.0f), vfma(y, p2, p2));
 }
 
 /* a[n] . b[n] with 16 lanes of partial sums, combined in a fixed order. */
@@ -148,7 +165,43 @@ typedef struct fa_panel {
   float (*t)[BR];
 } fa_panel;
 
+/* x[i][j] <- x[j][i]: log2(VL) stages, stage s swapping bit s of the row
+ * index with bit s of the column index through two-input shuffles (one
+ * permute instruction each on AVX-512). A copy: no value changes. */
+FA_INLINE void transpose_vl(vf x[VL]) {
+#pragma GCC unroll 4
+  for (int s = VL / 2; s >= 1; s /= 2) {
+    vi lo, hi; /* lane j: bit s clear keeps a's lane, set takes b's */
+    for (int j = 0; j < VL; j++) {
+      lo[j] = (j & s) ? VL + j - s : j;
+      hi[j] = (j & s) ? VL + j : j + s;
+    }
+#pragma GCC unroll 16
+    for (int i = 0; i < VL; i++)
+      if (!(i & s)) {
+        vf a = x[i], b = x[i + s];
+        x[i] = __builtin_shuffle(a, b, lo);
+        x[i + s] = __builtin_shuffle(a, b, hi);
+      }
+  }
+}
+
+/* Packs VL x VL blocks through registers (rows past nr as zero vectors);
+ * column counts that are not whole vectors element by element. The
+ * element-by-element pack was ~12% of the forward's time (GPT-2 `small`
+ * heads, Intel AVX-512, 1 thread). */
 FA_INLINE void pack_t(const fa_panel *p, int64_t d0, int64_t nd) {
+  if (nd % VL == 0) {
+    for (int64_t rb = 0; rb < BR; rb += VL)
+      for (int64_t d = 0; d < nd; d += VL) {
+        vf x[VL];
+        for (int i = 0; i < VL; i++)
+          x[i] = rb + i < p->nr ? vld(p->a + (rb + i) * p->lda + d0 + d) : vdup(0.0f);
+        transpose_vl(x);
+        for (int j = 0; j < VL; j++) vst(p->t[d + j] + rb, x[j]);
+      }
+    return;
+  }
   for (int64_t r = 0; r < BR; r++) {
     const float *a = p->a + (r < p->nr ? r : 0) * p->lda + d0;
     for (int64_t d = 0; d < nd; d++) p->t[d][r] = r < p->nr ? a[d] : 0.0f;
@@ -171,23 +224,23 @@ FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *
     int64_t nd = HS - d0 < DCH ? HS - d0 : DCH;
     if (!A->once) pack_t(A, d0, nd);
     const float(*At)[BR] = (const float(*)[BR])A->t;
-    for (int64_t c = 0; c < nk; c += RB) {
-      const float *k[RB]; /* rows past nk repeat the last row; not stored */
-      for (int i = 0; i < RB; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
-      vf acc[RB][NV];
-      for (int i = 0; i < RB; i++) {
+    for (int64_t c = 0; c < nk; c += RK) {
+      const float *k[RK]; /* rows past nk repeat the last row; not stored */
+      for (int i = 0; i < RK; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
+      vf acc[RK][NV];
+      for (int i = 0; i < RK; i++) {
         bool fresh = d0 == 0 || c + i >= nk;
         for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[c + i] + v * VL);
       }
       for (int64_t d = 0; d < nd; d++) {
         vf a[NV];
         for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
-        for (int i = 0; i < RB; i++) {
+        for (int i = 0; i < RK; i++) {
           vf x = vdup(k[i][d]);
           for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
         }
       }
-      for (int i = 0; i < RB && c + i < nk; i++)
+      for (int i = 0; i < RK && c + i < nk; i++)
         for (int v = 0; v < NV; v++) vst(St[c + i] + v * VL, acc[i][v]);
     }
   }
@@ -251,7 +304,10 @@ FA_INLINE void stats_update(float St[BC][BR], int64_t nk, bool store, vf m[NV], 
 }
 
 /* Y[i, :] += sum_j W(i, j) X[j, :] for i < m, W(i, j) = W[i wi + j wj] (a
- * [32, 32] tile read as it lies or transposed): Y [m, HS], X [n, HS] with
+ * [32, 32] tile read as it lies or transposed), or with `fresh` Y[i, :] =
+ * the sum (Y not read: the first tile's terms accumulate onto +0 as onto a
+ * zeroed Y, the same bits, and the output needs no zeroing pass; zeroing
+ * was ~6% of the backward's time): Y [m, HS], X [n, HS] with
  * rows ldy and ldx floats apart. j runs in order over [max(0, i4 + lo),
  * min(n, i4 + 4 + hi)), i4 = i rounded down to a multiple of 4: a causal
  * tile's rows skip the keys (or queries) whose weights are all zero in
@@ -262,8 +318,9 @@ FA_INLINE void stats_update(float St[BC][BR], int64_t nk, bool store, vf m[NV], 
 _Static_assert(4 % RB == 0, "a register block lies in one group of 4 rows");
 FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
                         const float *X, int64_t ldx, int64_t HS, int64_t m, int64_t n,
-                        int64_t lo, int64_t hi) {
+                        int64_t lo, int64_t hi, bool fresh) {
   if (HS % (NC * VL)) {
+    for (int64_t i = 0; i < m && fresh; i++) memset(Y + i * ldy, 0, (size_t)HS * sizeof(float));
     for (int64_t i = 0; i < m; i++) {
       int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
               j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
@@ -283,7 +340,7 @@ FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64
       vf acc[RB][NC];
       for (int ii = 0; ii < RB; ii++)
         for (int k = 0; k < NC; k++)
-          acc[ii][k] = i + ii < m ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
+          acc[ii][k] = i + ii < m && !fresh ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
       for (int64_t j = j0; j < j1; j++) {
         vf x[NC];
         for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
@@ -474,7 +531,6 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   _Alignas(64) float al[BR];      /* al [BR]: alpha per query */
   vf m[NV], l[NV], alpha[NV];   /* running max and sum per query lane */
   for (int h = 0; h < NV; h++) m[h] = vdup(-INFINITY), l[h] = vdup(0.0f);
-  for (int64_t r = 0; r < nr; r++) memset(ob + r * ldo, 0, (size_t)HS * sizeof(float));
   fa_panel qp;
   panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
   int64_t end = key_end(g, r0, nr);
@@ -490,12 +546,12 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
         for (int v = 0; v < NV; v++) vst(St[c] + v * VL, vld(St[c] + v * VL) * vld(Zt[c] + v * VL));
     }
     for (int v = 0; v < NV; v++) vst(al + v * VL, alpha[v]);
-    for (int64_t r = 0; r < nr; r++)
+    for (int64_t r = 0; r < nr && c0 > 0; r++) /* key tile 0 writes o fresh */
       if (al[r] != 1.0f)
         for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
     /* o[r] += sum_c P[c][r] v[c]; causal: keys past the row group skipped */
     tile_acc(ob, ldo, &St[0][0], 1, BR, vb + c0 * ldkv, ldkv, HS, nr, nk, -FA_ALL,
-             g->causal ? r0 - c0 : FA_ALL);
+             g->causal ? r0 - c0 : FA_ALL, c0 == 0);
   }
   _Alignas(64) float lr[BR]; /* lr [BR]: l per query */
   for (int v = 0; v < NV; v++) vst(lr + v * VL, l[v]);
@@ -515,9 +571,9 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
  * thread owns a head): for each query tile (q and dO packed transposed
  * once), pass 1 recomputes the row max m and sum l online and D =
  * rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S -
- * m) / l, and accumulates dq (this tile's rows, zeroed here), dk and dv
- * (the key tile's rows of the head's kv head, zeroed by the caller) in the
- * output. With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles
+ * m) / l, and accumulates dq (this tile's rows), dk and dv (the key
+ * tile's rows of the head's kv head) in the output, each written fresh by
+ * its first tile (tile_acc). With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles
  * (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
  * (a sixth of the backward's multiply-adds): the same values either way. */
 enum { SC_TILES = 32 };
@@ -528,8 +584,6 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   const float *qb = g->q + q0, *kb = g->k + kv0, *vb = g->v + kv0, *ob = g->o + o0,
               *dob = g->dO + o0;
   float *dqb = g->dq + q0, *dkb = g->dk + kv0, *dvb = g->dv + kv0;
-  for (int64_t t = 0; t < g->T; t++) /* dq [T, HS] */
-    memset(dqb + t * ldq, 0, (size_t)HS * sizeof(float));
   _Alignas(64) float Sc[SC_TILES][BC][BR]; /* Sc [T / BC, nk, BR]: the tile's scores */
   bool cached = g->T <= SC_TILES * BC;
   for (int64_t r0 = 0; r0 < g->T; r0 += BR) {
@@ -586,13 +640,17 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       /* dv[c] += sum_r Pd[c][r] dO[r];  dk[c] += sum_r dS[c][r] q[r]: the
        * tiles as they lie; causal: queries before the row group skipped */
       int64_t lo = g->causal ? c0 - r0 : -FA_ALL, hi = g->causal ? r0 - c0 : FA_ALL;
+      /* the group's first head's first query tile that sees key tile c0
+       * (all of its rows: BR == BC) writes dk, dv fresh */
+      bool kv_fresh = bh % g->G == 0 && (g->causal ? r0 == c0 : r0 == 0);
       tile_acc(dvb + c0 * ldkv, ldkv, &St[0][0], BR, 1, dob + r0 * ldo, ldo, HS, nk, nr, lo,
-               FA_ALL);
+               FA_ALL, kv_fresh);
       tile_acc(dkb + c0 * ldkv, ldkv, &dSt[0][0], BR, 1, qb + r0 * ldq, ldq, HS, nk, nr, lo,
-               FA_ALL);
-      /* dq[r] += sum_c dS[c][r] k[c]: the tile read transposed */
+               FA_ALL, kv_fresh);
+      /* dq[r] += sum_c dS[c][r] k[c]: the tile read transposed; key tile 0
+       * writes it fresh */
       tile_acc(dqb + r0 * ldq, ldq, &dSt[0][0], 1, BR, kb + c0 * ldkv, ldkv, HS, nr, nk,
-               -FA_ALL, hi);
+               -FA_ALL, hi, c0 == 0);
     }
   }
 }
@@ -600,11 +658,6 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
 /* Kv head kvh and its G query heads, in order: the thread writes only their
  * rows (no races), and dk, dv sum over the group in a fixed order. */
 void FA_NAME(bwd_job)(const fa_geom *g, int64_t kvh) {
-  int64_t kv0 = fa_head_off(g->lkv, kvh);
-  for (int64_t t = 0; t < g->T; t++) { /* dk, dv [T, HS] */
-    memset(g->dk + kv0 + t * g->lkv.ld, 0, (size_t)g->HS * sizeof(float));
-    memset(g->dv + kv0 + t * g->lkv.ld, 0, (size_t)g->HS * sizeof(float));
-  }
   for (int64_t bh = kvh * g->G; bh < (kvh + 1) * g->G; bh++) {
     if (g->HS == 64) bwd_head(g, 64, bh);
     else if (g->HS == 128) bwd_head(g, 128, bh);

@@ -86,9 +86,17 @@ static slapo_graph *build_attention(const attn_case *c, const int64_t *shape) {
 
 /* Plans g (reference or fast kernels), binds q, k, v, R and runs it; owned
  * contiguous copies of the 4 outputs go to outs. Returns the planned peak. */
+/* debug_alloc: every buffer starts as NaN, so a kernel that leaves an
+ * output element unwritten (the fast ones write o, dq, dk, dv without
+ * zeroing them first) fails the comparisons rather than reading a lucky
+ * zero. */
+static slapo_plan_opts run_opts(bool reference) {
+  return (slapo_plan_opts){.reference = reference, .debug_alloc = true};
+}
+
 static size_t run_attention(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
                             const slapo_kernel_env *env, slapo_tensor **outs) {
-  slapo_plan_opts o = {.reference = reference};
+  slapo_plan_opts o = run_opts(reference);
   slapo_plan *p;
   OK(slapo_plan_new(g, &o, &p));
   const char *names[4] = {"q", "k", "v", "R"};
@@ -194,7 +202,7 @@ static slapo_graph *build_grouped(bool flash, bool causal, double p, const int64
 
 static void run_grouped(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
                         const slapo_kernel_env *env, slapo_tensor **outs) {
-  slapo_plan_opts o = {.reference = reference};
+  slapo_plan_opts o = run_opts(reference);
   slapo_plan *p;
   OK(slapo_plan_new(g, &o, &p));
   const char *names[5] = {"q", "k", "v", "mask", "R"};
@@ -281,7 +289,7 @@ static slapo_graph *build_packed(bool packed) {
 
 static void run_packed(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
                        slapo_tensor **outs) {
-  slapo_plan_opts o = {.reference = reference};
+  slapo_plan_opts o = run_opts(reference);
   slapo_plan *p;
   OK(slapo_plan_new(g, &o, &p));
   const char *names[3] = {"qkv", "mask", "R"};
