@@ -54,12 +54,13 @@ _Static_assert(BR % VL == 0 && 16 % VL == 0, "tile rows and Philox batches are w
 #define DCH 128
 
 /* Register blocking: key rows of a score tile computed together (kq_tile:
- * RB x NV vector accumulators) and rows x column vectors of an
+ * RK x NV vector accumulators) and rows x column vectors of an
  * accumulation block (tile_acc: RB x NC, NC VL head-size columns).
- * AVX-512 has 32 vector registers, so 4 x 4 (HS chunks of 64); AVX2 and
- * SSE 16, so 2 x 4 (chunks of 32 and 16). Blocking picks which elements
- * are computed together, never the order of one element's terms: same
- * bits. */
+ * AVX-512 has 32 vector registers, so 8 x 2 and 4 x 4 (HS chunks of 64;
+ * 4 x 2 score blocks, 8 accumulators for 2 FMA ports of 4 cycles' latency,
+ * made the tile kernels ~3% slower); AVX2 and SSE 16, so 2 x NV and 2 x 4
+ * (chunks of 32 and 16). Blocking picks which elements are computed
+ * together, never the order of one element's terms: same bits. */
 #if defined(__AVX512F__)
 #define RB 4
 #define RK 8
@@ -215,7 +216,7 @@ FA_INLINE void panel_init(fa_panel *p, const float *a, int64_t lda, int64_t nr, 
 }
 
 /* St[c][r] = sum_d K[c, d] A[r, d] for key rows c < nk (K rows ldk floats
- * apart) and all BR lanes r of the panel A: RB key rows x 32 lanes stay in
+ * apart) and all BR lanes r of the panel A: RK key rows x 32 lanes stay in
  * registers while d runs in order 0, 1, ..., HS-1 (rows c >= nk are not
  * written). */
 FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *A, int64_t HS,
