@@ -166,6 +166,11 @@ typedef struct fa_panel {
   float (*t)[BR];
 } fa_panel;
 
+#if defined(__GNUC__) && !defined(__clang__)
+/* GCC's __builtin_shuffle takes computed masks; clang (the fuzz build) has
+ * only constant-index shuffles, so it packs element by element below: the
+ * same values either way. */
+#define FA_REG_TRANSPOSE 1
 /* x[i][j] <- x[j][i]: log2(VL) stages, stage s swapping bit s of the row
  * index with bit s of the column index through two-input shuffles (one
  * permute instruction each on AVX-512). A copy: no value changes. */
@@ -186,12 +191,16 @@ FA_INLINE void transpose_vl(vf x[VL]) {
       }
   }
 }
+#else
+#define FA_REG_TRANSPOSE 0
+#endif
 
 /* Packs VL x VL blocks through registers (rows past nr as zero vectors);
  * column counts that are not whole vectors element by element. The
  * element-by-element pack was ~12% of the forward's time (GPT-2 `small`
  * heads, Intel AVX-512, 1 thread). */
 FA_INLINE void pack_t(const fa_panel *p, int64_t d0, int64_t nd) {
+#if FA_REG_TRANSPOSE
   if (nd % VL == 0) {
     for (int64_t rb = 0; rb < BR; rb += VL)
       for (int64_t d = 0; d < nd; d += VL) {
@@ -203,6 +212,7 @@ FA_INLINE void pack_t(const fa_panel *p, int64_t d0, int64_t nd) {
       }
     return;
   }
+#endif
   for (int64_t r = 0; r < BR; r++) {
     const float *a = p->a + (r < p->nr ? r : 0) * p->lda + d0;
     for (int64_t d = 0; d < nd; d++) p->t[d][r] = r < p->nr ? a[d] : 0.0f;
