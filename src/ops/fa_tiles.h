@@ -117,11 +117,11 @@ FA_INLINE vf vfloor(vf x) {
  * exp(r) by a degree-6 polynomial, every step one fused multiply-add; 2^n
  * from exponent bits; x < -87 (also -inf, i.e. masked scores) gives 0. At
  * most 1.01 ulp (8.4e-8 relative) from exp() in double on [-87, 0.5],
- * measured on every float there (the separate multiplies and adds: 0.98). The arguments here are scores minus their
- * row max or log-sum-exp, so <= 0 up to rounding. libm's expf does not
- * vectorize without -ffast-math. (The same steps as separate multiplies
- * and adds, with floor from a truncating conversion, took ~30 instructions
- * for ~20 here: the exponentials were ~17% of the forward's time.) */
+ * measured on every float there. The arguments here are scores minus their
+ * row max, so <= 0 up to rounding. libm's expf does not vectorize without
+ * -ffast-math. (The same steps as separate multiplies and adds, with floor
+ * from a truncating conversion, were 0.98 ulp in ~30 instructions for ~20
+ * here: the exponentials were ~17% of the forward's time.) */
 FA_INLINE vf vexp(vf x) {
   vi tiny = x < vdup(-87.0f);
   vf xc = vsel(tiny, vdup(-87.0f), x);
@@ -560,9 +560,10 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
         for (int v = 0; v < NV; v++) vst(St[c] + v * VL, vld(St[c] + v * VL) * vld(Zt[c] + v * VL));
     }
     for (int v = 0; v < NV; v++) vst(al + v * VL, alpha[v]);
-    for (int64_t r = 0; r < nr && c0 > 0; r++) /* key tile 0 writes o fresh */
-      if (al[r] != 1.0f)
-        for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
+    if (c0 > 0) /* key tile 0 writes o fresh: nothing to rescale yet */
+      for (int64_t r = 0; r < nr; r++)
+        if (al[r] != 1.0f)
+          for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
     /* o[r] += sum_c P[c][r] v[c]; causal: keys past the row group skipped */
     tile_acc(ob, ldo, &St[0][0], 1, BR, vb + c0 * ldkv, ldkv, HS, nr, nk, -FA_ALL,
              g->causal ? r0 - c0 : FA_ALL, c0 == 0);
@@ -587,8 +588,8 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
  * rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S -
  * m) / l, and accumulates dq (this tile's rows), dk and dv (the key
  * tile's rows of the head's kv head) in the output, each written fresh by
- * its first tile (tile_acc). With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles
- * (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
+ * its first tile (tile_acc). With T <= SC_TILES BC, pass 1 keeps the query
+ * tile's score tiles (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
  * (a sixth of the backward's multiply-adds): the same values either way. */
 enum { SC_TILES = 32 };
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {

@@ -84,8 +84,6 @@ static slapo_graph *build_attention(const attn_case *c, const int64_t *shape) {
   return g;
 }
 
-/* Plans g (reference or fast kernels), binds q, k, v, R and runs it; owned
- * contiguous copies of the 4 outputs go to outs. Returns the planned peak. */
 /* debug_alloc: every buffer starts as NaN, so a kernel that leaves an
  * output element unwritten (the fast ones write o, dq, dk, dv without
  * zeroing them first) fails the comparisons rather than reading a lucky
@@ -94,6 +92,8 @@ static slapo_plan_opts run_opts(bool reference) {
   return (slapo_plan_opts){.reference = reference, .debug_alloc = true};
 }
 
+/* Plans g (reference or fast kernels), binds q, k, v, R and runs it; owned
+ * contiguous copies of the 4 outputs go to outs. Returns the planned peak. */
 static size_t run_attention(const slapo_graph *g, bool reference, slapo_tensor *const *vals,
                             const slapo_kernel_env *env, slapo_tensor **outs) {
   slapo_plan_opts o = run_opts(reference);
