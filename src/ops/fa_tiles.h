@@ -314,6 +314,29 @@ FA_INLINE void stats_update(float St[BC][BR], int64_t nk, bool store, vf m[NV], 
   }
 }
 
+/* Row max of the query lanes over key rows c < nk of a score tile: m <-
+ * max(m, max_c St[c]). */
+FA_INLINE void max_update(float St[BC][BR], int64_t nk, vf m[NV]) {
+  for (int h = 0; h < NV; h++)
+    for (int64_t c = 0; c < nk; c++) {
+      vf s = vld(St[c] + h * VL);
+      m[h] = vsel(s > m[h], s, m[h]);
+    }
+}
+
+/* Given the final row max ms (a lane that sees no key: 0), St[c] <-
+ * exp(St[c] - ms) for c < nk and l += their sum (c in order): the
+ * backward's kept tiles take this in place of stats_update's online sums,
+ * so its second pass reads each exponential instead of forming it again. */
+FA_INLINE void exp_sum(float St[BC][BR], int64_t nk, const vf ms[NV], vf l[NV]) {
+  for (int h = 0; h < NV; h++)
+    for (int64_t c = 0; c < nk; c++) {
+      vf p = vexp(vld(St[c] + h * VL) - ms[h]);
+      vst(St[c] + h * VL, p);
+      l[h] = l[h] + p;
+    }
+}
+
 /* Y[i, :] += sum_j W(i, j) X[j, :] for i < m, W(i, j) = W[i wi + j wj] (a
  * [32, 32] tile read as it lies or transposed), or with `fresh` Y[i, :] =
  * the sum (Y not read: the first tile's terms accumulate onto +0 as onto a
@@ -394,11 +417,21 @@ typedef __m256i vpi;
 #define P_XOR3(a, b, c) _mm256_xor_si256(_mm256_xor_si256(a, b), c)
 #endif
 /* hi and lo 32 bits of a * m lane by lane (m the same in every lane). */
+#if defined(__AVX512F__)
+/* Each 64-bit product's halves moved to their lanes by one masked swap of
+ * 32-bit pairs (instead of a shift and a blend). */
+FA_INLINE void p_mulhilo(vpi a, vpi m, vpi *hi, vpi *lo) {
+  vpi even = P_MUL(a, m), odd = P_MUL(P_SRL(a), m);
+  *lo = _mm512_mask_shuffle_epi32(even, 0xAAAA, odd, _MM_PERM_CDAB);
+  *hi = _mm512_mask_shuffle_epi32(odd, 0x5555, even, _MM_PERM_CDAB);
+}
+#else
 FA_INLINE void p_mulhilo(vpi a, vpi m, vpi *hi, vpi *lo) {
   vpi even = P_MUL(a, m), odd = P_MUL(P_SRL(a), m);
   *lo = P_ODD(even, P_SLL(odd));
   *hi = P_ODD(P_SRL(even), odd);
 }
+#endif
 FA_INLINE void philox_batch(const fa_geom *g, const uint64_t ctr[DROP_BLOCKS],
                             uint32_t w[4][DROP_BLOCKS]) {
   uint32_t lo[DROP_BLOCKS], hi[DROP_BLOCKS]; /* the counters' two words */
@@ -584,13 +617,17 @@ void FA_NAME(fwd_job)(const fa_geom *g, int64_t bh, int64_t r0) {
 
 /* Backward of one query head (Algorithm 4 with the loops swapped, so one
  * thread owns a head): for each query tile (q and dO packed transposed
- * once), pass 1 recomputes the row max m and sum l online and D =
- * rowsum(dO o); pass 2 walks the key tiles again, rebuilding P = exp(S -
- * m) / l, and accumulates dq (this tile's rows), dk and dv (the key
- * tile's rows of the head's kv head) in the output, each written fresh by
- * its first tile (tile_acc). With T <= SC_TILES BC, pass 1 keeps the query
- * tile's score tiles (Sc, 128 KiB of stack) and pass 2 reads them instead of recomputing q k^T
- * (a sixth of the backward's multiply-adds): the same values either way. */
+ * once), pass 1 recomputes the row max m and sum l and D = rowsum(dO o);
+ * pass 2 walks the key tiles again with P = exp(S - m) / l and accumulates
+ * dq (this tile's rows), dk and dv (the key tile's rows of the head's kv
+ * head) in the output, each written fresh by its first tile (tile_acc).
+ * With T <= SC_TILES BC, pass 1 keeps the query tile's score tiles (Sc,
+ * 128 KiB of stack): it takes the exact row max over all of them, then
+ * replaces each score by exp(S - m) while summing l, and pass 2 reads
+ * those instead of recomputing q k^T (a sixth of the backward's
+ * multiply-adds) and the exponential (GPT-2 `small` heads at one thread:
+ * the backward 0.89x). Longer rows recompute both, with m and l formed
+ * online (stats_update) as the forward forms them. */
 enum { SC_TILES = 32 };
 FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
   int64_t q0 = fa_head_off(g->lq, bh), kv0 = fa_head_off(g->lkv, bh / g->G),
@@ -622,14 +659,18 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
       int64_t nk = end - c0 < BC ? end - c0 : BC;
       float(*S)[BR] = cached ? Sc[c0 / BC] : St1;
       scores_t(g, HS, bh, &qp, kb + c0 * ldkv, ldkv, r0, c0, nk, S);
-      stats_update(S, nk, false, m, l, alpha);
+      if (cached) max_update(S, nk, m);
+      else stats_update(S, nk, false, m, l, alpha);
     }
+    for (int h = 0; h < NV; h++) m[h] = vsel(m[h] == vdup(-INFINITY), vdup(0.0f), m[h]);
+    if (cached) /* the exact max first, then one exponential per score */
+      for (int64_t c0 = 0; c0 < end; c0 += BC)
+        exp_sum(Sc[c0 / BC], end - c0 < BC ? end - c0 : BC, m, l);
     for (int64_t r = 0; r < BR; r++)
       Dr[r] = r < nr ? dot16(dob + (r0 + r) * ldo, ob + (r0 + r) * ldo, HS) : 0.0f;
     for (int h = 0; h < NV; h++) {
       D[h] = vld(Dr + h * VL);
       il[h] = 1.0f / l[h];
-      m[h] = vsel(m[h] == vdup(-INFINITY), vdup(0.0f), m[h]);
     }
     if (r0 + BR < g->T) prefetch_rows(vb, ldkv, r0 + BR, g->T, HS);
     for (int64_t c0 = 0; c0 < end; c0 += BC) {
@@ -642,7 +683,8 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
        * past nr are never summed), so the tile products need no masks. */
       for (int64_t c = 0; c < nk; c++)
         for (int h = 0; h < NV; h++) {
-          vf p = vexp(vld(St[c] + h * VL) - m[h]) * il[h], dp = vld(dSt[c] + h * VL);
+          vf e = cached ? vld(St[c] + h * VL) : vexp(vld(St[c] + h * VL) - m[h]);
+          vf p = e * il[h], dp = vld(dSt[c] + h * VL);
           if (g->dropout) {
             vf z = vld(Zt[c] + h * VL);
             vst(dSt[c] + h * VL, (p * (z * dp - D[h])) * g->scale);

@@ -42,7 +42,7 @@ static void both(const char *op, int n_in, const slapo_tensor *const *in, int n_
 
 /* slapo__exp_bounded_f, softmax's and cross-entropy's e^(x - max), against
  * exp in double on every 97th float of [-87, 0.5] (~10^7 points, both
- * signs, every binade): within 1 ulp (2^-23) relative everywhere (8.2e-8
+ * signs, every binade): within 1 ulp (2^-23) relative everywhere (8.3e-8
  * measured). */
 static void test_exp_bounded_f_accuracy(void **state) {
   (void)state;
