@@ -281,19 +281,23 @@ FA_INLINE void scores_t(const fa_geom *g, int64_t HS, int64_t bh, const fa_panel
                         float St[BC][BR]) {
   kq_tile(kt, ldk, nk, qp, HS, St);
   const float *mb = g->mask ? g->mask + (bh / g->NH) * g->T + c0 : NULL; /* mb [nk] */
-  vi lane;
-  for (int j = 0; j < VL; j++) lane[j] = j;
-  for (int64_t c = 0; c < nk; c++) {
-    /* causal: query r sees key c iff c0 + c <= r0 + r, so lanes r < hide
-     * are -inf (selected lane by lane: a scalar store loop was ~2% of the
-     * forward) */
-    int64_t hide = g->causal ? c0 + c - r0 : 0;
+  for (int64_t c = 0; c < nk; c++)
     for (int v = 0; v < NV; v++) {
       vf x = vld(St[c] + v * VL) * g->scale;
       if (mb) x = x + mb[c];
-      if (hide > v * VL)
-        x = vsel(lane + v * VL < (int32_t)(hide < BR ? hide : BR), vdup(-INFINITY), x);
       vst(St[c] + v * VL, x);
+    }
+  /* causal: query r sees key c iff c0 + c <= r0 + r, so on a tile that
+   * reaches past the diagonal lanes r < c0 + c - r0 of row c are -inf,
+   * selected per vector (a scalar store loop was ~2% of the forward) */
+  if (g->causal && c0 + nk - 1 > r0) {
+    vi lane;
+    for (int j = 0; j < VL; j++) lane[j] = j;
+    for (int64_t c = 0; c < nk; c++) {
+      int64_t hide = c0 + c - r0;
+      for (int v = 0; v < NV && hide > v * VL; v++)
+        vst(St[c] + v * VL, vsel(lane + v * VL < (int32_t)(hide < BR ? hide : BR),
+                                 vdup(-INFINITY), vld(St[c] + v * VL)));
     }
   }
 }
@@ -373,14 +377,18 @@ FA_INLINE void exp_sum(float St[BC][BR], int64_t nk, const vf ms[NV], vf l[NV]) 
  * tile's rows skip the keys (or queries) whose weights are all zero in
  * their group of 4 rows, a range that does not depend on RB, so every
  * level sums the same terms (the scalar fallback for HS % (NC VL) != 0
- * too). */
+ * too). With rs (not with `fresh`), Y[i, :] is first scaled by rs[i] as
+ * it is loaded: the forward's rescale of o by exp(m_old - m_new) without
+ * a pass of its own over o (the same multiply, so the same bits). */
 #define FA_ALL (2 * BC) /* lo = -FA_ALL, hi = FA_ALL: every j < n */
 _Static_assert(4 % RB == 0, "a register block lies in one group of 4 rows");
 FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
                         const float *X, int64_t ldx, int64_t HS, int64_t m, int64_t n,
-                        int64_t lo, int64_t hi, bool fresh) {
+                        int64_t lo, int64_t hi, bool fresh, const float *rs) {
   if (HS % (NC * VL)) {
     for (int64_t i = 0; i < m && fresh; i++) memset(Y + i * ldy, 0, (size_t)HS * sizeof(float));
+    for (int64_t i = 0; i < m && rs; i++)
+      for (int64_t h = 0; h < HS; h++) Y[i * ldy + h] *= rs[i];
     for (int64_t i = 0; i < m; i++) {
       int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
               j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
@@ -399,8 +407,10 @@ FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64
       for (int ii = 0; ii < RB; ii++) w[ii] = W + (i + ii < m ? i + ii : m - 1) * wi;
       vf acc[RB][NC];
       for (int ii = 0; ii < RB; ii++)
-        for (int k = 0; k < NC; k++)
+        for (int k = 0; k < NC; k++) {
           acc[ii][k] = i + ii < m && !fresh ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
+          if (rs && i + ii < m) acc[ii][k] = acc[ii][k] * rs[i + ii];
+        }
       for (int64_t j = j0; j < j1; j++) {
         vf x[NC];
         for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
@@ -619,13 +629,10 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
         for (int v = 0; v < NV; v++) vst(St[c] + v * VL, vld(St[c] + v * VL) * vld(Zt[c] + v * VL));
     }
     for (int v = 0; v < NV; v++) vst(al + v * VL, alpha[v]);
-    if (c0 > 0) /* key tile 0 writes o fresh: nothing to rescale yet */
-      for (int64_t r = 0; r < nr; r++)
-        if (al[r] != 1.0f)
-          for (int64_t d = 0; d < HS; d++) ob[r * ldo + d] *= al[r];
-    /* o[r] += sum_c P[c][r] v[c]; causal: keys past the row group skipped */
+    /* o[r] = al[r] o[r] + sum_c P[c][r] v[c]; causal: keys past the row
+     * group skipped; key tile 0 writes o fresh (nothing to rescale yet) */
     tile_acc(ob, ldo, &St[0][0], 1, BR, vb + c0 * ldkv, ldkv, HS, nr, nk, -FA_ALL,
-             g->causal ? r0 - c0 : FA_ALL, c0 == 0);
+             g->causal ? r0 - c0 : FA_ALL, c0 == 0, c0 > 0 ? al : NULL);
   }
   _Alignas(64) float lr[BR]; /* lr [BR]: l per query */
   for (int v = 0; v < NV; v++) vst(lr + v * VL, l[v]);
@@ -727,13 +734,13 @@ FA_INLINE void bwd_head(const fa_geom *g, int64_t HS, int64_t bh) {
        * (all of its rows: BR == BC) writes dk, dv fresh */
       bool kv_fresh = bh % g->G == 0 && (g->causal ? r0 == c0 : r0 == 0);
       tile_acc(dvb + c0 * ldkv, ldkv, &St[0][0], BR, 1, dob + r0 * ldo, ldo, HS, nk, nr, lo,
-               FA_ALL, kv_fresh);
+               FA_ALL, kv_fresh, NULL);
       tile_acc(dkb + c0 * ldkv, ldkv, &dSt[0][0], BR, 1, qb + r0 * ldq, ldq, HS, nk, nr, lo,
-               FA_ALL, kv_fresh);
+               FA_ALL, kv_fresh, NULL);
       /* dq[r] += sum_c dS[c][r] k[c]: the tile read transposed; key tile 0
        * writes it fresh */
       tile_acc(dqb + r0 * ldq, ldq, &dSt[0][0], 1, BR, kb + c0 * ldkv, ldkv, HS, nr, nk,
-               -FA_ALL, hi, c0 == 0);
+               -FA_ALL, hi, c0 == 0, NULL);
     }
   }
 }
