@@ -240,6 +240,24 @@ FA_INLINE void panel_init(fa_panel *p, const float *a, int64_t lda, int64_t nr, 
   if (p->once) pack_t(p, 0, HS);
 }
 
+/* RK full rows of kq_tile: St[i][r] (+)= sum_d k[i ldk + d] At[d][r]. */
+FA_INLINE void kq_block(const float *k, int64_t ldk, bool fresh, const float (*At)[BR],
+                        int64_t nd, float St[RK][BR]) {
+  vf acc[RK][NV];
+  for (int i = 0; i < RK; i++)
+    for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[i] + v * VL);
+  for (int64_t d = 0; d < nd; d++) {
+    vf a[NV];
+    for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
+    for (int i = 0; i < RK; i++) {
+      vf x = vdup(k[i * ldk + d]);
+      for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
+    }
+  }
+  for (int i = 0; i < RK; i++)
+    for (int v = 0; v < NV; v++) vst(St[i] + v * VL, acc[i][v]);
+}
+
 /* St[c][r] = sum_d K[c, d] A[r, d] for key rows c < nk (K rows ldk floats
  * apart) and all BR lanes r of the panel A: RK key rows x 32 lanes stay in
  * registers while d runs in order 0, 1, ..., HS-1 (rows c >= nk are not
@@ -251,6 +269,10 @@ FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *
     if (!A->once) pack_t(A, d0, nd);
     const float(*At)[BR] = (const float(*)[BR])A->t;
     for (int64_t c = 0; c < nk; c += RK) {
+      if (c + RK <= nk) { /* a full block: rows at one base, fewer pointers held */
+        kq_block(K + c * ldk + d0, ldk, d0 == 0, At, nd, St + c);
+        continue;
+      }
       const float *k[RK]; /* rows past nk repeat the last row; not stored */
       for (int i = 0; i < RK; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
       vf acc[RK][NV];
@@ -382,6 +404,32 @@ FA_INLINE void exp_sum(float St[BC][BR], int64_t nk, const vf ms[NV], vf l[NV]) 
  * a pass of its own over o (the same multiply, so the same bits). */
 #define FA_ALL (2 * BC) /* lo = -FA_ALL, hi = FA_ALL: every j < n */
 _Static_assert(4 % RB == 0, "a register block lies in one group of 4 rows");
+/* One register block of tile_acc: rows i < n_rows (<= RB) of Y [., NC VL]
+ * (ldy apart) += sum_{j0 <= j < j1} W[i wi + j wj] X[j, :] (X rows ldx
+ * apart); `fresh` and rs (rs[i]) as tile_acc's. */
+FA_INLINE void acc_block(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
+                         const float *X, int64_t ldx, int64_t j0, int64_t j1, int64_t n_rows,
+                         bool fresh, const float *rs) {
+  const float *w[RB]; /* rows past n_rows repeat the last row; not stored */
+  for (int ii = 0; ii < RB; ii++) w[ii] = W + (ii < n_rows ? ii : n_rows - 1) * wi;
+  vf acc[RB][NC];
+  for (int ii = 0; ii < RB; ii++)
+    for (int k = 0; k < NC; k++) {
+      acc[ii][k] = ii < n_rows && !fresh ? vld(Y + ii * ldy + k * VL) : vdup(0.0f);
+      if (rs && ii < n_rows) acc[ii][k] = acc[ii][k] * rs[ii];
+    }
+  for (int64_t j = j0; j < j1; j++) {
+    vf x[NC];
+    for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + k * VL);
+    for (int ii = 0; ii < RB; ii++) {
+      vf wv = vdup(w[ii][j * wj]);
+      for (int k = 0; k < NC; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
+    }
+  }
+  for (int ii = 0; ii < RB && ii < n_rows; ii++)
+    for (int k = 0; k < NC; k++) vst(Y + ii * ldy + k * VL, acc[ii][k]);
+}
+
 FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64_t wj,
                         const float *X, int64_t ldx, int64_t HS, int64_t m, int64_t n,
                         int64_t lo, int64_t hi, bool fresh, const float *rs) {
@@ -399,30 +447,16 @@ FA_INLINE void tile_acc(float *Y, int64_t ldy, const float *W, int64_t wi, int64
     }
     return;
   }
-  for (int64_t h0 = 0; h0 < HS; h0 += NC * VL) {
+  for (int64_t h0 = 0; h0 < HS; h0 += NC * VL)
     for (int64_t i = 0; i < m; i += RB) {
       int64_t i4 = i & ~(int64_t)3, j0 = i4 + lo > 0 ? i4 + lo : 0,
               j1 = i4 + 4 + hi < n ? i4 + 4 + hi : n;
-      const float *w[RB]; /* rows past m repeat the last row; not stored */
-      for (int ii = 0; ii < RB; ii++) w[ii] = W + (i + ii < m ? i + ii : m - 1) * wi;
-      vf acc[RB][NC];
-      for (int ii = 0; ii < RB; ii++)
-        for (int k = 0; k < NC; k++) {
-          acc[ii][k] = i + ii < m && !fresh ? vld(Y + (i + ii) * ldy + h0 + k * VL) : vdup(0.0f);
-          if (rs && i + ii < m) acc[ii][k] = acc[ii][k] * rs[i + ii];
-        }
-      for (int64_t j = j0; j < j1; j++) {
-        vf x[NC];
-        for (int k = 0; k < NC; k++) x[k] = vld(X + j * ldx + h0 + k * VL);
-        for (int ii = 0; ii < RB; ii++) {
-          vf wv = vdup(w[ii][j * wj]);
-          for (int k = 0; k < NC; k++) acc[ii][k] = vfma(wv, x[k], acc[ii][k]);
-        }
-      }
-      for (int ii = 0; ii < RB && i + ii < m; ii++)
-        for (int k = 0; k < NC; k++) vst(Y + (i + ii) * ldy + h0 + k * VL, acc[ii][k]);
+      const float *r = rs ? rs + i : NULL;
+      if (i + RB <= m) /* RB a constant here: the rows' weights at fixed offsets */
+        acc_block(Y + i * ldy + h0, ldy, W + i * wi, wi, wj, X + h0, ldx, j0, j1, RB, fresh, r);
+      else
+        acc_block(Y + i * ldy + h0, ldy, W + i * wi, wi, wj, X + h0, ldx, j0, j1, m - i, fresh, r);
     }
-  }
 }
 
 /* Philox4x32-10 (as core/philox.c) of DROP_BLOCKS counters side by side
