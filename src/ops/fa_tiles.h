@@ -240,28 +240,33 @@ FA_INLINE void panel_init(fa_panel *p, const float *a, int64_t lda, int64_t nr, 
   if (p->once) pack_t(p, 0, HS);
 }
 
-/* RK full rows of kq_tile: St[i][r] (+)= sum_d k[i ldk + d] At[d][r]. */
-FA_INLINE void kq_block(const float *k, int64_t ldk, bool fresh, const float (*At)[BR],
-                        int64_t nd, float St[RK][BR]) {
+/* One register block of kq_tile: St[i][r] (+)= sum_{d < nd} k[i ldk + d]
+ * At[d][r] for rows i < n_rows (<= RK; rows past it repeat the last row
+ * and are not stored); `fresh`: St not read (the first head-size chunk). */
+FA_INLINE void kq_block(const float *k, int64_t ldk, int64_t n_rows, bool fresh,
+                        const float (*At)[BR], int64_t nd, float St[RK][BR]) {
   vf acc[RK][NV];
   for (int i = 0; i < RK; i++)
-    for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[i] + v * VL);
+    for (int v = 0; v < NV; v++)
+      acc[i][v] = fresh || i >= n_rows ? vdup(0.0f) : vld(St[i] + v * VL);
   for (int64_t d = 0; d < nd; d++) {
     vf a[NV];
     for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
     for (int i = 0; i < RK; i++) {
-      vf x = vdup(k[i * ldk + d]);
+      vf x = vdup(k[(i < n_rows ? i : n_rows - 1) * ldk + d]);
       for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
     }
   }
-  for (int i = 0; i < RK; i++)
+  for (int i = 0; i < RK && i < n_rows; i++)
     for (int v = 0; v < NV; v++) vst(St[i] + v * VL, acc[i][v]);
 }
 
 /* St[c][r] = sum_d K[c, d] A[r, d] for key rows c < nk (K rows ldk floats
  * apart) and all BR lanes r of the panel A: RK key rows x 32 lanes stay in
  * registers while d runs in order 0, 1, ..., HS-1 (rows c >= nk are not
- * written). */
+ * written). A full block gets RK as a constant, so its rows lie at fixed
+ * offsets from one base: clamped per-row pointers spilled to the stack
+ * inside the backward (one reload per broadcast). */
 FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *A, int64_t HS,
                        float St[BC][BR]) {
   for (int64_t d0 = 0; d0 < HS; d0 += DCH) {
@@ -269,27 +274,9 @@ FA_INLINE void kq_tile(const float *K, int64_t ldk, int64_t nk, const fa_panel *
     if (!A->once) pack_t(A, d0, nd);
     const float(*At)[BR] = (const float(*)[BR])A->t;
     for (int64_t c = 0; c < nk; c += RK) {
-      if (c + RK <= nk) { /* a full block: rows at one base, fewer pointers held */
-        kq_block(K + c * ldk + d0, ldk, d0 == 0, At, nd, St + c);
-        continue;
-      }
-      const float *k[RK]; /* rows past nk repeat the last row; not stored */
-      for (int i = 0; i < RK; i++) k[i] = K + (c + i < nk ? c + i : nk - 1) * ldk + d0;
-      vf acc[RK][NV];
-      for (int i = 0; i < RK; i++) {
-        bool fresh = d0 == 0 || c + i >= nk;
-        for (int v = 0; v < NV; v++) acc[i][v] = fresh ? vdup(0.0f) : vld(St[c + i] + v * VL);
-      }
-      for (int64_t d = 0; d < nd; d++) {
-        vf a[NV];
-        for (int v = 0; v < NV; v++) a[v] = vld(At[d] + v * VL);
-        for (int i = 0; i < RK; i++) {
-          vf x = vdup(k[i][d]);
-          for (int v = 0; v < NV; v++) acc[i][v] = vfma(x, a[v], acc[i][v]);
-        }
-      }
-      for (int i = 0; i < RK && c + i < nk; i++)
-        for (int v = 0; v < NV; v++) vst(St[c + i] + v * VL, acc[i][v]);
+      const float *k = K + c * ldk + d0;
+      if (c + RK <= nk) kq_block(k, ldk, RK, d0 == 0, At, nd, St + c);
+      else kq_block(k, ldk, nk - c, d0 == 0, At, nd, St + c);
     }
   }
 }
