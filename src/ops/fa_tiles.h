@@ -637,6 +637,10 @@ FA_INLINE void fwd_tile(const fa_geom *g, int64_t HS, int64_t bh, int64_t r0) {
   fa_panel qp;
   panel_init(&qp, qb + r0 * ldq, ldq, nr, HS, Qt);
   int64_t end = key_end(g, r0, nr);
+  if (g->causal && r0 + BR < g->T) { /* the next query tile's rows, its one new key tile's */
+    prefetch_rows(qb, ldq, r0 + BR, g->T, HS);
+    prefetch_rows(kb, ldkv, r0 + BR, g->T, HS), prefetch_rows(vb, ldkv, r0 + BR, g->T, HS);
+  }
   for (int64_t c0 = 0; c0 < end; c0 += BC) {
     int64_t nk = end - c0 < BC ? end - c0 : BC;
     bool next = c0 + BC < end; /* the next key tile's rows, k then v */
