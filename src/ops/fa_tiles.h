@@ -297,7 +297,7 @@ FA_INLINE void scores_t(const fa_geom *g, int64_t HS, int64_t bh, const fa_panel
       vst(St[c] + v * VL, x);
     }
   /* causal: query r sees key c iff c0 + c <= r0 + r, so on a tile that
-   * reaches past the diagonal lanes r < c0 + c - r0 of row c are -inf,
+   * reaches past the diagonal, lanes r < c0 + c - r0 of row c are -inf,
    * selected per vector (a scalar store loop was ~2% of the forward) */
   if (g->causal && c0 + nk - 1 > r0) {
     vi lane;
