@@ -135,11 +135,12 @@ void slapo__fa_forward(const fa_geom *g, bool reference) {
       : isa == SLAPO_ISA_AVX2 ? slapo__fa_fwd_job_avx2 : slapo__fa_fwd_job_baseline;
   int64_t work = g->BH * g->T * (g->causal ? g->T / 2 + 1 : g->T) * (g->HS ? 2 * g->HS : 1);
   int nt = slapo__threads_for(work);
-  /* A head's query tiles in order on one thread where there are heads
-   * enough to go round: its k and v rows, read from memory by the first
-   * tile, are in that core's cache for the next (tile by tile, the two
-   * threads shared each head and each fetched its rows) */
-  int64_t chunk = g->BH >= 4 * (int64_t)nt ? n_qt : 1;
+  /* A head's query tiles in order on one thread where the heads go round
+   * evenly (at least 4 a thread, a multiple of the thread count, so whole
+   * heads cost no balance): its k and v rows, read from memory by the first
+   * tile, are in that core's cache for the next (tile by tile, the threads
+   * shared each head and each fetched its rows) */
+  int64_t chunk = g->BH >= 4 * (int64_t)nt && g->BH % nt == 0 ? n_qt : 1;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, chunk)
   for (int64_t job = 0; job < g->BH * n_qt; job++) fwd(g, job / n_qt, (job % n_qt) * BR);
 }
