@@ -87,7 +87,7 @@ static inline float slapo__keep(float v, int keep) {                            
 /* e^a for a float |a| <= 87 (callers clamp it; outside, the 2^n scale                            \
  * overflows), all in float: Cephes' expf reduction (n = round(a / ln 2) by                       \
  * the 1.5 * 2^23 shift, r = a - n ln2 with ln 2 split in two so                                  \
- * n * 0.693359375 is exact) and the degree-7 polynomial, each step one                         \
+ * n * 0.693359375 is exact) and the degree-7 polynomial, each step one                           \
  * fused multiply-add (one rounding where a multiply and an add made two:                         \
  * ~2/3 of the instructions, and the GELU kernels built on it 0.8x the                            \
  * time): within 1 ulp of e^a for the float a given (8.3e-8 relative at                           \
