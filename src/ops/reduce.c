@@ -245,7 +245,8 @@ static double run_sum(const float *p, int64_t n) {
   return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
-enum { TILE = 64,        /* columns per task in column sums (doubles: 512 B) */
+enum { TILE = 64,        /* least columns per task in column sums           */
+       MAX_STRIP = 1024, /* most (doubles: 8 KiB of accumulators, in L1)    */
        MAX_BLOCKS = 64,  /* row blocks of a narrow column sum               */
        MAX_CHUNKS = 256 }; /* chunks of a full reduction                     */
 
@@ -283,9 +284,9 @@ static void reduce_rows(const float *x, int64_t L, int nk, const int64_t *ks,
   }
 }
 
-/* Last (coalesced) dim kept, K wide: column sums. Each task owns TILE
- * columns of one outer output and walks the reduced rows in order, so the
- * result equals reduce_ref bit for bit. This is the bias-gradient case
+/* Last (coalesced) dim kept, K wide: column sums. Each task owns a strip
+ * of columns of one outer output and walks the reduced rows in order, so
+ * the result equals reduce_ref bit for bit. This is the bias-gradient case
  * (dy [B*T, C] -> [C]). */
 static void reduce_cols(const float *x, int64_t K, int nk, const int64_t *ks,
                         const int64_t *kst, int nr, const int64_t *rs, const int64_t *rst,
@@ -320,42 +321,47 @@ static void reduce_cols(const float *x, int64_t K, int nk, const int64_t *ks,
     }
     return;
   }
-#pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(static)
+  /* Strips as wide as the threads allow (up to MAX_STRIP columns): a wide
+   * strip reads each row as one long run the hardware prefetcher follows,
+   * where a 64-column tile read 256 bytes a row, a page apart, and waited
+   * on memory at every row. The width changes only which task sums a
+   * column, never the order of its sum. */
+  int nthr = slapo__threads_for(work);
+  int64_t tile = TILE;
+  if (nko == 1) {
+    /* A whole number of strips per thread, each at most MAX_STRIP wide. */
+    int64_t nstrips = nthr * ((K + (int64_t)nthr * MAX_STRIP - 1) / ((int64_t)nthr * MAX_STRIP));
+    tile = ((K + nstrips - 1) / nstrips + 15) / 16 * 16;
+    if (tile < TILE) tile = TILE;
+  }
+  ntiles = (K + tile - 1) / tile, ntasks = nko * ntiles;
+#pragma omp parallel for num_threads(nthr) schedule(static)
   for (int64_t t = 0; t < ntasks; t++) {
-    int64_t ok = t / ntiles, k0 = (t % ntiles) * TILE;
-    int64_t w = K - k0 < TILE ? K - k0 : TILE;
+    int64_t ok = t / ntiles, k0 = (t % ntiles) * tile;
+    int64_t w = K - k0 < tile ? K - k0 : tile;
     int64_t base = offset_of(ok, nk, ks, kst) + k0;
-    double acc[TILE] = {0};
+    double acc[MAX_STRIP] = {0};
     odometer it;
     odo_seek(&it, nr, rs, rst, 0);
     int64_t r = 0;
-    if (w == TILE) {
-      /* Four rows per pass: each accumulator is loaded and stored once per
-       * four adds, and the adds stay in row order (bitwise equal to ref). */
-      for (; r + 4 <= nro; r += 4) {
-        const float *p0 = x + base + it.off;
-        /* One reduced dim: ask for the strip 16 rows ahead. Rows lie a
-         * row's width apart (4.6 KB for a [1024, 1152] bias gradient), a
-         * page each, where the hardware prefetcher does not follow; the
-         * walk waited on every row (c_attn's bias gradient in GPT-2
-         * `small`: 0.33 ms a call). Hints only: the same sums. */
-        if (nr == 1 && r + 16 < nro)
-          for (int j = 0; j < TILE; j += 16) __builtin_prefetch(p0 + 16 * rst[0] + j, 0);
-        odo_next(&it);
-        const float *p1 = x + base + it.off;
-        odo_next(&it);
-        const float *p2 = x + base + it.off;
-        odo_next(&it);
-        const float *p3 = x + base + it.off;
-        odo_next(&it);
-        for (int j = 0; j < TILE; j++) {
-          double a = acc[j];
-          a += p0[j];
-          a += p1[j];
-          a += p2[j];
-          a += p3[j];
-          acc[j] = a;
-        }
+    /* Four rows per pass: each accumulator is loaded and stored once per
+     * four adds, and the adds stay in row order (bitwise equal to ref). */
+    for (; r + 4 <= nro; r += 4) {
+      const float *p0 = x + base + it.off;
+      odo_next(&it);
+      const float *p1 = x + base + it.off;
+      odo_next(&it);
+      const float *p2 = x + base + it.off;
+      odo_next(&it);
+      const float *p3 = x + base + it.off;
+      odo_next(&it);
+      for (int64_t j = 0; j < w; j++) {
+        double a = acc[j];
+        a += p0[j];
+        a += p1[j];
+        a += p2[j];
+        a += p3[j];
+        acc[j] = a;
       }
     }
     for (; r < nro; r++, odo_next(&it)) {

@@ -215,10 +215,15 @@ static void test_fast_matches_ref_all_masks(void **state) {
 
 static void test_fast_paths_large(void **state) {
   opfix *f = *state;
-  /* Column sums (the bias gradient): tiles of columns, same order as ref. */
+  /* Column sums (the bias gradient): strips of columns, same order as ref. */
   int64_t a[] = {600, 130};
   slapo_node *xa = opfix_input(f, "xa", 2, a);
   compare_fast(slapo_sum_to(f->ctx, xa, 1, (int64_t[]){130}), 2, a, true);
+  /* Wide: several strips a thread, the last one shorter, none a multiple of
+   * the 64-column tile. */
+  int64_t aw[] = {300, 2500};
+  slapo_node *xaw = opfix_input(f, "xaw", 2, aw);
+  compare_fast(slapo_sum(f->ctx, xaw, 1, (int64_t[]){0}, false), 2, aw, true);
   /* Narrow and tall: row blocks. */
   int64_t b[] = {20000, 3};
   slapo_node *xb = opfix_input(f, "xb", 2, b);
