@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/assert.h"
+#include "ops/vmath.h"
 #include "slapo/dist.h"
 #include "slapo/train.h"
 
@@ -105,40 +106,67 @@ static inline void adamw_one(float *w, float *grad, float *m, float *v,
   *w -= k->lr * (mh / (sqrtf(vh) + k->eps) + k->wd * *w);
 }
 
-#if defined(__SSE__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
-#endif
 
-/* w, g, m, v [n]: the update above, four elements at a time with SSE where
- * the compiler targets x86. Why by hand: the loop is bound by its divisions
- * and square root, and GCC does not vectorize sqrtf unless built with
- * -fno-math-errno. mulps/addps/divps/sqrtps round each lane exactly as
- * their scalar forms, in the same order, so every element gets the bits the
- * scalar formula gives (the tail runs that formula). */
+/* w, g, m, v [n]: the update above, a vector of elements at a time. Why by
+ * hand: the loop is bound by its divisions, its square root and memory, and
+ * GCC does not vectorize sqrtf unless built with -fno-math-errno. Each
+ * width's mul/add/div/sqrt rounds every lane exactly as the scalar
+ * operation, in the same order (no FMA), so every element gets the bits
+ * the scalar formula gives at every ISA level (the tail runs that formula).
+ * One body per width, spelled by ADAMW_BODY over the width's intrinsics,
+ * picked per call like SLAPO__SIMD_PROC (ops/vmath.h). AVX-512 against
+ * SSE, 2 threads on an AMD Zen 5: GPT-2 small's 10.8 M parameters 6.5 ->
+ * 5.1 ms a step, 124M's 61.8 -> 49.1 ms (medians of 4 alternations). */
+#define ADAMW_BODY(V, W, SET1, LOAD, STORE, MUL, ADD, SUB, DIV, SQRT, ZERO)               \
+  int64_t j = 0;                                                                            \
+  const V b1 = SET1(k->b1), b2 = SET1(k->b2), omb1 = SET1(k->omb1), omb2 = SET1(k->omb2); \
+  const V c1 = SET1(k->c1), c2 = SET1(k->c2), eps = SET1(k->eps), lr = SET1(k->lr);       \
+  const V wd = SET1(k->wd), gs = SET1(k->gs);                                              \
+  for (; j + W <= n; j += W) {                                                              \
+    V gj = MUL(LOAD(g + j), gs), wj = LOAD(w + j);                                          \
+    if (k->zero) STORE(g + j, ZERO());                                                      \
+    V mj = ADD(MUL(b1, LOAD(m + j)), MUL(omb1, gj));                                        \
+    V vj = ADD(MUL(b2, LOAD(v + j)), MUL(MUL(omb2, gj), gj));                               \
+    STORE(m + j, mj);                                                                       \
+    STORE(v + j, vj);                                                                       \
+    V mh = DIV(mj, c1), vh = DIV(vj, c2);                                                   \
+    V t = ADD(DIV(mh, ADD(SQRT(vh), eps)), MUL(wd, wj));                                    \
+    STORE(w + j, SUB(wj, MUL(lr, t)));                                                      \
+  }                                                                                         \
+  for (; j < n; j++) adamw_one(w + j, g + j, m + j, v + j, k)
+
+#define ADAMW_PARAMS                                                                        \
+  (float *restrict w, float *restrict g, float *restrict m, float *restrict v, int64_t n,   \
+   const adamw_consts *k)
+
+SLAPO__TARGET_AVX512 static void adamw_span_avx512 ADAMW_PARAMS {
+  ADAMW_BODY(__m512, 16, _mm512_set1_ps, _mm512_loadu_ps, _mm512_storeu_ps, _mm512_mul_ps,
+             _mm512_add_ps, _mm512_sub_ps, _mm512_div_ps, _mm512_sqrt_ps, _mm512_setzero_ps);
+}
+SLAPO__TARGET_AVX2 static void adamw_span_avx2 ADAMW_PARAMS {
+  ADAMW_BODY(__m256, 8, _mm256_set1_ps, _mm256_loadu_ps, _mm256_storeu_ps, _mm256_mul_ps,
+             _mm256_add_ps, _mm256_sub_ps, _mm256_div_ps, _mm256_sqrt_ps, _mm256_setzero_ps);
+}
+static void adamw_span_sse ADAMW_PARAMS {
+  ADAMW_BODY(__m128, 4, _mm_set1_ps, _mm_loadu_ps, _mm_storeu_ps, _mm_mul_ps, _mm_add_ps,
+             _mm_sub_ps, _mm_div_ps, _mm_sqrt_ps, _mm_setzero_ps);
+}
+
+/* The variant slapo_isa_active() names (SLAPO_MAX_ISA caps it). */
+static void adamw_span ADAMW_PARAMS {
+  slapo_isa isa = slapo_isa_active();
+  if (isa == SLAPO_ISA_AVX512) adamw_span_avx512(w, g, m, v, n, k);
+  else if (isa == SLAPO_ISA_AVX2) adamw_span_avx2(w, g, m, v, n, k);
+  else adamw_span_sse(w, g, m, v, n, k);
+}
+#else
 static void adamw_span(float *restrict w, float *restrict g, float *restrict m,
                        float *restrict v, int64_t n, const adamw_consts *k) {
-  int64_t j = 0;
-#if defined(__SSE__)
-  const __m128 b1 = _mm_set1_ps(k->b1), b2 = _mm_set1_ps(k->b2);
-  const __m128 omb1 = _mm_set1_ps(k->omb1), omb2 = _mm_set1_ps(k->omb2);
-  const __m128 c1 = _mm_set1_ps(k->c1), c2 = _mm_set1_ps(k->c2);
-  const __m128 eps = _mm_set1_ps(k->eps), lr = _mm_set1_ps(k->lr), wd = _mm_set1_ps(k->wd);
-  const __m128 gs = _mm_set1_ps(k->gs);
-  for (; j + 4 <= n; j += 4) {
-    __m128 gj = _mm_mul_ps(_mm_loadu_ps(g + j), gs), wj = _mm_loadu_ps(w + j);
-    if (k->zero) _mm_storeu_ps(g + j, _mm_setzero_ps());
-    __m128 mj = _mm_add_ps(_mm_mul_ps(b1, _mm_loadu_ps(m + j)), _mm_mul_ps(omb1, gj));
-    __m128 vj =
-        _mm_add_ps(_mm_mul_ps(b2, _mm_loadu_ps(v + j)), _mm_mul_ps(_mm_mul_ps(omb2, gj), gj));
-    _mm_storeu_ps(m + j, mj);
-    _mm_storeu_ps(v + j, vj);
-    __m128 mh = _mm_div_ps(mj, c1), vh = _mm_div_ps(vj, c2);
-    __m128 t = _mm_add_ps(_mm_div_ps(mh, _mm_add_ps(_mm_sqrt_ps(vh), eps)), _mm_mul_ps(wd, wj));
-    _mm_storeu_ps(w + j, _mm_sub_ps(wj, _mm_mul_ps(lr, t)));
-  }
-#endif
-  for (; j < n; j++) adamw_one(w + j, g + j, m + j, v + j, k);
+  for (int64_t j = 0; j < n; j++) adamw_one(w + j, g + j, m + j, v + j, k);
 }
+#endif
 
 void slapo_adamw_step(slapo_adamw *o, float lr) { slapo_adamw_step_scaled(o, lr, 1.0f, false); }
 

@@ -2,9 +2,9 @@
  * folded into AdamW (slapo_clip_grad_norm(model, 0) + slapo_clip_scale +
  * slapo_adamw_step_scaled) gives bitwise the weights and optimizer state of
  * clip-then-step and leaves the gradients unscaled (or zeroes them, when
- * asked, with the same weights); the SSE body and the
- * scalar tail of the update agree (parameter sizes that are not multiples
- * of 4 and one large enough to be split over threads). */
+ * asked, with the same weights); the vector body of every ISA level and
+ * the scalar tail of the update agree (parameter sizes that are not
+ * multiples of 4 and one large enough to be split over threads). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -108,7 +108,7 @@ static void test_scaled_step_is_clip_then_step(void **state) {
 }
 
 /* The first update of every element against the scalar formula written out
- * here (m = v = 0 before it), bitwise: the SSE body and the tail agree. */
+ * here (m = v = 0 before it), bitwise: the vector body and the tail agree. */
 typedef struct expect {
   float lr, wd;
   float *w0; /* every weight before the step, parameters in visit order */
@@ -142,8 +142,8 @@ static void gather_w(slapo_parameter *p, const char *path, void *ud) {
   e->i += (int)n;
 }
 
-static void test_update_matches_scalar_formula(void **state) {
-  (void)state;
+/* At one ISA level. */
+static void update_matches_scalar_formula(void) {
   slapo_module *a = model();
   slapo_adamw *o;
   slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
@@ -158,6 +158,16 @@ static void test_update_matches_scalar_formula(void **state) {
   free(e.w0);
   slapo_adamw_free(o);
   slapo_module_free(a);
+}
+
+/* Every level this host runs (SSE, AVX2, AVX-512 bodies) gives the formula's bits. */
+static void test_update_matches_scalar_formula(void **state) {
+  (void)state;
+  for (int lvl = SLAPO_ISA_BASELINE; lvl <= (int)slapo_isa_host(); lvl++) {
+    slapo_isa_set_max((slapo_isa)lvl);
+    update_matches_scalar_formula();
+  }
+  slapo_isa_set_max(slapo_isa_host());
 }
 
 int main(void) {
