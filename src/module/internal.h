@@ -93,6 +93,12 @@ slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded);
  * sums in the touched rows (documented there). Errors: SLAPO_NOMEM. */
 slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded);
 
+/* Graph pass (fold_norm_add.c), run by slapo_step on the joint graph:
+ * add(dx, r), dx a layer_norm_backward's input gradient used by that add
+ * alone and r computed before it, becomes the layer_norm_backward with
+ * residual = 1 reading r (bitwise the same values). Errors: SLAPO_NOMEM. */
+slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
+
 /* Graph pass (drop_identity.c), run by slapo_step: removes every dropout
  * node that is the identity in the step (p == 0, or `training` false), its
  * users reading its input instead. *n_dropped (may be NULL) receives the

@@ -1,7 +1,9 @@
 /* ops/layernorm.c - LayerNorm over the last axis (Ba, Kiros, Hinton 2016;
  * PyTorch nn.LayerNorm: biased variance, eps inside the sqrt) with or without
  * the affine weight/bias, and its fused gradient "layer_norm_backward": dx,
- * or (attribute params = 1) dx, dw and db in one pass, packed.
+ * or (attribute params = 1) dx, dw and db in one pass, packed; with
+ * residual = 1 a last input r is added to dx (the other gradient of x, the
+ * residual stream's, folded in by module/fold_norm_add.c).
  * Layer: ops. Math follows llm.c layernorm_forward/layernorm_backward:
  *   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), y = xhat * w + b
  *   dx = rstd * (dyw - mean(dyw) - xhat * mean(dyw * xhat)), dyw = dy * w
@@ -190,13 +192,21 @@ SLAPO_OP_DESCRIPTOR(layer_norm) = {
 
 /* ---- fused backward: dx ---- */
 
+/* Inputs (x, [w,] dy[, r]): residual = 1 appends r [R, C], added to dx. */
+static bool lnb_residual(const slapo_node *node) {
+  return slapo_node_attr_int(node, "residual", 0) != 0;
+}
+static int lnb_core(const slapo_node *node) { return node->n_inputs - lnb_residual(node); }
+
 static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                     slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  bool affine = node->n_inputs == 3;
+  int core = lnb_core(node);
+  bool affine = core == 3;
   const float *x = slapo_tensor_data(in[0]);                        /* x  [R, C] */
   const float *w = affine ? slapo_tensor_data(in[1]) : NULL;        /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]);      /* dy [R, C] */
+  const float *dy = slapo_tensor_data(in[core - 1]);                /* dy [R, C] */
+  const float *res = lnb_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
   float *dx = slapo_tensor_data(out);                               /* dx [R, C] */
   double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -216,17 +226,20 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
     for (int64_t c = 0; c < C; c++) {
       double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
       double xhat = (xr[c] - mean) * rstd;
-      dx[r * C + c] = (float)(rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat));
+      float d = (float)(rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat));
+      /* The float add the unfolded graph's `add` did. */
+      dx[r * C + c] = res ? d + res[r * C + c] : d;
     }
   }
 }
 
 /* dx for one row: rstd (dyw - mean(dyw) - xhat mean(dyw xhat)), the two
- * means from lane sums. */
+ * means from lane sums, plus rr's row when rr is not NULL. */
 SLAPO__SIMD_PROC(backward_row,
                  (const float *restrict xr, const float *restrict w, const float *restrict dyr,
-                  float *restrict dxr, int64_t C, float mean, float rstd),
-                 (xr, w, dyr, dxr, C, mean, rstd)) {
+                  const float *restrict rr, float *restrict dxr, int64_t C, float mean,
+                  float rstd),
+                 (xr, w, dyr, rr, dxr, C, mean, rstd)) {
   float a1[LANES] = {0}, a2[LANES] = {0};
   int64_t c = 0;
   for (; c + LANES <= C; c += LANES) {
@@ -242,20 +255,31 @@ SLAPO__SIMD_PROC(backward_row,
     a2[l] += dyw * (xr[c] - mean) * rstd;
   }
   float mean_dyw = lanes_total(a1) / (float)C, mean_dyw_xhat = lanes_total(a2) / (float)C;
-  for (c = 0; c < C; c++) {
-    float dyw = w ? dyr[c] * w[c] : dyr[c];
-    float xhat = (xr[c] - mean) * rstd;
-    dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+  if (rr) {
+    for (c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      float xhat = (xr[c] - mean) * rstd;
+      float d = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+      dxr[c] = d + rr[c];
+    }
+  } else {
+    for (c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      float xhat = (xr[c] - mean) * rstd;
+      dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+    }
   }
 }
 
 static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                      slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  bool affine = node->n_inputs == 3;
+  int core = lnb_core(node);
+  bool affine = core == 3;
   const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
   const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
+  const float *dy = slapo_tensor_data(in[core - 1]);           /* dy [R, C] */
+  const float *res = lnb_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
   float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -266,7 +290,7 @@ static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor 
     float *dxr = dx + r * C;
     float mean, rstd;
     row_stats(xr, C, eps, &mean, &rstd);
-    backward_row(xr, w, dyr, dxr, C, mean, rstd);
+    backward_row(xr, w, dyr, res ? res + r * C : NULL, dxr, C, mean, rstd);
   }
 }
 
@@ -285,8 +309,9 @@ static int64_t lnb_work_at(int64_t R, int64_t C) { return (R * C + 2 * C + 15) /
 static bool lnb_params(const slapo_node *node) { return slapo_node_attr_int(node, "params", 0); }
 
 static slapo_status layer_norm_backward_params_infer(slapo_node *node) {
-  if (node->n_inputs != 3)
-    return slapo_error(SLAPO_INVALID_ARG, "%s: params = 1 expects (x, weight, dy), got %d inputs",
+  if (lnb_core(node) != 3)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "%s: params = 1 expects (x, weight, dy[, r]), got %d inputs",
                        node->target, node->n_inputs);
   const slapo_node *x = node->inputs[0];
   int64_t C = x->shape[x->ndim - 1], R = 1;
@@ -344,6 +369,7 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
   const float *x = slapo_tensor_data(in[0]);  /* x  [R, C] */
   const float *w = slapo_tensor_data(in[1]);  /* w  [C]    */
   const float *dy = slapo_tensor_data(in[2]); /* dy [R, C] */
+  const float *res = lnb_residual(node) ? slapo_tensor_data(in[3]) : NULL; /* [R, C] */
   float *o = slapo_tensor_data(out);          /* dx [R, C], dw [C], db [C], work */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -358,7 +384,7 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
       const float *xr = x + r * C, *dyr = dy + r * C;
       float mean, rstd;
       row_stats(xr, C, eps, &mean, &rstd);
-      backward_row(xr, w, dyr, o + r * C, C, mean, rstd);
+      backward_row(xr, w, dyr, res ? res + r * C : NULL, o + r * C, C, mean, rstd);
       affine_row(xr, dyr, pw, pb, C, mean, rstd);
     }
   }
@@ -376,7 +402,15 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
 
 /* Both forms: dx alone (layer_norm_backward_ref / _fast), or packed with params. */
 static slapo_status layer_norm_backward_any_infer(slapo_node *node) {
-  SLAPO_TRY(slapo__norm_backward_infer(node, LN_EPS_DEFAULT));
+  int core = lnb_core(node);
+  SLAPO_TRY(slapo__norm_backward_infer(node, core, LN_EPS_DEFAULT));
+  if (lnb_residual(node)) {
+    SLAPO_TRY(slapo__want_dtype(node, core, SLAPO_DTYPE_F32));
+    const slapo_node *x = node->inputs[0], *r = node->inputs[core];
+    if (!slapo_shape_equal(x->ndim, x->shape, r->ndim, r->shape))
+      return slapo_error(SLAPO_SHAPE, "%s: x %s and r %s must have one shape", node->target,
+                         slapo__shape_of(x), slapo__shape_of(r));
+  }
   return lnb_params(node) ? layer_norm_backward_params_infer(node) : SLAPO_OK;
 }
 static void layer_norm_backward_any_ref(const slapo_node *node, const slapo_tensor *const *in,
@@ -413,7 +447,8 @@ SLAPO_OP_DESCRIPTOR(layer_norm_backward) = {
            "[.., C] temporaries, and no stored mean/rstd; attr eps; with params = 1 and w, "
            "[dx (R * C), dw (C), db (C), work] in the same pass (read back with unpack views) "
            "instead of a recomputed xhat, dy * xhat and two row reductions; dw and db summed "
-           "in double over fixed row blocks",
+           "in double over fixed row blocks; with residual = 1 a last input r [.., C] is added "
+           "to dx (the float add an `add` of the two gradients would do)",
     .test = {.example = layer_norm_backward_example, .checked_by = "layer_norm composite"},
 };
 

@@ -28,18 +28,18 @@ slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char 
   return SLAPO_OK;
 }
 
-slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default) {
-  if (node->n_inputs != 2 && node->n_inputs != 3)
+slapo_status slapo__norm_backward_infer(slapo_node *node, int n_core, double eps_default) {
+  if (n_core != 2 && n_core != 3)
     return slapo_error(SLAPO_INVALID_ARG, "%s: expects (x, dy) or (x, weight, dy), got %d inputs",
-                       node->target, node->n_inputs);
+                       node->target, n_core);
   SLAPO_TRY(slapo__norm_want_rows(node, eps_default));
-  int idy = node->n_inputs - 1;
+  int idy = n_core - 1;
   SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
   const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
   if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
     return slapo_error(SLAPO_SHAPE, "%s: x %s and dy %s must have one shape", node->target,
                        slapo__shape_of(x), slapo__shape_of(dy));
-  if (node->n_inputs == 3) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
+  if (n_core == 3) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
   return slapo__same_as_input(node, 0);
 }
 

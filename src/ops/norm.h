@@ -10,8 +10,9 @@
 slapo_status slapo__norm_want_rows(const slapo_node *node, double eps_default);
 /* Input i f32 [C], the size of x's last axis; `what` names it ("weight"). */
 slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char *what);
-/* Shape inference of a fused backward (x, dy) or (x, weight, dy) -> dx. */
-slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default);
+/* Shape inference of a fused backward (x, dy) or (x, weight, dy) -> dx:
+ * those n_core inputs lead; inputs after them are the caller's to check. */
+slapo_status slapo__norm_backward_infer(slapo_node *node, int n_core, double eps_default);
 /* x [R, C]: C and R of a contiguous input. */
 void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C);
 

@@ -105,7 +105,7 @@ SLAPO_OP_DESCRIPTOR(rms_norm) = {
 /* ---- fused backward: dx ---- */
 
 static slapo_status rms_norm_backward_infer(slapo_node *node) {
-  return slapo__norm_backward_infer(node, RMS_EPS_DEFAULT);
+  return slapo__norm_backward_infer(node, node->n_inputs, RMS_EPS_DEFAULT);
 }
 
 static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,

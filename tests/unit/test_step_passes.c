@@ -10,7 +10,12 @@
  * step without them computes the same bytes. The index_add fold
  * (src/module/fold_index_add.c): a tied embedding / output weight gets its
  * gradient from one index_add into the output layer's gradient, equal to
- * the unfolded sum within float rounding. */
+ * the unfolded sum within float rounding. The LayerNorm fold
+ * (src/module/fold_norm_add.c): the add of a LayerNorm input's two
+ * gradients goes into layer_norm_backward, bitwise the same (fast and
+ * reference kernels; with and without the packed dw, db; either operand
+ * order), not when the other gradient is computed after the LayerNorm's,
+ * and a GPT-2 step folds two per block. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -18,6 +23,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "module/internal.h"
@@ -274,6 +280,160 @@ static void test_tied_embedding_gradient_scatters_into_other(void **state) {
   slapo_graph_free(folded);
 }
 
+/* The shapes of the LayerNorm fold's graphs. */
+enum { LR = 37, LC = 19 };
+
+/* How the LayerNorm under test is built. */
+typedef enum ln_form {
+  LN_PARAMS,    /* affine, dw and db wanted: the packed form */
+  LN_DX_ONLY,   /* affine, only dx wanted */
+  LN_PLAIN,     /* no weight */
+  LN_SWAPPED,   /* built by hand: add(r, dx), r an input */
+  LN_LATE,      /* x's other user first: its gradient comes after the LayerNorm's */
+} ln_form;
+
+/* loss = sum(layer_norm(x)^2 * k) + sum(x * x) over x [LR, LC], and the
+ * gradients (of x, then w and b when LN_PARAMS). x has two users, so its
+ * gradient is the sum of the LayerNorm's dx and 2x. */
+static slapo_graph *build_ln(ln_form form) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  assert_ok(slapo_graph_new(&g));
+  assert_ok(slapo_ctx_new(g, &ctx));
+  int64_t xs[2] = {LR, LC}, cs[1] = {LC}, all[2] = {0, 1};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, xs);
+  slapo_node *k = slapo_input(ctx, "k", SLAPO_DTYPE_F32, 2, xs);
+  slapo_node *w = slapo_input(ctx, "w", SLAPO_DTYPE_F32, 1, cs);
+  slapo_node *b = slapo_input(ctx, "b", SLAPO_DTYPE_F32, 1, cs);
+  if (form == LN_SWAPPED) {
+    /* add(r, layer_norm_backward(x, w, dy)) with r = x and dy = k. */
+    slapo_node *in[3] = {x, w, k};
+    slapo_attr eps = slapo_attr_float("eps", 1e-5);
+    slapo_node *dx = slapo_op_apply(ctx, SLAPO_OP_DESC(layer_norm_backward), 3, in, 1, &eps);
+    slapo_node *outs[2] = {slapo_sum(ctx, b, 1, all, false), slapo_add(ctx, x, dx)};
+    assert_non_null(slapo_output(ctx, 2, outs));
+    assert_ok(slapo_ctx_status(ctx));
+    slapo_ctx_free(ctx);
+    return g;
+  }
+  slapo_node *sq = form == LN_LATE ? slapo_mul(ctx, x, x) : NULL;
+  slapo_node *y = form == LN_PLAIN ? slapo_layer_norm(ctx, x, NULL, NULL, 1e-5)
+                                   : slapo_layer_norm(ctx, x, w, b, 1e-5);
+  if (!sq) sq = slapo_mul(ctx, x, x);
+  slapo_node *l1 = slapo_sum(ctx, slapo_mul(ctx, slapo_mul(ctx, y, y), k), 2, all, false);
+  slapo_node *loss = slapo_add(ctx, l1, slapo_sum(ctx, sq, 2, all, false));
+  slapo_node *wrt[3] = {x, w, b}, *d[3] = {NULL, NULL, NULL};
+  int n = form == LN_PARAMS ? 3 : 1;
+  assert_ok(slapo_backward(ctx, loss, NULL, n, wrt, d));
+  slapo_node *outs[4] = {loss, d[0], d[1], d[2]};
+  assert_non_null(slapo_output(ctx, n + 1, outs));
+  assert_ok(slapo_ctx_status(ctx));
+  slapo_ctx_free(ctx);
+  return g;
+}
+
+/* Runs g (fast or reference kernels); returns its outputs after the loss,
+ * concatenated (owned). */
+static float *run_ln(const slapo_graph *g, bool reference, int *n_out) {
+  int64_t xs[2] = {LR, LC}, cs[1] = {LC};
+  slapo_tensor *t[4];
+  const char *names[4] = {"x", "k", "w", "b"};
+  for (int i = 0; i < 4; i++) {
+    assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, i < 2 ? 2 : 1, i < 2 ? xs : cs, &t[i]));
+    float *p = slapo_tensor_data(t[i]);
+    for (int64_t j = 0; j < slapo_tensor_numel(t[i]); j++)
+      p[j] = (float)((j * 7 + i * 3) % 23) * 0.09f - 0.8f;
+  }
+  slapo_plan_opts o = {.reference = reference};
+  slapo_plan *p;
+  assert_ok(slapo_plan_new(g, &o, &p));
+  for (int i = 0; i < 4; i++) slapo_plan_bind_input(p, names[i], t[i]);
+  assert_ok(slapo_plan_run(p, NULL));
+  int n = slapo_plan_output_count(p), len = 0;
+  float *all = NULL;
+  for (int i = 1; i < n; i++) {
+    slapo_tensor *c;
+    assert_ok(slapo_tensor_contiguous(slapo_plan_output(p, i), &c));
+    int64_t m = slapo_tensor_numel(c);
+    all = realloc(all, (size_t)(len + m) * sizeof *all);
+    memcpy(all + len, slapo_tensor_data(c), (size_t)m * sizeof *all);
+    len += (int)m;
+    slapo_tensor_free(c);
+  }
+  slapo_plan_free(p);
+  for (int i = 0; i < 4; i++) slapo_tensor_free(t[i]);
+  *n_out = len;
+  return all;
+}
+
+static void test_norm_gradient_add_folds_bitwise(void **state) {
+  (void)state;
+  for (int form = LN_PARAMS; form <= LN_LATE; form++) {
+    slapo_graph *plain = build_ln((ln_form)form), *folded = build_ln((ln_form)form);
+    int n = -1;
+    assert_ok(slapo__fold_norm_add(folded, &n));
+    if (form == LN_LATE) {
+      /* The kernel would have to read a value computed after it: left alone. */
+      assert_int_equal(n, 0);
+      slapo_graph_free(plain);
+      slapo_graph_free(folded);
+      continue;
+    }
+    assert_int_equal(n, 1);
+    assert_ok(slapo_graph_lint(folded));
+    assert_int_equal(count_op(plain, "add") - count_op(folded, "add"), 1);
+    assert_int_equal(count_op(folded, "layer_norm_backward"),
+                     count_op(plain, "layer_norm_backward"));
+    /* Folding twice finds nothing more. */
+    assert_ok(slapo__fold_norm_add(folded, &n));
+    assert_int_equal(n, 0);
+    for (int ref = 0; ref < 2; ref++) {
+      int na, nb;
+      float *a = run_ln(plain, ref, &na), *b = run_ln(folded, ref, &nb);
+      assert_int_equal(na, nb);
+      if (memcmp(a, b, (size_t)na * sizeof *a))
+        fail_msg("form %d, %s kernels: the folded graph's gradients differ", form,
+                 ref ? "reference" : "fast");
+      free(a);
+      free(b);
+    }
+    slapo_graph_free(plain);
+    slapo_graph_free(folded);
+  }
+}
+
+/* A GPT-2 step: each block's two LayerNorm inputs are also the residual
+ * stream, so two adds a block go into layer_norm_backward. */
+static void test_gpt2_step_folds_two_norm_adds_a_block(void **state) {
+  (void)state;
+  slapo_gpt2_config cfg;
+  slapo_module *m;
+  slapo_runner *r;
+  assert_ok(slapo_gpt2_config_named("tiny", &cfg));
+  cfg.n_layer = 3;
+  assert_ok(slapo_gpt2_new(&cfg, &m));
+  assert_ok(slapo_module_materialize(m, 1));
+  assert_ok(slapo_runner_new(m, NULL, &r));
+  int64_t shape[2] = {2, 8};
+  slapo_tensor *x, *y;
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &x));
+  assert_ok(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &y));
+  int32_t *xp = slapo_tensor_data(x), *yp = slapo_tensor_data(y);
+  for (int i = 0; i < 16; i++) xp[i] = i * 7 % 256, yp[i] = i * 13 % 256;
+  const slapo_tensor *in[2] = {x, y}, *o = NULL;
+  slapo_kernel_env env = {.seed = 3, .step = 1, .training = true};
+  assert_ok(slapo_step(r, 2, in, SLAPO_STEP_TRAIN, &env, &o));
+  int folded = 0;
+  for (slapo_node *n = slapo_graph_first(slapo_runner_graph(r)); n; n = n->next)
+    folded += slapo_node_is_op(n, SLAPO_OP_DESC(layer_norm_backward)) &&
+              slapo_node_attr_int(n, "residual", 0);
+  assert_int_equal(folded, 2 * cfg.n_layer);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+  slapo_tensor_free(x);
+  slapo_tensor_free(y);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_gradient_becomes_concat),
@@ -282,6 +442,8 @@ int main(void) {
       cmocka_unit_test(test_gpt2_step_folds_every_attention_split),
       cmocka_unit_test(test_identity_dropouts_are_removed),
       cmocka_unit_test(test_tied_embedding_gradient_scatters_into_other),
+      cmocka_unit_test(test_norm_gradient_add_folds_bitwise),
+      cmocka_unit_test(test_gpt2_step_folds_two_norm_adds_a_block),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
