@@ -1,15 +1,17 @@
 /* module/fold_norm_add.c - a pass over a step's joint graph, run after the
  * backward is derived: `add(dx, r)` (either operand order), where dx is
- * the input gradient of a layer_norm_backward used by that add alone
- * (the node itself, or its offset-0 unpack when it also packs dw and db),
- * becomes that layer_norm_backward with residual = 1 and r as a last input:
- * the kernel adds r's row as it writes dx's.
+ * the input gradient of a layer_norm_backward or rms_norm_backward used by
+ * that add alone (the node itself, or its offset-0 unpack when it also
+ * packs dw and db) and r is computed before it, becomes that backward op
+ * with residual = 1 and r as a last input: the kernel adds r's row as it
+ * writes dx's (ops/norm.h).
  * Layer: module.
- * Why: in a pre-LN transformer block the input of each LayerNorm is also
- * the residual stream, so its gradient is LayerNorm's dx plus the gradient
- * that came down the stream: an `add` reading two [B, T, C] tensors and
- * writing a third, two per block. Folded, the LayerNorm backward reads r
- * in the loop that writes dx (GPT-2 `small`: 12 adds, ~1 ms a step).
+ * Why: in a pre-norm transformer block (GPT-2, LLaMA) the input of each
+ * norm is also the residual stream, so its gradient is the norm's dx plus
+ * the gradient that came down the stream: an `add` reading two [B, T, C]
+ * tensors and writing a third, two per block. Folded, the norm's backward
+ * reads r in the loop that writes dx (GPT-2 `small`: 12 adds, ~1 ms of
+ * memory traffic a step).
  * Bitwise: the kernel rounds dx to float, then adds r's float, the add's
  * own operation (float addition commutes, so the operand order is moot). */
 #include <string.h>
@@ -24,8 +26,8 @@ static bool same_meta(const slapo_node *a, const slapo_node *b) {
   return a->dtype == b->dtype && slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape);
 }
 
-/* The layer_norm_backward whose dx is n, with n used by one node only (the
- * add), and not folded yet; else NULL. */
+/* The norm backward whose dx is n, with n used by one node only (the add),
+ * and not folded yet; else NULL. */
 static slapo_node *norm_backward_of(slapo_node *n) {
   if (n->n_users != 1) return NULL;
   slapo_node *p = n;
@@ -36,7 +38,8 @@ static slapo_node *norm_backward_of(slapo_node *n) {
   } else if (slapo_node_attr_int(p, "params", 0)) {
     return NULL; /* the packed buffer itself is not dx */
   }
-  if (!slapo_node_is_op(p, SLAPO_OP_DESC(layer_norm_backward)) ||
+  if ((!slapo_node_is_op(p, SLAPO_OP_DESC(layer_norm_backward)) &&
+       !slapo_node_is_op(p, SLAPO_OP_DESC(rms_norm_backward))) ||
       slapo_node_attr_int(p, "residual", 0))
     return NULL;
   return p;

@@ -94,9 +94,10 @@ slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded);
 slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded);
 
 /* Graph pass (fold_norm_add.c), run by slapo_step on the joint graph:
- * add(dx, r), dx a layer_norm_backward's input gradient used by that add
- * alone and r computed before it, becomes the layer_norm_backward with
- * residual = 1 reading r (bitwise the same values). Errors: SLAPO_NOMEM. */
+ * add(dx, r), dx a layer_norm_backward's or rms_norm_backward's input
+ * gradient used by that add alone and r computed before it, becomes the
+ * backward op with residual = 1 reading r (bitwise the same values).
+ * *n_folded (may be NULL) receives the count. Errors: SLAPO_NOMEM. */
 slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
 
 /* Graph pass (drop_identity.c), run by slapo_step: removes every dropout

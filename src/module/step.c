@@ -210,10 +210,10 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
      * rather than into zeros then added (fold_index_add.c). */
     if (s == SLAPO_OK) s = slapo__fold_index_add(b->g, &folded);
     if (folded) slapo_logf(1, "step: %d index_add into zeros folded into an add", folded);
-    /* The residual stream's gradient added by LayerNorm's backward kernel
+    /* The residual stream's gradient added by the norm's backward kernel
      * rather than by an add after it (fold_norm_add.c). */
     if (s == SLAPO_OK) s = slapo__fold_norm_add(b->g, &folded);
-    if (folded) slapo_logf(1, "step: %d gradient adds folded into layer_norm_backward", folded);
+    if (folded) slapo_logf(1, "step: %d gradient adds folded into a norm backward", folded);
   } else {
     if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
   }

@@ -2,8 +2,7 @@
  * PyTorch nn.LayerNorm: biased variance, eps inside the sqrt) with or without
  * the affine weight/bias, and its fused gradient "layer_norm_backward": dx,
  * or (attribute params = 1) dx, dw and db in one pass, packed; with
- * residual = 1 a last input r is added to dx (the other gradient of x, the
- * residual stream's, folded in by module/fold_norm_add.c).
+ * residual = 1 a last input r is added to dx (ops/norm.h).
  * Layer: ops. Math follows llm.c layernorm_forward/layernorm_backward:
  *   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps), y = xhat * w + b
  *   dx = rstd * (dyw - mean(dyw) - xhat * mean(dyw * xhat)), dyw = dy * w
@@ -192,21 +191,15 @@ SLAPO_OP_DESCRIPTOR(layer_norm) = {
 
 /* ---- fused backward: dx ---- */
 
-/* Inputs (x, [w,] dy[, r]): residual = 1 appends r [R, C], added to dx. */
-static bool lnb_residual(const slapo_node *node) {
-  return slapo_node_attr_int(node, "residual", 0) != 0;
-}
-static int lnb_core(const slapo_node *node) { return node->n_inputs - lnb_residual(node); }
-
 static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                     slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = lnb_core(node);
+  int core = slapo__norm_core(node);
   bool affine = core == 3;
   const float *x = slapo_tensor_data(in[0]);                        /* x  [R, C] */
   const float *w = affine ? slapo_tensor_data(in[1]) : NULL;        /* w  [C]    */
   const float *dy = slapo_tensor_data(in[core - 1]);                /* dy [R, C] */
-  const float *res = lnb_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
+  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
   float *dx = slapo_tensor_data(out);                               /* dx [R, C] */
   double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -274,12 +267,12 @@ SLAPO__SIMD_PROC(backward_row,
 static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                      slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = lnb_core(node);
+  int core = slapo__norm_core(node);
   bool affine = core == 3;
   const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
   const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
   const float *dy = slapo_tensor_data(in[core - 1]);           /* dy [R, C] */
-  const float *res = lnb_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
+  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
   float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -309,7 +302,7 @@ static int64_t lnb_work_at(int64_t R, int64_t C) { return (R * C + 2 * C + 15) /
 static bool lnb_params(const slapo_node *node) { return slapo_node_attr_int(node, "params", 0); }
 
 static slapo_status layer_norm_backward_params_infer(slapo_node *node) {
-  if (lnb_core(node) != 3)
+  if (slapo__norm_core(node) != 3)
     return slapo_error(SLAPO_INVALID_ARG,
                        "%s: params = 1 expects (x, weight, dy[, r]), got %d inputs",
                        node->target, node->n_inputs);
@@ -369,7 +362,7 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
   const float *x = slapo_tensor_data(in[0]);  /* x  [R, C] */
   const float *w = slapo_tensor_data(in[1]);  /* w  [C]    */
   const float *dy = slapo_tensor_data(in[2]); /* dy [R, C] */
-  const float *res = lnb_residual(node) ? slapo_tensor_data(in[3]) : NULL; /* [R, C] */
+  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[3]) : NULL; /* [R, C] */
   float *o = slapo_tensor_data(out);          /* dx [R, C], dw [C], db [C], work */
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
   int64_t R, C;
@@ -402,15 +395,7 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
 
 /* Both forms: dx alone (layer_norm_backward_ref / _fast), or packed with params. */
 static slapo_status layer_norm_backward_any_infer(slapo_node *node) {
-  int core = lnb_core(node);
-  SLAPO_TRY(slapo__norm_backward_infer(node, core, LN_EPS_DEFAULT));
-  if (lnb_residual(node)) {
-    SLAPO_TRY(slapo__want_dtype(node, core, SLAPO_DTYPE_F32));
-    const slapo_node *x = node->inputs[0], *r = node->inputs[core];
-    if (!slapo_shape_equal(x->ndim, x->shape, r->ndim, r->shape))
-      return slapo_error(SLAPO_SHAPE, "%s: x %s and r %s must have one shape", node->target,
-                         slapo__shape_of(x), slapo__shape_of(r));
-  }
+  SLAPO_TRY(slapo__norm_backward_infer(node, LN_EPS_DEFAULT));
   return lnb_params(node) ? layer_norm_backward_params_infer(node) : SLAPO_OK;
 }
 static void layer_norm_backward_any_ref(const slapo_node *node, const slapo_tensor *const *in,

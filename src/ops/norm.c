@@ -28,18 +28,31 @@ slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char 
   return SLAPO_OK;
 }
 
-slapo_status slapo__norm_backward_infer(slapo_node *node, int n_core, double eps_default) {
-  if (n_core != 2 && n_core != 3)
-    return slapo_error(SLAPO_INVALID_ARG, "%s: expects (x, dy) or (x, weight, dy), got %d inputs",
-                       node->target, n_core);
+bool slapo__norm_residual(const slapo_node *node) {
+  return slapo_node_attr_int(node, "residual", 0) != 0;
+}
+
+int slapo__norm_core(const slapo_node *node) {
+  return node->n_inputs - (slapo__norm_residual(node) ? 1 : 0);
+}
+
+slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default) {
+  int core = slapo__norm_core(node);
+  if (core != 2 && core != 3)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "%s: expects (x, dy) or (x, weight, dy)%s, got %d inputs", node->target,
+                       slapo__norm_residual(node) ? " and r (residual = 1)" : "",
+                       node->n_inputs);
   SLAPO_TRY(slapo__norm_want_rows(node, eps_default));
-  int idy = n_core - 1;
-  SLAPO_TRY(slapo__want_dtype(node, idy, SLAPO_DTYPE_F32));
-  const slapo_node *x = node->inputs[0], *dy = node->inputs[idy];
-  if (!slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape))
-    return slapo_error(SLAPO_SHAPE, "%s: x %s and dy %s must have one shape", node->target,
-                       slapo__shape_of(x), slapo__shape_of(dy));
-  if (n_core == 3) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
+  const slapo_node *x = node->inputs[0];
+  for (int i = core - 1; i < node->n_inputs; i++) { /* dy, and r */
+    SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
+    const slapo_node *v = node->inputs[i];
+    if (!slapo_shape_equal(x->ndim, x->shape, v->ndim, v->shape))
+      return slapo_error(SLAPO_SHAPE, "%s: x %s and %s %s must have one shape", node->target,
+                         slapo__shape_of(x), i == core ? "r" : "dy", slapo__shape_of(v));
+  }
+  if (core == 3) SLAPO_TRY(slapo__norm_want_channel(node, 1, "weight"));
   return slapo__same_as_input(node, 0);
 }
 

@@ -10,9 +10,14 @@
 slapo_status slapo__norm_want_rows(const slapo_node *node, double eps_default);
 /* Input i f32 [C], the size of x's last axis; `what` names it ("weight"). */
 slapo_status slapo__norm_want_channel(const slapo_node *node, int i, const char *what);
-/* Shape inference of a fused backward (x, dy) or (x, weight, dy) -> dx:
- * those n_core inputs lead; inputs after them are the caller's to check. */
-slapo_status slapo__norm_backward_infer(slapo_node *node, int n_core, double eps_default);
+/* A fused backward's inputs are (x, [weight,] dy[, r]): with attribute
+ * residual = 1 a last input r (x's shape) is added to dx, the other
+ * gradient of x folded in by module/fold_norm_add.c. Whether r is there,
+ * and the number of inputs before it. */
+bool slapo__norm_residual(const slapo_node *node);
+int slapo__norm_core(const slapo_node *node);
+/* Shape inference of a fused backward (x, [weight,] dy[, r]) -> dx. */
+slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default);
 /* x [R, C]: C and R of a contiguous input. */
 void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C);
 

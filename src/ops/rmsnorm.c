@@ -105,17 +105,18 @@ SLAPO_OP_DESCRIPTOR(rms_norm) = {
 /* ---- fused backward: dx ---- */
 
 static slapo_status rms_norm_backward_infer(slapo_node *node) {
-  return slapo__norm_backward_infer(node, node->n_inputs, RMS_EPS_DEFAULT);
+  return slapo__norm_backward_infer(node, RMS_EPS_DEFAULT);
 }
 
 static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                   slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  bool affine = node->n_inputs == 3;
-  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
-  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
-  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  int core = slapo__norm_core(node);
+  const float *x = slapo_tensor_data(in[0]);                      /* x  [R, C] */
+  const float *w = core == 3 ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[core - 1]);              /* dy [R, C] */
+  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
+  float *dx = slapo_tensor_data(out);                             /* dx [R, C] */
   double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
   slapo__norm_rows(in[0], &R, &C);
@@ -130,7 +131,8 @@ static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *co
     mean_dyw_xhat /= (double)C;
     for (int64_t c = 0; c < C; c++) {
       double dyw = (double)dyr[c] * (w ? w[c] : 1.0);
-      dx[r * C + c] = (float)(rstd * (dyw - xr[c] * rstd * mean_dyw_xhat));
+      float d = (float)(rstd * (dyw - xr[c] * rstd * mean_dyw_xhat));
+      dx[r * C + c] = res ? d + res[r * C + c] : d; /* the unfolded add's float add */
     }
   }
 }
@@ -138,11 +140,12 @@ static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *co
 static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                    slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  bool affine = node->n_inputs == 3;
-  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
-  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[node->n_inputs - 1]); /* dy [R, C] */
-  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  int core = slapo__norm_core(node);
+  const float *x = slapo_tensor_data(in[0]);                      /* x  [R, C] */
+  const float *w = core == 3 ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
+  const float *dy = slapo_tensor_data(in[core - 1]);              /* dy [R, C] */
+  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
+  float *dx = slapo_tensor_data(out);                             /* dx [R, C] */
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
   int64_t R, C;
   slapo__norm_rows(in[0], &R, &C);
@@ -158,9 +161,18 @@ static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *c
     float rstd = 1.0f / sqrtf(ss / (float)C + eps);
     /* mean(dyw * xhat) * rstd = dot * rstd^2 / C */
     float k = dot * rstd * rstd / (float)C;
-    for (int64_t c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      dxr[c] = rstd * (dyw - xr[c] * k);
+    if (res) {
+      const float *rr = res + r * C;
+      for (int64_t c = 0; c < C; c++) {
+        float dyw = w ? dyr[c] * w[c] : dyr[c];
+        float d = rstd * (dyw - xr[c] * k);
+        dxr[c] = d + rr[c];
+      }
+    } else {
+      for (int64_t c = 0; c < C; c++) {
+        float dyw = w ? dyr[c] * w[c] : dyr[c];
+        dxr[c] = rstd * (dyw - xr[c] * k);
+      }
     }
   }
 }
@@ -182,7 +194,9 @@ SLAPO_OP_DESCRIPTOR(rms_norm_backward) = {
     .fast = rms_norm_backward_fast,
     .contiguous_inputs = true,
     .doc = "(x, [w,] dy) -> dx of rms_norm, recomputing rstd per row: one pass instead of "
-           "~9 composite ops and their [.., C] temporaries; attr eps",
+           "~9 composite ops and their [.., C] temporaries; attr eps; with residual = 1 a last "
+           "input r [.., C] is added to dx (the float add an `add` of the two gradients would "
+           "do)",
     .test = {.example = rms_norm_backward_example, .checked_by = "rms_norm composite"},
 };
 

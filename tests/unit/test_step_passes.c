@@ -11,11 +11,11 @@
  * (src/module/fold_index_add.c): a tied embedding / output weight gets its
  * gradient from one index_add into the output layer's gradient, equal to
  * the unfolded sum within float rounding. The LayerNorm fold
- * (src/module/fold_norm_add.c): the add of a LayerNorm input's two
- * gradients goes into layer_norm_backward, bitwise the same (fast and
- * reference kernels; with and without the packed dw, db; either operand
- * order), not when the other gradient is computed after the LayerNorm's,
- * and a GPT-2 step folds two per block. */
+ * (src/module/fold_norm_add.c): the add of a LayerNorm (or RMSNorm)
+ * input's two gradients goes into the norm's backward op, bitwise the same
+ * (fast and reference kernels; with and without the packed dw, db; either
+ * operand order), not when the other gradient is computed after the
+ * norm's, and a GPT-2 step folds two per block. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -288,6 +288,7 @@ typedef enum ln_form {
   LN_PARAMS,    /* affine, dw and db wanted: the packed form */
   LN_DX_ONLY,   /* affine, only dx wanted */
   LN_PLAIN,     /* no weight */
+  LN_RMS,       /* rms_norm with a weight */
   LN_SWAPPED,   /* built by hand: add(r, dx), r an input */
   LN_LATE,      /* x's other user first: its gradient comes after the LayerNorm's */
 } ln_form;
@@ -318,6 +319,7 @@ static slapo_graph *build_ln(ln_form form) {
   }
   slapo_node *sq = form == LN_LATE ? slapo_mul(ctx, x, x) : NULL;
   slapo_node *y = form == LN_PLAIN ? slapo_layer_norm(ctx, x, NULL, NULL, 1e-5)
+                  : form == LN_RMS ? slapo_rms_norm(ctx, x, w, 1e-6)
                                    : slapo_layer_norm(ctx, x, w, b, 1e-5);
   if (!sq) sq = slapo_mul(ctx, x, x);
   slapo_node *l1 = slapo_sum(ctx, slapo_mul(ctx, slapo_mul(ctx, y, y), k), 2, all, false);
@@ -382,8 +384,8 @@ static void test_norm_gradient_add_folds_bitwise(void **state) {
     assert_int_equal(n, 1);
     assert_ok(slapo_graph_lint(folded));
     assert_int_equal(count_op(plain, "add") - count_op(folded, "add"), 1);
-    assert_int_equal(count_op(folded, "layer_norm_backward"),
-                     count_op(plain, "layer_norm_backward"));
+    const char *bwd = form == LN_RMS ? "rms_norm_backward" : "layer_norm_backward";
+    assert_int_equal(count_op(folded, bwd), count_op(plain, bwd));
     /* Folding twice finds nothing more. */
     assert_ok(slapo__fold_norm_add(folded, &n));
     assert_int_equal(n, 0);
