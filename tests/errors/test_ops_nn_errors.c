@@ -179,12 +179,34 @@ static void test_softmax_and_dropout_errors(void **state) {
          "dropout: offset = -4", NULL);
 }
 
+/* The fused norm backwards' residual input r (residual = 1): x's shape. */
+static void test_norm_backward_residual_errors(void **state) {
+  (void)state;
+  const char *ops[2] = {"layer_norm_backward", "rms_norm_backward"};
+  for (int i = 0; i < 2; i++) {
+    fx f = fx_new();
+    slapo_node *x = in(&f, "x", SLAPO_DTYPE_F32, 2, s23), *w = in(&f, "w", SLAPO_DTYPE_F32, 1, s3);
+    slapo_node *dy = in(&f, "dy", SLAPO_DTYPE_F32, 2, s23);
+    slapo_node *r = in(&f, "r", SLAPO_DTYPE_F32, 2, s35);
+    slapo_node *args[4] = {x, w, dy, r};
+    slapo_attr a = slapo_attr_int("residual", 1);
+    expect(&f, slapo_op_call(f.ctx, ops[i], 4, args, 1, &a), SLAPO_SHAPE, ops[i], "x [2, 3]",
+           "r [3, 5]", "one shape", NULL);
+    f = fx_new();
+    x = in(&f, "x", SLAPO_DTYPE_F32, 2, s23);
+    slapo_node *one[1] = {x};
+    expect(&f, slapo_op_call(f.ctx, ops[i], 1, one, 1, &a), SLAPO_INVALID_ARG, ops[i],
+           "and r (residual = 1), got 1 inputs", NULL);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_layer_norm_weight_shape),
       cmocka_unit_test(test_layer_norm_arity_and_attrs),
       cmocka_unit_test(test_layer_norm_message_has_module_path),
       cmocka_unit_test(test_rms_norm_errors),
+      cmocka_unit_test(test_norm_backward_residual_errors),
       cmocka_unit_test(test_cross_entropy_targets_shape),
       cmocka_unit_test(test_embedding_errors),
       cmocka_unit_test(test_index_add_errors),
