@@ -194,16 +194,11 @@ SLAPO_OP_DESCRIPTOR(layer_norm) = {
 static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                     slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = slapo__norm_core(node);
-  bool affine = core == 3;
-  const float *x = slapo_tensor_data(in[0]);                        /* x  [R, C] */
-  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;        /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[core - 1]);                /* dy [R, C] */
-  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
-  float *dx = slapo_tensor_data(out);                               /* dx [R, C] */
+  slapo__norm_bwd b = slapo__norm_bwd_of(node, in, out);
+  const float *x = b.x, *w = b.w, *dy = b.dy, *res = b.r;
+  float *dx = b.dx;
+  const int64_t R = b.R, C = b.C;
   double eps = slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
     double mean, rstd;
@@ -267,23 +262,15 @@ SLAPO__SIMD_PROC(backward_row,
 static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                      slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = slapo__norm_core(node);
-  bool affine = core == 3;
-  const float *x = slapo_tensor_data(in[0]);                   /* x  [R, C] */
-  const float *w = affine ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[core - 1]);           /* dy [R, C] */
-  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
-  float *dx = slapo_tensor_data(out);                          /* dx [R, C] */
+  slapo__norm_bwd b = slapo__norm_bwd_of(node, in, out);
+  const int64_t R = b.R, C = b.C;
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C, *dyr = dy + r * C;
-    float *dxr = dx + r * C;
+    const float *xr = b.x + r * C;
     float mean, rstd;
     row_stats(xr, C, eps, &mean, &rstd);
-    backward_row(xr, w, dyr, res ? res + r * C : NULL, dxr, C, mean, rstd);
+    backward_row(xr, b.w, b.dy + r * C, b.r ? b.r + r * C : NULL, b.dx + r * C, C, mean, rstd);
   }
 }
 
@@ -359,14 +346,11 @@ static void layer_norm_backward_params_fast(const slapo_node *node,
                                             const slapo_tensor *const *in, slapo_tensor *out,
                                             const slapo_kernel_env *env) {
   (void)env;
-  const float *x = slapo_tensor_data(in[0]);  /* x  [R, C] */
-  const float *w = slapo_tensor_data(in[1]);  /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[2]); /* dy [R, C] */
-  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[3]) : NULL; /* [R, C] */
-  float *o = slapo_tensor_data(out);          /* dx [R, C], dw [C], db [C], work */
+  slapo__norm_bwd b = slapo__norm_bwd_of(node, in, out);
+  const float *x = b.x, *w = b.w, *dy = b.dy, *res = b.r;
+  float *o = b.dx; /* dx [R, C], dw [C], db [C], work */
+  const int64_t R = b.R, C = b.C;
   float eps = (float)slapo_node_attr_float(node, "eps", LN_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
   float *work = o + lnb_work_at(R, C); /* [nrb, 2, C] */
   const int64_t rpb = (R + LNB_BLOCKS - 1) / LNB_BLOCKS, nrb = R ? (R + rpb - 1) / rpb : 0;
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)

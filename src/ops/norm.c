@@ -56,6 +56,20 @@ slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default) {
   return slapo__same_as_input(node, 0);
 }
 
+slapo__norm_bwd slapo__norm_bwd_of(const slapo_node *node, const slapo_tensor *const *in,
+                                   slapo_tensor *out) {
+  int core = slapo__norm_core(node);
+  slapo__norm_bwd b = {
+      .x = slapo_tensor_data(in[0]),
+      .w = core == 3 ? slapo_tensor_data(in[1]) : NULL,
+      .dy = slapo_tensor_data(in[core - 1]),
+      .r = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL,
+      .dx = slapo_tensor_data(out),
+  };
+  slapo__norm_rows(in[0], &b.R, &b.C);
+  return b;
+}
+
 void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C) {
   *C = x->shape[x->ndim - 1];
   *R = *C ? slapo_tensor_numel(x) / *C : 0;

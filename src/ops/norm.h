@@ -18,6 +18,17 @@ bool slapo__norm_residual(const slapo_node *node);
 int slapo__norm_core(const slapo_node *node);
 /* Shape inference of a fused backward (x, [weight,] dy[, r]) -> dx. */
 slapo_status slapo__norm_backward_infer(slapo_node *node, double eps_default);
+
+/* A fused backward's operands, as its kernels read them: x, dy, r (NULL
+ * without residual) and dx [R, C] contiguous; w [C] or NULL without a
+ * weight; dx is the output's first R * C values. */
+typedef struct slapo__norm_bwd {
+  const float *x, *w, *dy, *r;
+  float *dx;
+  int64_t R, C;
+} slapo__norm_bwd;
+slapo__norm_bwd slapo__norm_bwd_of(const slapo_node *node, const slapo_tensor *const *in,
+                                   slapo_tensor *out);
 /* x [R, C]: C and R of a contiguous input. */
 void slapo__norm_rows(const slapo_tensor *x, int64_t *R, int64_t *C);
 

@@ -111,15 +111,11 @@ static slapo_status rms_norm_backward_infer(slapo_node *node) {
 static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *const *in,
                                   slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = slapo__norm_core(node);
-  const float *x = slapo_tensor_data(in[0]);                      /* x  [R, C] */
-  const float *w = core == 3 ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[core - 1]);              /* dy [R, C] */
-  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
-  float *dx = slapo_tensor_data(out);                             /* dx [R, C] */
+  slapo__norm_bwd b = slapo__norm_bwd_of(node, in, out);
+  const float *x = b.x, *w = b.w, *dy = b.dy, *res = b.r;
+  float *dx = b.dx;
+  const int64_t R = b.R, C = b.C;
   double eps = slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
     double ss = 0;
@@ -140,15 +136,11 @@ static void rms_norm_backward_ref(const slapo_node *node, const slapo_tensor *co
 static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
                                    slapo_tensor *out, const slapo_kernel_env *env) {
   (void)env;
-  int core = slapo__norm_core(node);
-  const float *x = slapo_tensor_data(in[0]);                      /* x  [R, C] */
-  const float *w = core == 3 ? slapo_tensor_data(in[1]) : NULL;   /* w  [C]    */
-  const float *dy = slapo_tensor_data(in[core - 1]);              /* dy [R, C] */
-  const float *res = slapo__norm_residual(node) ? slapo_tensor_data(in[core]) : NULL; /* [R, C] */
-  float *dx = slapo_tensor_data(out);                             /* dx [R, C] */
+  slapo__norm_bwd b = slapo__norm_bwd_of(node, in, out);
+  const float *x = b.x, *w = b.w, *dy = b.dy, *res = b.r;
+  float *dx = b.dx;
+  const int64_t R = b.R, C = b.C;
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
-  int64_t R, C;
-  slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
   for (int64_t r = 0; r < R; r++) {
     const float *xr = x + r * C, *dyr = dy + r * C;
