@@ -94,13 +94,7 @@ static slapo_status try_fold(slapo_graph *g, slapo_node *root, slapo_node **cat_
   for (int i = 0; i < t.n; i++) ins[i] = t.p[i].dy;
   slapo_attr dim = slapo_attr_int("dim", t.dim);
   slapo_node *cat;
-  slapo_graph_insert_before(g, root);
-  const slapo_op *concat = SLAPO_OP_DESC(concat);
-  slapo_status s = slapo_graph_add_call_op(g, concat->name, concat, t.n, ins, 1, &dim, &cat);
-  slapo_graph_insert_at_end(g);
-  if (s != SLAPO_OK) return s;
-  SLAPO_TRY(slapo_node_set_meta(cat, root->dtype, root->ndim, root->shape));
-  SLAPO_TRY(slapo_node_set_origin(cat, root->origin ? root->origin : "", root->op_seq));
+  SLAPO_TRY(slapo__emit_before(g, root, SLAPO_OP_DESC(concat), t.n, ins, 1, &dim, root, &cat));
   SLAPO_TRY(slapo_node_replace_all_uses(root, cat));
   /* inner[] lists every node of the tree parents-first, so each has no
    * users left by the time it is erased. */

@@ -46,14 +46,8 @@ slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded) {
     /* index_add(other, idx, src) replaces the add in place: it comes after
      * every input (other and the add's operands precede the add). */
     slapo_node *ins[3] = {other, scatter->inputs[1], scatter->inputs[2]}, *folded;
-    slapo_graph_insert_before(g, n);
-    slapo_status s = slapo_graph_add_call_op(g, scatter->op->name, scatter->op, 3, ins,
-                                             scatter->n_attrs, scatter->attrs, &folded);
-    slapo_graph_insert_at_end(g);
-    SLAPO_TRY(s);
-    SLAPO_TRY(slapo_node_set_meta(folded, n->dtype, n->ndim, n->shape));
-    SLAPO_TRY(slapo_node_set_origin(folded, scatter->origin ? scatter->origin : "",
-                                    scatter->op_seq));
+    SLAPO_TRY(slapo__emit_before(g, n, scatter->op, 3, ins, scatter->n_attrs, scatter->attrs,
+                                 scatter, &folded));
     SLAPO_TRY(slapo_node_replace_all_uses(n, folded));
     SLAPO_TRY(slapo_graph_erase(g, n));
     SLAPO_TRY(slapo_graph_erase(g, scatter));

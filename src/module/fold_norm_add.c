@@ -63,13 +63,7 @@ static slapo_status refold(slapo_graph *g, slapo_node *p, slapo_node *r, slapo_n
   ins[p->n_inputs] = r;
   memcpy(attrs, p->attrs, (size_t)p->n_attrs * sizeof *attrs);
   attrs[p->n_attrs] = slapo_attr_int("residual", 1);
-  slapo_graph_insert_before(g, p);
-  slapo_status s = slapo_graph_add_call_op(g, p->op->name, p->op, p->n_inputs + 1, ins,
-                                           p->n_attrs + 1, attrs, out);
-  slapo_graph_insert_at_end(g);
-  SLAPO_TRY(s);
-  SLAPO_TRY(slapo_node_set_meta(*out, p->dtype, p->ndim, p->shape));
-  SLAPO_TRY(slapo_node_set_origin(*out, p->origin ? p->origin : "", p->op_seq));
+  SLAPO_TRY(slapo__emit_before(g, p, p->op, p->n_inputs + 1, ins, p->n_attrs + 1, attrs, p, out));
   SLAPO_TRY(slapo_node_replace_all_uses(p, *out));
   return slapo_graph_erase(g, p);
 }

@@ -79,6 +79,16 @@ void slapo__trace_free(slapo_trace_state *t);
 slapo_module *slapo__runner_root(const slapo_runner *r);
 void slapo__runner_keep_decode(slapo_runner *r, slapo_graph *g, slapo_plan *p);
 
+/* A call_op node of `op` on in[n_in] with attrs[n_attrs], inserted
+ * before `at`, its dtype and shape from the op's own shape inference, its
+ * origin (module path, op_seq) copied from `like`: the edit the graph
+ * passes below share (graph_edit.c). Errors: those of
+ * slapo_graph_add_call_op and of the op's infer. */
+slapo_status slapo__emit_before(slapo_graph *g, slapo_node *at, const struct slapo_op *op,
+                                int n_in, slapo_node *const *in, int n_attrs,
+                                const slapo_attr *attrs, const slapo_node *like,
+                                slapo_node **out);
+
 /* Graph pass (fold_grads.c), run by slapo_step on the joint graph: every
  * sum of step-1 slice_backward nodes whose slices tile their dim (the
  * gradient of a split) becomes one concat of the pieces' gradients; the
@@ -99,6 +109,13 @@ slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded);
  * backward op with residual = 1 reading r (bitwise the same values).
  * *n_folded (may be NULL) receives the count. Errors: SLAPO_NOMEM. */
 slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
+
+/* Graph pass (fold_qkv_bias_grad.c), run by slapo_step on the joint graph:
+ * sum(d, axes=[0, 1]) of a flash_attention_qkv_backward d becomes that op
+ * with bias_grad = 1, d and the sum read through unpack views of it (the
+ * sum's float result within rounding). *n_folded (may be NULL) receives
+ * the count. Errors: SLAPO_NOMEM. */
+slapo_status slapo__fold_qkv_bias_grad(slapo_graph *g, int *n_folded);
 
 /* Graph pass (drop_identity.c), run by slapo_step: removes every dropout
  * node that is the identity in the step (p == 0, or `training` false), its
