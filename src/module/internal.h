@@ -110,13 +110,6 @@ slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded);
  * *n_folded (may be NULL) receives the count. Errors: SLAPO_NOMEM. */
 slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
 
-/* Graph pass (fold_qkv_bias_grad.c), run by slapo_step on the joint graph:
- * sum(d, axes=[0, 1]) of a flash_attention_qkv_backward d becomes that op
- * with bias_grad = 1, d and the sum read through unpack views of it (the
- * sum's float result within rounding). *n_folded (may be NULL) receives
- * the count. Errors: SLAPO_NOMEM. */
-slapo_status slapo__fold_qkv_bias_grad(slapo_graph *g, int *n_folded);
-
 /* Graph pass (drop_identity.c), run by slapo_step: removes every dropout
  * node that is the identity in the step (p == 0, or `training` false), its
  * users reading its input instead. *n_dropped (may be NULL) receives the

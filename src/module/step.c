@@ -214,10 +214,6 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
      * rather than by an add after it (fold_norm_add.c). */
     if (s == SLAPO_OK) s = slapo__fold_norm_add(b->g, &folded);
     if (folded) slapo_logf(1, "step: %d gradient adds folded into a norm backward", folded);
-    /* c_attn's bias gradient summed by FlashAttention's backward as it
-     * writes d(qkv) (fold_qkv_bias_grad.c). */
-    if (s == SLAPO_OK) s = slapo__fold_qkv_bias_grad(b->g, &folded);
-    if (folded) slapo_logf(1, "step: %d bias gradients summed in attention backward", folded);
   } else {
     if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
   }

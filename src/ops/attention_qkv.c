@@ -7,13 +7,9 @@
  * [B, T, NH, HS] <-> [B, NH, T, HS] permute copies and, in the backward, the
  * slice_backward/concat that join dq, dk, dv: its backward op
  * "flash_attention_qkv_backward"(qkv, out, dout[, mask]) writes d(qkv)
- * [B, T, W] directly; with bias_grad = 1 it also writes d(qkv) summed over
- * B and T, the fused projection's bias gradient (packed after d(qkv), read
- * back through unpack views; module/fold_qkv_bias_grad.c asks for it).
- * Attributes: n_head (NH), n_kv_head (NKV, default NH), then those of
- * flash_attention. Layer: ops. */
+ * [B, T, W] directly. Attributes: n_head (NH), n_kv_head (NKV, default NH),
+ * then those of flash_attention. Layer: ops. */
 #include <math.h>
-#include <string.h>
 
 #include "ops/fa.h"
 
@@ -69,20 +65,9 @@ static slapo_status infer(slapo_node *node) {
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 3, shape);
 }
 
-/* bias_grad = 1: the output is packed, [n] d(qkv) (n = B T W), [W] its
- * sum over B and T, then from the next even offset the kernels' work area
- * of B W doubles (each batch row's sums over T), zero when they return. */
-static bool wants_bias_grad(const slapo_node *node) {
-  return slapo_node_attr_int(node, "bias_grad", 0) != 0;
-}
-static int64_t bias_work_at(int64_t n, int64_t W) { return (n + W + 1) / 2 * 2; }
-
 static slapo_status backward_infer(slapo_node *node) {
   SLAPO_TRY(check(node, true));
-  if (!wants_bias_grad(node)) return slapo__same_as_input(node, 0);
-  const int64_t *s = node->inputs[0]->shape;
-  int64_t n = s[0] * s[1] * s[2], total = bias_work_at(n, s[2]) + 2 * s[0] * s[2];
-  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &total);
+  return slapo__same_as_input(node, 0);
 }
 
 /* Rows of query head h of batch row b at qkv + b T W + h HS + t W; kv head
@@ -120,21 +105,10 @@ static void forward_kernel(const slapo_node *node, const slapo_tensor *const *in
 static void backward_kernel(const slapo_node *node, const slapo_tensor *const *in,
                             slapo_tensor *out, const slapo_kernel_env *env, bool reference) {
   fa_geom g = geom_of(node, in, true, env);
-  float *o = slapo_tensor_data(out);
-  g.dq = o; /* d(qkv) [B, T, W], the blocks of q, k, v */
+  g.dq = slapo_tensor_data(out); /* d(qkv) [B, T, W], the blocks of q, k, v */
   g.dk = g.dq + (g.k - g.q);
   g.dv = g.dq + (g.v - g.q);
-  const int64_t B = in[0]->shape[0], W = in[0]->shape[2], n = slapo_tensor_numel(in[0]);
-  if (wants_bias_grad(node)) g.colsum = (double *)(void *)(o + bias_work_at(n, W));
-  slapo__fa_backward(&g, reference, g.dq, n);
-  if (!g.colsum) return;
-  /* The bias gradient [W]: the batch rows' sums added in order. */
-  for (int64_t c = 0; c < W; c++) {
-    double acc = 0.0;
-    for (int64_t b = 0; b < B; b++) acc += g.colsum[b * W + c];
-    o[n + c] = (float)acc;
-  }
-  memset(o + n + W, 0, sizeof(float) * (size_t)(slapo_tensor_numel(out) - n - W));
+  slapo__fa_backward(&g, reference, g.dq, slapo_tensor_numel(out));
 }
 
 FA_OP_KERNELS
@@ -202,9 +176,7 @@ SLAPO_OP_DESCRIPTOR(flash_attention_qkv_backward) = {
     .contiguous_inputs = true,
     .random = true,
     .doc = "(qkv, out, dout[, mask]) -> d(qkv) [B, T, W], recomputing scores and row "
-           "statistics tile by tile (FlashAttention Alg. 4); attrs as flash_attention_qkv; "
-           "with bias_grad = 1, packed [d(qkv) (B T W), its sum over B and T (W), work]: "
-           "each batch row's column sums taken by the job that wrote them, in double",
+           "statistics tile by tile (FlashAttention Alg. 4); attrs as flash_attention_qkv",
     .test = {.example = backward_example,
              .checked_by = "flash_attention_qkv's gradcheck and the split-head "
                            "flash_attention (tests/unit/test_flash_attention.c)"},

@@ -46,11 +46,6 @@ typedef struct fa_geom {
   fa_rows lq, lkv, lo;
   const float *q, *k, *v, *dO;
   float *o, *dq, *dk, *dv; /* o is read only by the backward */
-  /* Backward, packed q/k/v only (dq, dk, dv column blocks of one
-   * [B, T, W] tensor, W = lq.ld): when not NULL, colsum [B, W] receives
-   * each batch row's column sums of d(qkv) over T, in double, rows in
-   * order (a fused projection's bias gradient, before the sum over B). */
-  double *colsum;
 } fa_geom;
 
 /* Offset of kv head bh / G's rows in [BH / G, T, HS], the one query head bh
@@ -77,8 +72,7 @@ static inline float drop_factor(const fa_geom *g, int64_t bh, int64_t t, int64_t
 /* The attributes (causal, scale, dropout, RNG key) of `node` into g. */
 void slapo__fa_attrs(fa_geom *g, const slapo_node *node, const slapo_kernel_env *env);
 /* Runs a set-up geometry (ops/fa_kernels.c): the forward writes o; the
- * backward zeroes and writes dq, dk, dv, which lie inside out [n_out],
- * and fills colsum when set. */
+ * backward zeroes and writes dq, dk, dv, which lie inside out [n_out]. */
 void slapo__fa_forward(const fa_geom *g, bool reference);
 void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_out);
 

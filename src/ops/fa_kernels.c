@@ -145,34 +145,10 @@ void slapo__fa_forward(const fa_geom *g, bool reference) {
   for (int64_t job = 0; job < g->BH * n_qt; job++) fwd(g, job / n_qt, (job % n_qt) * BR);
 }
 
-/* out [HS] = column sums of one head's [T, HS] rows at p (row stride ld),
- * in double, rows in order. */
-static void head_colsum(const float *p, int64_t T, int64_t HS, int64_t ld, double *out) {
-  for (int64_t j = 0; j < HS; j++) out[j] = 0.0;
-  for (int64_t t = 0; t < T; t++)
-    for (int64_t j = 0; j < HS; j++) out[j] += p[t * ld + j];
-}
-
-/* The columns backward job kvh wrote (its G query heads, its k and v
- * heads) summed over T into its batch row of g->colsum: disjoint for
- * different jobs, so no races, and read while the rows are in cache. */
-static void job_colsum(const fa_geom *g, int64_t kvh) {
-  const int64_t W = g->lq.ld, b = kvh / g->lkv.n;
-  double *row = g->colsum + b * W;
-  for (int64_t i = 0; i < g->G; i++) {
-    int64_t off = fa_head_off(g->lq, kvh * g->G + i);
-    head_colsum(g->dq + off, g->T, g->HS, W, row + (off - b * g->lq.sb));
-  }
-  int64_t off = fa_head_off(g->lkv, kvh), col = off - b * g->lkv.sb;
-  head_colsum(g->dk + off, g->T, g->HS, W, row + (g->dk - g->dq) + col);
-  head_colsum(g->dv + off, g->T, g->HS, W, row + (g->dv - g->dq) + col);
-}
-
 void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_out) {
   if (reference) {
     memset(out, 0, (size_t)n_out * sizeof(float));
     backward_ref(g);
-    for (int64_t kvh = 0; g->colsum && kvh < g->BH / g->G; kvh++) job_colsum(g, kvh);
     return;
   }
   slapo_isa isa = slapo_isa_active();
@@ -183,8 +159,5 @@ void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_
   /* One job per kv head, which owns (and zeroes) its dk, dv rows and those
    * of dq of its G query heads: no races, a fixed summation order. */
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(dynamic, 1)
-  for (int64_t kvh = 0; kvh < g->BH / g->G; kvh++) {
-    bwd(g, kvh);
-    if (g->colsum) job_colsum(g, kvh);
-  }
+  for (int64_t kvh = 0; kvh < g->BH / g->G; kvh++) bwd(g, kvh);
 }

@@ -15,10 +15,7 @@
  * input's two gradients goes into the norm's backward op, bitwise the same
  * (fast and reference kernels; with and without the packed dw, db; either
  * operand order), not when the other gradient is computed after the
- * norm's, and a GPT-2 step folds two per block. The bias-gradient fold
- * (src/module/fold_qkv_bias_grad.c): the sum over B and T of a
- * flash_attention_qkv_backward's d(qkv) comes out of that op, d(qkv)
- * bitwise the same and the sum within rounding (grouped heads, causal). */
+ * norm's, and a GPT-2 step folds two per block. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -415,81 +412,6 @@ static void test_norm_gradient_add_folds_bitwise(void **state) {
   }
 }
 
-/* qkv [2, 37, 12]: 2 query heads over 1 kv head of 3, causal; loss =
- * sum(flash_attention_qkv(qkv) * k); outputs (loss, d(qkv), its sum over
- * B and T) as a fused projection's bias gradient is taken. */
-static slapo_graph *build_qkv(void) {
-  slapo_graph *g;
-  slapo_ctx *ctx;
-  assert_ok(slapo_graph_new(&g));
-  assert_ok(slapo_ctx_new(g, &ctx));
-  int64_t qs[3] = {2, 37, 12}, os[3] = {2, 37, 6}, all[3] = {0, 1, 2}, lead[2] = {0, 1};
-  slapo_node *qkv = slapo_input(ctx, "qkv", SLAPO_DTYPE_F32, 3, qs);
-  slapo_node *k = slapo_input(ctx, "k", SLAPO_DTYPE_F32, 3, os);
-  slapo_attr a[3] = {slapo_attr_int("n_head", 2), slapo_attr_int("n_kv_head", 1),
-                     slapo_attr_int("causal", 1)};
-  slapo_node *y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, 3, a);
-  slapo_node *loss = slapo_sum(ctx, slapo_mul(ctx, y, k), 3, all, false), *d = NULL;
-  assert_ok(slapo_backward(ctx, loss, NULL, 1, &qkv, &d));
-  slapo_node *outs[3] = {loss, d, slapo_sum(ctx, d, 2, lead, false)};
-  assert_non_null(slapo_output(ctx, 3, outs));
-  assert_ok(slapo_ctx_status(ctx));
-  slapo_ctx_free(ctx);
-  return g;
-}
-
-/* Runs g; *d and *db receive copies of outputs 1 and 2 (owned). */
-static void run_qkv(const slapo_graph *g, bool reference, slapo_tensor **d, slapo_tensor **db) {
-  int64_t qs[3] = {2, 37, 12}, os[3] = {2, 37, 6};
-  slapo_tensor *qkv, *k;
-  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 3, qs, &qkv));
-  assert_ok(slapo_tensor_new(SLAPO_DTYPE_F32, 3, os, &k));
-  float *qp = slapo_tensor_data(qkv), *kp = slapo_tensor_data(k);
-  for (int i = 0; i < 2 * 37 * 12; i++) qp[i] = (float)((i * 7) % 19) * 0.1f - 0.9f;
-  for (int i = 0; i < 2 * 37 * 6; i++) kp[i] = (float)((i * 5) % 13) * 0.15f - 0.9f;
-  slapo_plan_opts o = {.reference = reference};
-  slapo_plan *p;
-  assert_ok(slapo_plan_new(g, &o, &p));
-  assert_ok(slapo_plan_bind_input(p, "qkv", qkv));
-  assert_ok(slapo_plan_bind_input(p, "k", k));
-  assert_ok(slapo_plan_run(p, NULL));
-  assert_ok(slapo_tensor_contiguous(slapo_plan_output(p, 1), d));
-  assert_ok(slapo_tensor_contiguous(slapo_plan_output(p, 2), db));
-  slapo_plan_free(p);
-  slapo_tensor_free(qkv);
-  slapo_tensor_free(k);
-}
-
-static void test_qkv_bias_gradient_comes_out_of_attention_backward(void **state) {
-  (void)state;
-  slapo_graph *plain = build_qkv(), *folded = build_qkv();
-  int n = -1;
-  assert_ok(slapo__fold_qkv_bias_grad(folded, &n));
-  assert_int_equal(n, 1);
-  assert_ok(slapo_graph_lint(folded));
-  assert_int_equal(count_op(plain, "sum") - count_op(folded, "sum"), 1);
-  assert_int_equal(count_op(folded, "flash_attention_qkv_backward"), 1);
-  assert_ok(slapo__fold_qkv_bias_grad(folded, &n));
-  assert_int_equal(n, 0);
-  for (int ref = 0; ref < 2; ref++) {
-    slapo_tensor *da, *dba, *db, *dbb;
-    run_qkv(plain, ref, &da, &dba);
-    run_qkv(folded, ref, &db, &dbb);
-    assert_memory_equal(slapo_tensor_data(da), slapo_tensor_data(db), slapo_tensor_nbytes(da));
-    const float *a = slapo_tensor_data(dba), *b = slapo_tensor_data(dbb);
-    double scale = 0;
-    for (int c = 0; c < 12; c++) scale += fabs(a[c]);
-    assert_true(scale > 0.1); /* a gradient that is not all zeros */
-    for (int c = 0; c < 12; c++) assert_float_equal(a[c], b[c], 1e-6 * (fabs(a[c]) + 1));
-    slapo_tensor_free(da);
-    slapo_tensor_free(dba);
-    slapo_tensor_free(db);
-    slapo_tensor_free(dbb);
-  }
-  slapo_graph_free(plain);
-  slapo_graph_free(folded);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_split_gradient_becomes_concat),
@@ -499,7 +421,6 @@ int main(void) {
       cmocka_unit_test(test_identity_dropouts_are_removed),
       cmocka_unit_test(test_tied_embedding_gradient_scatters_into_other),
       cmocka_unit_test(test_norm_gradient_add_folds_bitwise),
-      cmocka_unit_test(test_qkv_bias_gradient_comes_out_of_attention_backward),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
