@@ -64,6 +64,10 @@ void slapo_arena_reset(slapo_arena *a) {
   a->first->used = 0;
   a->head = a->first;
   a->used_total = 0;
+  /* Blocks double from the first one's size again: kept across resets, the
+   * doubling went on use after use (a schedule file resets per line, and
+   * ~20 lines that each spilled past the first block asked for 2 GB). */
+  a->next_cap = a->first->cap;
 }
 
 void *slapo_arena_alloc(slapo_arena *a, size_t nbytes, size_t align) {

@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/failalloc.h"
@@ -54,6 +55,38 @@ static void test_arena_growth(void **state) {
   assert_non_null(slapo_arena_alloc(a, 10, 0));
   slapo_arena_free(a);
   slapo_arena_free(NULL);
+}
+
+/* The largest block asked of the allocator, through a counting hook. */
+static size_t g_largest;
+static void *counting_malloc(size_t n, void *ud) {
+  (void)ud;
+  if (n > g_largest) g_largest = n;
+  return malloc(n);
+}
+static void *plain_realloc(void *p, size_t n, void *ud) { (void)ud; return realloc(p, n); }
+static void plain_free(void *p, void *ud) { (void)ud; free(p); }
+
+/* Reset starts the doubling over: a use that spills past the first block,
+ * repeated after resets, asks for blocks no larger than the first use did
+ * (it had doubled on every use: a schedule file resets its arena per line). */
+static void test_arena_reset_restarts_growth(void **state) {
+  (void)state;
+  slapo_arena *a;
+  assert_int_equal(slapo_arena_new(256, &a), SLAPO_OK);
+  slapo_allocator counting = {counting_malloc, plain_realloc, plain_free, NULL};
+  slapo_set_allocator(&counting);
+  size_t first = 0;
+  for (int use = 0; use < 40; use++) {
+    g_largest = 0;
+    for (int i = 0; i < 64; i++) assert_non_null(slapo_arena_alloc(a, 100, 0));
+    if (use == 0) first = g_largest;
+    assert_true(g_largest <= first);
+    slapo_arena_reset(a);
+  }
+  slapo_set_allocator(NULL);
+  assert_true(first > 0);
+  slapo_arena_free(a);
 }
 
 static void test_map(void **state) {
@@ -136,6 +169,7 @@ static void test_nomem_sweep(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_status_names), cmocka_unit_test(test_arena_growth),
+      cmocka_unit_test(test_arena_reset_restarts_growth),
       cmocka_unit_test(test_map),          cmocka_unit_test(test_hash),
       cmocka_unit_test(test_log_hook),     cmocka_unit_test(test_nomem_sweep),
   };
