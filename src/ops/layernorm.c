@@ -243,19 +243,11 @@ SLAPO__SIMD_PROC(backward_row,
     a2[l] += dyw * (xr[c] - mean) * rstd;
   }
   float mean_dyw = lanes_total(a1) / (float)C, mean_dyw_xhat = lanes_total(a2) / (float)C;
-  if (rr) {
-    for (c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      float xhat = (xr[c] - mean) * rstd;
-      float d = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
-      dxr[c] = d + rr[c];
-    }
-  } else {
-    for (c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      float xhat = (xr[c] - mean) * rstd;
-      dxr[c] = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
-    }
+  for (c = 0; c < C; c++) {
+    float dyw = w ? dyr[c] * w[c] : dyr[c];
+    float xhat = (xr[c] - mean) * rstd;
+    float d = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
+    dxr[c] = rr ? d + rr[c] : d; /* d itself without r: the sign of a zero kept */
   }
 }
 

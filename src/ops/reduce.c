@@ -340,7 +340,8 @@ static void reduce_cols(const float *x, int64_t K, int nk, const int64_t *ks,
     int64_t ok = t / ntiles, k0 = (t % ntiles) * tile;
     int64_t w = K - k0 < tile ? K - k0 : tile;
     int64_t base = offset_of(ok, nk, ks, kst) + k0;
-    double acc[MAX_STRIP] = {0};
+    double acc[MAX_STRIP];
+    for (int64_t j = 0; j < w; j++) acc[j] = 0.0; /* only the strip's, not 8 KiB a task */
     odometer it;
     odo_seek(&it, nr, rs, rst, 0);
     int64_t r = 0;

@@ -153,18 +153,11 @@ static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *c
     float rstd = 1.0f / sqrtf(ss / (float)C + eps);
     /* mean(dyw * xhat) * rstd = dot * rstd^2 / C */
     float k = dot * rstd * rstd / (float)C;
-    if (res) {
-      const float *rr = res + r * C;
-      for (int64_t c = 0; c < C; c++) {
-        float dyw = w ? dyr[c] * w[c] : dyr[c];
-        float d = rstd * (dyw - xr[c] * k);
-        dxr[c] = d + rr[c];
-      }
-    } else {
-      for (int64_t c = 0; c < C; c++) {
-        float dyw = w ? dyr[c] * w[c] : dyr[c];
-        dxr[c] = rstd * (dyw - xr[c] * k);
-      }
+    const float *rr = res ? res + r * C : NULL;
+    for (int64_t c = 0; c < C; c++) {
+      float dyw = w ? dyr[c] * w[c] : dyr[c];
+      float d = rstd * (dyw - xr[c] * k);
+      dxr[c] = rr ? d + rr[c] : d; /* d itself without r: the sign of a zero kept */
     }
   }
 }
