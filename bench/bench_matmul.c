@@ -2,9 +2,12 @@
  * one-node graph re-run, so graph dispatch, the primitive cache lookup and
  * memory-object setup are included) against the bare oneDNN matmul
  * primitive on the same shapes, created once and executed directly.
- * Shapes: 1024^3 and the GEMMs of GPT-2 small (124M) at B*T = 1024 rows.
- * Prints GFLOP/s (2*M*N*K / median time of 7 samples, each >= 20 ms of
- * repeated runs, the two sides alternating) and slapo/bare.
+ * Shapes: 1024^3, the GEMMs of GPT-2 124M at B*T = 1024 rows and some of
+ * GPT-2 `small` (width 384). Prints GFLOP/s (2*M*N*K / median time of 7
+ * samples, each >= 20 ms of repeated runs, the two sides alternating) and
+ * slapo/bare: about 1 where slapo hands the problem to oneDNN as one
+ * primitive, above 1 where it gives each thread its own share of C and a
+ * single-thread primitive instead (the backward layouts, ops/gemm_dnnl.c).
  * OMP_NUM_THREADS defaults to the number of processors. */
 #include <math.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -137,6 +140,9 @@ int main(void) {
       {"gpt2 c_fc dW=dy^T@x", 3072, 1024, 768, 1, 0},
       {"gpt2 lm_head x@E^T", 1024, 768, 50304, 0, 1},
       {"small 64x768x768", 64, 768, 768, 0, 0},
+      {"`small` c_attn dx=dy@W", 1024, 1152, 384, 0, 0},
+      {"`small` c_fc dW=dy^T@x", 1536, 1024, 384, 1, 0},
+      {"`small` c_proj dW", 384, 1024, 1536, 1, 0},
   };
   printf("bench_matmul: fp32, %d threads, median of %d samples (each >= 20 ms of repeated "
          "runs, after a warm-up)\n",
@@ -189,6 +195,7 @@ int main(void) {
     slapo_tensor_free(c);
     slapo_tensor_free(ys);
   }
-  printf("ratio = slapo GF/s / dnnl GF/s (1.000 = no dispatch overhead)\n");
+  printf("ratio = slapo GF/s / dnnl GF/s (1.000 = no dispatch overhead; above 1: slapo's "
+         "own split between threads)\n");
   return 0;
 }

@@ -39,10 +39,12 @@ void slapo__gemm_init(slapo__gemm *g, const slapo_tensor *a, bool trans_a, const
  * ascending order, then the bias added, then rounded to f32. */
 void slapo__gemm_ref(const slapo__gemm *g);
 
-/* oneDNN matmul primitive (cached per problem shape and strides). Returns
- * false, having written nothing, when oneDNN cannot take the problem (an
- * unusual stride pattern, primitive creation failed); the caller then runs
- * the reference. Deterministic for a fixed OpenMP thread count. */
+/* oneDNN matmul primitive (cached per problem shape and strides; for some
+ * 2-D problems one single-thread primitive per thread, each on its own rows
+ * or columns of C). Returns false when oneDNN cannot take the problem (an
+ * unusual stride pattern, primitive creation failed), possibly having
+ * written part of C; the caller then runs the reference, which writes all
+ * of it. Deterministic for a fixed OpenMP thread count. */
 bool slapo__gemm_dnnl(const slapo__gemm *g);
 
 /* Number of problems currently held by the primitive cache (tests). */

@@ -28,6 +28,7 @@ typedef struct key {
   int64_t a_dims[SLAPO_MAX_DIMS], a_str[SLAPO_MAX_DIMS];
   int64_t b_dims[SLAPO_MAX_DIMS], b_str[SLAPO_MAX_DIMS];
   int64_t c_dims[SLAPO_MAX_DIMS];
+  int64_t c_ld; /* C's row stride: N, or more for one thread's columns */
   int64_t bias_sn;
 } key;
 _Static_assert(sizeof(key) <= SLAPO__DNNL_KEY_MAX, "the cache's key room");
@@ -108,6 +109,7 @@ static bool make_key(const slapo__gemm *g, key *k) {
   k->b_dims[nb] = K, k->b_dims[nb + 1] = N;
   k->b_str[nb] = b_sk, k->b_str[nb + 1] = b_sn;
   k->c_dims[nb] = M, k->c_dims[nb + 1] = N;
+  k->c_ld = N;
   /* oneDNN 2.6's brgemm matmul reads the bias as dense whatever its
    * descriptor's strides say, so only a dense bias goes to dnnl; the caller
    * adds any other after the GEMM. */
@@ -134,9 +136,10 @@ static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
     cd[i] = k->c_dims[i];
     zd[i] = 1;
   }
-  /* C is contiguous. */
+  /* C is row-major with row stride c_ld, batch entries dense. */
   cs[nd - 1] = 1;
-  for (int i = nd - 2; i >= 0; i--) cs[i] = cs[i + 1] * cd[i + 1];
+  cs[nd - 2] = k->c_ld;
+  for (int i = nd - 3; i >= 0; i--) cs[i] = cs[i + 1] * cd[i + 1];
   zd[nd - 1] = cd[nd - 1];
   for (int i = 0; i < nd; i++) zs[i] = i == nd - 1 ? k->bias_sn : k->bias_sn * cd[nd - 1];
 
@@ -264,6 +267,115 @@ static const float *padded_copy(pad_buf *buf, const float *x, int64_t rows, int6
 
 static int64_t round_up_pad(int64_t n) { return (n + PAD_FLOATS - 1) / PAD_FLOATS * PAD_FLOATS; }
 
+/* The operands of one primitive call. */
+typedef struct operands {
+  const float *a, *b, *bias;
+  float *c;
+} operands;
+
+/* Runs the primitive of k (cached, or created now) on o; false when oneDNN
+ * cannot create or execute it. */
+static bool run_key(const key *k, const operands *o) {
+  dnnl_stream_t stream = slapo__dnnl_stream();
+  if (!stream) return false;
+  slapo__dnnl_entry local;
+  slapo__dnnl_entry *e = slapo__dnnl_acquire(&g_cache, k, sizeof *k, entry_create, k, &local);
+  if (!e) return false;
+  /* dnnl reads but never writes src, weights and bias. */
+  dnnl_memory_set_data_handle(e->mem[MEM_A], (void *)o->a);
+  dnnl_memory_set_data_handle(e->mem[MEM_B], (void *)o->b);
+  dnnl_memory_set_data_handle(e->mem[MEM_C], o->c);
+  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem[MEM_A]},
+                             {DNNL_ARG_WEIGHTS, e->mem[MEM_B]},
+                             {DNNL_ARG_DST, e->mem[MEM_C]},
+                             {DNNL_ARG_BIAS, e->mem[MEM_BIAS]}};
+  int nargs = 3;
+  if (k->has_bias) {
+    dnnl_memory_set_data_handle(e->mem[MEM_BIAS], (void *)o->bias);
+    nargs = 4;
+  }
+  dnnl_status_t st = dnnl_primitive_execute(e->prim, stream, nargs, args);
+  if (st == dnnl_success) st = dnnl_stream_wait(stream);
+  slapo__dnnl_release(&g_cache, e);
+  /* Execution of a created primitive on host memory does not fail short of
+   * a bug; should it, the reference recomputes every element. */
+  return st == dnnl_success;
+}
+
+/* ---- one single-thread primitive per thread ----
+ * oneDNN 2.6's brgemm matmul, given T threads, splits C into blocks of
+ * rows and columns itself. For the two backward GEMMs of a Linear, giving
+ * each thread its own range of C and a primitive made for one thread is
+ * faster (2 threads, AMD Zen 5, caches flushed, median GF/s, oneDNN's split
+ * -> ours; bench/bench_matmul shows the same side by side):
+ * - dx = dy @ W (both row-major): columns. GPT-2 124M at 1024 rows: c_attn
+ *   346 -> 398, c_fc 354 -> 420, c_proj 367 -> 426, lm_head 274 -> 373;
+ *   GPT-2 `small` shapes (K, N <= 1536) about even.
+ * - dW = dy^T @ x (A read transposed): rows when M >= N, else columns
+ *   (each thread then transposes only its share of A). `small`: c_attn
+ *   371 -> 391, c_fc 367 -> 389, c_proj 388 -> 409; 124M: c_proj 310 -> 391,
+ *   lm_head 340 -> 419.
+ * - y = x @ W^T (B read transposed: the forward): oneDNN's own split was as
+ *   fast or faster on every shape, so it keeps it.
+ * A thread's range is at least MIN_SPLIT rows or columns, a multiple of 16
+ * (64-byte aligned columns); measured at 2 threads only, so many threads
+ * on small problems keep oneDNN's split. Each element of C is computed by
+ * one thread, so the result stays a function of the thread count alone. */
+#define MIN_SPLIT 128
+
+enum split { SPLIT_NONE, SPLIT_ROWS, SPLIT_COLS };
+
+static enum split split_of(const key *k, int64_t *chunk) {
+  if (k->nd != 2 || k->nthr < 2 || omp_in_parallel()) return SPLIT_NONE;
+  int64_t M = k->c_dims[0], N = k->c_dims[1];
+  bool a_trans = k->a_str[1] != 1, b_trans = k->b_str[1] != 1;
+  if (b_trans) return SPLIT_NONE;
+  enum split s = a_trans && M >= N ? SPLIT_ROWS : SPLIT_COLS;
+  int64_t len = s == SPLIT_ROWS ? M : N;
+  *chunk = (len + k->nthr - 1) / k->nthr;
+  *chunk = (*chunk + 15) / 16 * 16;
+  return *chunk >= MIN_SPLIT && len > *chunk ? s : SPLIT_NONE;
+}
+
+/* Thread t's share of k (and of o): rows or columns [t * chunk, ...) of C,
+ * for one thread; false when t has none. */
+static bool share_of(const key *k, const operands *o, enum split s, int64_t chunk, int t,
+                     key *sub, operands *so) {
+  int dim = s == SPLIT_ROWS ? 0 : 1;
+  int64_t len = k->c_dims[dim], lo = t * chunk;
+  if (lo >= len) return false;
+  *sub = *k;
+  *so = *o;
+  sub->nthr = 1;
+  sub->c_dims[dim] = len - lo < chunk ? len - lo : chunk;
+  if (s == SPLIT_ROWS) {
+    sub->a_dims[0] = sub->c_dims[0];
+    so->a = o->a + lo * k->a_str[0];
+    so->c = o->c + lo * k->c_ld;
+  } else {
+    sub->b_dims[1] = sub->c_dims[1];
+    so->b = o->b + lo * k->b_str[1];
+    so->c = o->c + lo;
+    if (o->bias) so->bias = o->bias + lo;
+  }
+  return true;
+}
+
+static bool run_split(const key *k, const operands *o, enum split s, int64_t chunk) {
+  bool ok = true;
+#pragma omp parallel num_threads(k->nthr) reduction(&& : ok)
+  {
+    key sub;
+    operands so;
+    if (share_of(k, o, s, chunk, omp_get_thread_num(), &sub, &so)) {
+      /* dnnl sizes a primitive for the threads it may use: this one. */
+      omp_set_num_threads(1);
+      ok = run_key(&sub, &so);
+    }
+  }
+  return ok;
+}
+
 bool slapo__gemm_dnnl(const slapo__gemm *g) {
   int64_t rows = g->M;
   for (int i = 0; i < g->nb; i++) rows *= g->batch[i];
@@ -272,17 +384,14 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     fill_bias(g, rows);
     return true;
   }
-  dnnl_stream_t stream = slapo__dnnl_stream();
-  if (!stream) return false;
-
   key k;
   if (!make_key(g, &k)) return false;
-  const float *a_data = g->a, *b_data = g->b;
+  operands o = {g->a, g->b, k.has_bias ? g->bias : NULL, g->c};
   if (a_wants_padding(&k)) {
     int64_t ld = round_up_pad(k.a_str[0]);
     const float *copy = padded_copy(&g_pad[0], g->a, k.a_dims[0], k.a_dims[1], k.a_str[0], ld);
     if (copy) {
-      a_data = copy;
+      o.a = copy;
       k.a_str[0] = ld;
     }
   }
@@ -290,33 +399,13 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     int64_t ld = k.b_dims[1] + PAD_FLOATS;
     const float *copy = padded_copy(&g_pad[1], g->b, k.b_dims[0], k.b_dims[1], k.b_str[0], ld);
     if (copy) {
-      b_data = copy;
+      o.b = copy;
       k.b_str[0] = ld;
     }
   }
-  slapo__dnnl_entry local;
-  slapo__dnnl_entry *e = slapo__dnnl_acquire(&g_cache, &k, sizeof k, entry_create, &k, &local);
-  if (!e) return false;
-
-  /* dnnl reads but never writes src, weights and bias. */
-  dnnl_memory_set_data_handle(e->mem[MEM_A], (void *)a_data);
-  dnnl_memory_set_data_handle(e->mem[MEM_B], (void *)b_data);
-  dnnl_memory_set_data_handle(e->mem[MEM_C], g->c);
-  dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, e->mem[MEM_A]},
-                             {DNNL_ARG_WEIGHTS, e->mem[MEM_B]},
-                             {DNNL_ARG_DST, e->mem[MEM_C]},
-                             {DNNL_ARG_BIAS, e->mem[MEM_BIAS]}};
-  int nargs = 3;
-  if (k.has_bias) {
-    dnnl_memory_set_data_handle(e->mem[MEM_BIAS], (void *)g->bias);
-    nargs = 4;
-  }
-  dnnl_status_t st = dnnl_primitive_execute(e->prim, stream, nargs, args);
-  if (st == dnnl_success) st = dnnl_stream_wait(stream);
-  slapo__dnnl_release(&g_cache, e);
-  /* Execution of a created primitive on host memory does not fail short of
-   * a bug; should it, the reference recomputes every element. */
-  if (st != dnnl_success) return false;
+  int64_t chunk;
+  enum split s = split_of(&k, &chunk);
+  if (!(s == SPLIT_NONE ? run_key(&k, &o) : run_split(&k, &o, s, chunk))) return false;
   if (g->bias && !k.has_bias) add_bias(g, rows);
   return true;
 }

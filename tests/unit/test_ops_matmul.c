@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -489,6 +490,53 @@ static void test_cache_and_determinism(void **state) {
   built_free(&b);
 }
 
+/* C = op(A) @ B (+ bias) through the GEMM fast path directly, against the
+ * reference, with C poisoned first: every element written, bitwise equal
+ * on a rerun. */
+static void check_gemm_direct(int64_t M, int64_t K, int64_t N, bool ta, bool with_bias) {
+  slapo_tensor *a = rand_tensor(2, ta ? (int64_t[]){K, M} : (int64_t[]){M, K});
+  slapo_tensor *b = rand_tensor(2, (int64_t[]){K, N});
+  slapo_tensor *bias = with_bias ? rand_tensor(1, (int64_t[]){N}) : NULL, *c[3];
+  for (int i = 0; i < 3; i++) {
+    OK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, (int64_t[]){M, N}, &c[i]));
+    float *p = slapo_tensor_data(c[i]);
+    for (int64_t e = 0; e < M * N; e++) p[e] = NAN;
+    slapo__gemm g;
+    slapo__gemm_init(&g, a, ta, b, false, bias, c[i]);
+    if (i == 0) slapo__gemm_ref(&g);
+    else assert_true(slapo__gemm_dnnl(&g));
+  }
+  char what[96];
+  snprintf(what, sizeof what, "gemm M %lld K %lld N %lld%s%s with %d threads", (long long)M,
+           (long long)K, (long long)N, ta ? " A^T" : "", with_bias ? " + bias" : "",
+           omp_get_max_threads());
+  check_close(c[1], c[0], 1e-5, what);
+  assert_true(slapo_tensor_equal(c[1], c[2]));
+  for (int i = 0; i < 3; i++) slapo_tensor_free(c[i]);
+  slapo_tensor_free(a);
+  slapo_tensor_free(b);
+  slapo_tensor_free(bias);
+}
+
+/* 2-D GEMMs that the fast path hands out to its threads, one single-thread
+ * primitive each (gemm_dnnl.c): by columns (A plain, or A^T with M < N) and
+ * by rows (A^T with M >= N), with shares that end short of the 16-column
+ * rounding, a bias offset with the columns, and 2 and 3 threads; and the
+ * forward layout, which oneDNN splits itself. */
+static void test_thread_split(void **state) {
+  (void)state;
+  int saved = omp_get_max_threads();
+  for (int t = 2; t <= 3; t++) {
+    omp_set_num_threads(t);
+    check_gemm_direct(200, 96, 520, false, true);  /* columns, bias */
+    check_gemm_direct(150, 64, 700, true, false);  /* A^T, M < N: columns */
+    check_gemm_direct(600, 96, 260, true, false);  /* A^T, M >= N: rows */
+    check_gemm_direct(601, 33, 290, true, true);   /* rows, odd M, bias */
+    check_matmul(2, (int64_t[]){130, 96}, 2, (int64_t[]){530, 96}, false, true, false, 1e-5);
+  }
+  omp_set_num_threads(saved);
+}
+
 /* More distinct problems than the cache holds: entries are evicted and
  * recreated, results stay right. */
 static void test_cache_eviction(void **state) {
@@ -643,6 +691,7 @@ int main(void) {
       cmocka_unit_test(test_linear_matches_matmul),
       cmocka_unit_test(test_linear_strided),
       cmocka_unit_test(test_cache_and_determinism),
+      cmocka_unit_test(test_thread_split),
       cmocka_unit_test(test_cache_eviction),
       cmocka_unit_test(test_concurrent_callers),
       cmocka_unit_test(test_eager),
