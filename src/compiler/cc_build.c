@@ -50,8 +50,8 @@ static const char *isa_flags(void) {
 
 #define BASE_FLAGS "-std=c99 -O3 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno"
 
-/* Runs `cmd` (through sh), stderr to `err_path`. Returns the exit status,
- * 127 when the shell could not run the compiler. */
+/* Runs `cmd` through sh. Returns the exit status, 127 when the shell could
+ * not run the compiler. */
 static int run(const char *cmd) {
   int rc = system(cmd);
   if (rc == -1) return 127;
@@ -81,9 +81,10 @@ static char *read_small(const char *path, size_t max) {
   return s;
 }
 
-/* The compiler's first --version line (its identity in the key), once. */
-/* The compiler's --version output goes to a temporary file outside the
- * cache, so a read-only cache of compiled objects still serves hits. */
+/* The compiler's first --version line (its identity in the key), once per
+ * SLAPO_CC. Read through a pipe, not a temporary file: a process killed
+ * meanwhile (the other ranks of a failing MPI run are) leaves nothing
+ * behind, and a read-only cache of compiled objects still serves hits. */
 static slapo_status compiler_identity(char *buf, size_t cap) {
   static char cached[256];
   static char cached_for[256];
@@ -92,31 +93,26 @@ static slapo_status compiler_identity(char *buf, size_t cap) {
     snprintf(buf, cap, "%s", cached);
     return SLAPO_OK;
   }
-  char out[1200], cmd[2600], q[1300];
-  const char *tmp = getenv("TMPDIR");
-  snprintf(out, sizeof out, "%s/slapo-cc-version-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
-  int fd = mkstemp(out);
-  if (fd < 0)
-    return slapo_error(SLAPO_IO, "cc: cannot create a temporary file in %s: %s",
-                       tmp && tmp[0] ? tmp : "/tmp", strerror(errno));
-  close(fd);
-  quote(out, q, sizeof q);
-  snprintf(cmd, sizeof cmd, "%s --version > %s 2>&1", cc, q);
-  int rc = run(cmd);
-  char *text = read_small(out, 255);
-  unlink(out);
-  if (rc != 0) {
-    slapo_status s = slapo_error(SLAPO_COMPILE, "cc: the compiler '%s' (SLAPO_CC) %s: %s", cc,
-                                 rc == 127 ? "was not found" : "does not run",
-                                 text && text[0] ? text : "(no output)");
-    slapo_free(text);
-    return s;
-  }
-  char *nl = text ? strchr(text, '\n') : NULL;
+  char cmd[1300], text[256];
+  snprintf(cmd, sizeof cmd, "%s --version 2>&1", cc);
+  FILE *p = popen(cmd, "r");
+  if (!p)
+    return slapo_error(SLAPO_COMPILE, "cc: cannot start the compiler '%s' (SLAPO_CC): %s", cc,
+                       strerror(errno));
+  size_t n = fread(text, 1, sizeof text - 1, p);
+  text[n] = '\0';
+  while (fgetc(p) != EOF) {
+  } /* the rest, so the compiler is not cut off by SIGPIPE */
+  int st = pclose(p);
+  int rc = st == -1 ? 127 : WIFEXITED(st) ? WEXITSTATUS(st) : 126;
+  if (rc != 0)
+    return slapo_error(SLAPO_COMPILE, "cc: the compiler '%s' (SLAPO_CC) %s: %s", cc,
+                       rc == 127 ? "was not found" : "does not run",
+                       text[0] ? text : "(no output)");
+  char *nl = strchr(text, '\n');
   if (nl) *nl = '\0';
-  snprintf(cached, sizeof cached, "%s", text ? text : cc);
+  snprintf(cached, sizeof cached, "%s", text[0] ? text : cc);
   snprintf(cached_for, sizeof cached_for, "%s", cc);
-  slapo_free(text);
   snprintf(buf, cap, "%s", cached);
   return SLAPO_OK;
 }

@@ -10,10 +10,19 @@
 
 #include "slapo/tensor.h"
 
-static char g_path[64];
+static char g_path[1100];
+
+/* The input file is rewritten for every input and removed at exit, so a
+ * fuzzing run leaves nothing in the temporary directory. */
+static void remove_input(void) { unlink(g_path); }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  if (!g_path[0]) snprintf(g_path, sizeof g_path, "/tmp/slapo-fuzz-st-%d.safetensors", (int)getpid());
+  if (!g_path[0]) {
+    const char *tmp = getenv("TMPDIR");
+    snprintf(g_path, sizeof g_path, "%s/slapo-fuzz-st-%d.safetensors", tmp && tmp[0] ? tmp : "/tmp",
+             (int)getpid());
+    atexit(remove_input);
+  }
   FILE *f = fopen(g_path, "wb");
   if (!f) abort();
   if (size && fwrite(data, 1, size, f) != size) abort();
