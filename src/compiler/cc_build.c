@@ -50,12 +50,23 @@ static const char *isa_flags(void) {
 
 #define BASE_FLAGS "-std=c99 -O3 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno"
 
-/* Runs `cmd` through sh. Returns the exit status, 127 when the shell could
- * not run the compiler. */
-static int run(const char *cmd) {
-  int rc = system(cmd);
-  if (rc == -1) return 127;
-  return WIFEXITED(rc) ? WEXITSTATUS(rc) : 126;
+/* Runs `cmd` through sh with its stderr joined to its stdout, keeping the
+ * first cap - 1 bytes of that output in out (NUL-terminated). A pipe, not
+ * a temporary file: a process killed meanwhile (the other ranks of a
+ * failing MPI run are) leaves nothing behind. Returns the exit status, 127
+ * when the shell could not run the command. */
+static int run_capture(const char *cmd, char *out, size_t cap) {
+  char full[6100];
+  snprintf(full, sizeof full, "%s 2>&1", cmd);
+  out[0] = '\0';
+  FILE *p = popen(full, "r");
+  if (!p) return 127;
+  size_t n = fread(out, 1, cap - 1, p);
+  out[n] = '\0';
+  while (fgetc(p) != EOF) {
+  } /* the rest, so the command is not cut off by SIGPIPE */
+  int st = pclose(p);
+  return st == -1 ? 127 : WIFEXITED(st) ? WEXITSTATUS(st) : 126;
 }
 
 /* A single-quoted shell word for s. */
@@ -71,20 +82,9 @@ static void quote(const char *s, char *buf, size_t cap) {
   buf[n] = '\0';
 }
 
-static char *read_small(const char *path, size_t max) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *s = slapo_malloc(max + 1);
-  size_t n = s ? fread(s, 1, max, f) : 0;
-  fclose(f);
-  if (s) s[n] = '\0';
-  return s;
-}
-
 /* The compiler's first --version line (its identity in the key), once per
- * SLAPO_CC. Read through a pipe, not a temporary file: a process killed
- * meanwhile (the other ranks of a failing MPI run are) leaves nothing
- * behind, and a read-only cache of compiled objects still serves hits. */
+ * SLAPO_CC. Nothing is written for it, so a read-only cache of compiled
+ * objects still serves hits. */
 static slapo_status compiler_identity(char *buf, size_t cap) {
   static char cached[256];
   static char cached_for[256];
@@ -94,17 +94,8 @@ static slapo_status compiler_identity(char *buf, size_t cap) {
     return SLAPO_OK;
   }
   char cmd[1300], text[256];
-  snprintf(cmd, sizeof cmd, "%s --version 2>&1", cc);
-  FILE *p = popen(cmd, "r");
-  if (!p)
-    return slapo_error(SLAPO_COMPILE, "cc: cannot start the compiler '%s' (SLAPO_CC): %s", cc,
-                       strerror(errno));
-  size_t n = fread(text, 1, sizeof text - 1, p);
-  text[n] = '\0';
-  while (fgetc(p) != EOF) {
-  } /* the rest, so the compiler is not cut off by SIGPIPE */
-  int st = pclose(p);
-  int rc = st == -1 ? 127 : WIFEXITED(st) ? WEXITSTATUS(st) : 126;
+  snprintf(cmd, sizeof cmd, "%s --version", cc);
+  int rc = run_capture(cmd, text, sizeof text);
   if (rc != 0)
     return slapo_error(SLAPO_COMPILE, "cc: the compiler '%s' (SLAPO_CC) %s: %s", cc,
                        rc == 127 ? "was not found" : "does not run",
@@ -143,21 +134,18 @@ static slapo_status write_file(const char *path, const char *text) {
 
 /* Compiles src into `so` through a temporary object renamed into place. */
 static slapo_status compile_to(const char *dir, const char *key, const char *src, const char *so) {
-  char c_path[1200], tmp[1200], err[1200], cmd[6000], qc[1300], qt[1300], qe[1300];
+  char c_path[1200], tmp[1200], cmd[6000], qc[1300], qt[1300], msg[4001];
   snprintf(c_path, sizeof c_path, "%s/%s.%d.c", dir, key, (int)getpid());
   snprintf(tmp, sizeof tmp, "%s/%s.%d.so.tmp", dir, key, (int)getpid());
-  snprintf(err, sizeof err, "%s/%s.%d.err", dir, key, (int)getpid());
   SLAPO_TRY(write_file(c_path, src));
-  quote(c_path, qc, sizeof qc), quote(tmp, qt, sizeof qt), quote(err, qe, sizeof qe);
-  snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s -lmvec -lm 2> %s", compiler_cmd(), BASE_FLAGS,
-           isa_flags(), qt, qc, qe);
-  int rc = run(cmd);
-  char *msg = read_small(err, 4000);
-  unlink(err);
+  quote(c_path, qc, sizeof qc), quote(tmp, qt, sizeof qt);
+  snprintf(cmd, sizeof cmd, "%s %s %s -o %s %s -lmvec -lm", compiler_cmd(), BASE_FLAGS,
+           isa_flags(), qt, qc);
+  int rc = run_capture(cmd, msg, sizeof msg);
   slapo_status s = SLAPO_OK;
   if (rc != 0) {
     s = slapo_error(SLAPO_COMPILE, "cc: %s failed (exit %d) on %s: %s", compiler_cmd(), rc,
-                    c_path, msg && msg[0] ? msg : "(no output)");
+                    c_path, msg[0] ? msg : "(no output)");
     unlink(tmp);
   } else if (rename(tmp, so) != 0) {
     s = slapo_error(SLAPO_IO, "cc: cannot move %s to %s: %s", tmp, so, strerror(errno));
@@ -169,7 +157,6 @@ static slapo_status compile_to(const char *dir, const char *key, const char *src
     rename(c_path, kept);
   }
   unlink(c_path);
-  slapo_free(msg);
   return s;
 }
 
