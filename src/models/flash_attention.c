@@ -36,7 +36,9 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   }
   slapo_node *x = in[0];
   int64_t B = x->shape[0], T = x->shape[1], HS = c->n_embd / c->n_head, NH, head0;
-  slapo__local_heads(self, "c_attn", 3 * HS, c->n_head, &NH, &head0); /* this rank's heads */
+  /* this rank's heads */
+  if (!slapo__local_heads(ctx, self, "c_attn", 3 * HS, c->n_head, "n_head", &NH, &head0))
+    return NULL;
   int64_t C = NH * HS;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
   /* The replaced attention's dropout is the first random op of its

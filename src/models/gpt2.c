@@ -65,7 +65,8 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   int64_t B = x->shape[0], T = x->shape[1], HS = c->n_embd / c->n_head, NH, head0;
   /* Under tensor parallelism c_attn holds this rank's heads (its weight
    * sharded with parts=3): C and NH are the local ones. */
-  slapo__local_heads(self, "c_attn", 3 * HS, c->n_head, &NH, &head0);
+  if (!slapo__local_heads(ctx, self, "c_attn", 3 * HS, c->n_head, "n_head", &NH, &head0))
+    return NULL;
   int64_t C = NH * HS;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
   slapo_node *parts[3];

@@ -41,16 +41,21 @@ slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__
 slapo_status slapo__hf_save(slapo_module *model, const char *path, const slapo__hf_layout *l,
                             int n_meta, const char *const *keys, const char *const *values);
 
+/* Tensor parallelism: the query heads an attention module computes on this
+ * rank, read from its projection `proj`'s weight (rows_per_head rows a head:
+ * 3 HS for GPT-2's fused c_attn): *local heads starting at global head
+ * *head0; all n_head from 0 when the weight is whole. Returns false, with
+ * SLAPO_SHAPE on ctx naming the rows, the ranks and the config's count
+ * (`what`, e.g. "n_head"), when the rank's rows are not a whole, non-zero
+ * number of heads (6 heads over 4 ranks): computing on them would mix
+ * parts of heads. */
+bool slapo__local_heads(slapo_ctx *ctx, const slapo_module *attn, const char *proj,
+                        int64_t rows_per_head, int64_t n_head, const char *what, int64_t *local,
+                        int64_t *head0);
 /* A Linear like old's child `name` (weight [out, in], optional bias) whose
  * parameters are that child's parameter objects (tied), for replacement
  * modules that keep the replaced one's paths. Errors: SLAPO_INVALID_ARG (no
  * such Linear child), NOMEM. */
-/* Tensor parallelism: the query heads an attention module computes on this
- * rank, read from its projection `proj`'s weight (rows_per_head rows a head:
- * 3 HS for GPT-2's fused c_attn): *local heads starting at global head
- * *head0; all n_head from 0 when the weight is whole. */
-void slapo__local_heads(const slapo_module *attn, const char *proj, int64_t rows_per_head,
-                        int64_t n_head, int64_t *local, int64_t *head0);
 slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out);
 
 /* FlashAttention for a BertSelfAttention (models/bert_attention.c). */

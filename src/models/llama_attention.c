@@ -28,13 +28,12 @@ typedef struct heads {
   int64_t HS, NH, NKV, head0;
 } heads;
 
-static heads heads_of(const slapo_module *self) {
+static bool heads_of(slapo_ctx *ctx, const slapo_module *self, heads *h) {
   const slapo_llama_config *c = cfg_of(self);
-  heads h = {c->hidden / c->n_head, c->n_head, c->n_kv_head, 0};
+  *h = (heads){c->hidden / c->n_head, c->n_head, c->n_kv_head, 0};
   int64_t kv0;
-  slapo__local_heads(self, "q_proj", h.HS, c->n_head, &h.NH, &h.head0);
-  slapo__local_heads(self, "k_proj", h.HS, c->n_kv_head, &h.NKV, &kv0);
-  return h;
+  return slapo__local_heads(ctx, self, "q_proj", h->HS, c->n_head, "n_head", &h->NH, &h->head0) &&
+         slapo__local_heads(ctx, self, "k_proj", h->HS, c->n_kv_head, "n_kv_head", &h->NKV, &kv0);
 }
 
 /* q [B, NH, T, HS] and k, v [B, NKV, T, HS] of x [B, T, C], rotary applied
@@ -97,9 +96,9 @@ static slapo_node *decode(slapo_ctx *ctx, const heads *h, slapo_node *q, slapo_n
 static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                 slapo_node *const *in) {
   const slapo_llama_config *c = cfg_of(self);
-  heads h = heads_of(self);
+  heads h;
   slapo_node *q, *k, *v;
-  if (!project(ctx, self, &h, n_in, in, &q, &k, &v)) return NULL;
+  if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, &q, &k, &v)) return NULL;
   if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, &h, q, k, v));
   int64_t G = h.NH / h.NKV;
   k = slapo_repeat_heads(ctx, k, G); /* [B, NH, T, HS] */
@@ -121,9 +120,10 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
 static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                  slapo_node *const *in) {
   const slapo_llama_config *c = cfg_of(self);
-  heads h = heads_of(self);
+  heads h;
   slapo_node *qkv[3];
-  if (!project(ctx, self, &h, n_in, in, &qkv[0], &qkv[1], &qkv[2])) return NULL;
+  if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, &qkv[0], &qkv[1], &qkv[2]))
+    return NULL;
   if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, &h, qkv[0], qkv[1], qkv[2]));
   const char *origin = slapo_ctx_origin(ctx);
   char drop_path[1024];

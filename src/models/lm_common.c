@@ -52,14 +52,27 @@ slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const c
                                                  SLAPO_IGNORE_INDEX, g);
 }
 
-void slapo__local_heads(const slapo_module *attn, const char *proj, int64_t rows_per_head,
-                        int64_t n_head, int64_t *local, int64_t *head0) {
+bool slapo__local_heads(slapo_ctx *ctx, const slapo_module *attn, const char *proj,
+                        int64_t rows_per_head, int64_t n_head, const char *what, int64_t *local,
+                        int64_t *head0) {
   *local = n_head, *head0 = 0;
   const slapo_module *l = slapo_module_child(attn, proj);
   const slapo_parameter *w = l ? slapo_module_param(l, "weight") : NULL;
-  if (!w || !w->shard || w->value->ndim != 2) return;
-  *local = w->value->shape[0] / rows_per_head;
-  *head0 = slapo_shard_global_index(w->shard, 0) / w->shard->full[1] / (rows_per_head / w->shard->parts);
+  if (!w || !w->shard || w->value->ndim != 2) return true;
+  int64_t rows = w->value->shape[0];
+  if (rows == 0 || rows % rows_per_head) {
+    const char *o = slapo_ctx_origin(ctx);
+    slapo_ctx_fail(ctx, SLAPO_SHAPE,
+                   "%s: this rank's %s.weight keeps %lld of %lld rows (%d ranks), not whole "
+                   "heads of %lld rows: the tensor-parallel size must divide %s = %lld",
+                   o[0] ? o : "(root)", proj, (long long)rows, (long long)w->shard->full[0],
+                   w->shard->count, (long long)rows_per_head, what, (long long)n_head);
+    return false;
+  }
+  *local = rows / rows_per_head;
+  *head0 = slapo_shard_global_index(w->shard, 0) / w->shard->full[1] /
+           (rows_per_head / w->shard->parts);
+  return true;
 }
 
 slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx) {

@@ -2,8 +2,9 @@
 # tests/cli/test_cli_dist.sh - `slapo` under mpirun: tensor-parallel verify
 # of schedules/gpt2_tp.sched (2 ranks; 4 ranks as TP 2 x DP 2), training with
 # TP 2 matching one process exactly, a gathered checkpoint resumed at
-# another TP size, a world size the schedule cannot use, and a failing rank
-# ending the whole job within 30 s with its "slapo: rank R:" message.
+# another TP size, a world size the schedule or the model cannot use (6
+# heads over 4 ranks), and a failing rank ending the whole job within 30 s
+# with its "slapo: rank R:" message.
 # Usage: test_cli_dist.sh path/to/slapo path/to/repo
 set -u
 
@@ -39,6 +40,9 @@ run "verify llama tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --model llama --tp 2 --sc
 check "verify llama tp2" out "verify: ok"
 run "llama tp4 > kv heads" 1 $MPIRUN -np 4 "$SLAPO" verify --model llama --tp 4 --schedule "$ROOT/schedules/llama_tp.sched" --final-only
 check "llama tp4 > kv heads" err "must divide n_kv_head = 2"
+# GPT-2 `small` has 6 heads: 4 ranks would each get a head and a half.
+run "gpt2 small tp4 > heads" 1 $MPIRUN -np 4 "$SLAPO" verify --tp 4 --config small --schedule "$TP_SCHED" --final-only --seq 64
+check "gpt2 small tp4 > heads" err "keeps 288 of 1152 rows (4 ranks), not whole heads of 192 rows: the tensor-parallel size must divide n_head = 6"
 run "verify dp2 odd batch" 1 $MPIRUN -np 2 "$SLAPO" verify --schedule "$TP_SCHED" --batch 3
 check "verify dp2 odd batch" err "batch 3 does not split over 2 data-parallel ranks"
 
