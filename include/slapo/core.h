@@ -199,9 +199,19 @@ typedef slapo_status (*slapo_write_fn)(FILE *fp, const char *tmp_path, void *ud)
  * rename synced; on any failure the temporary file is removed and an
  * existing `path` is untouched. The file gets mode 0644. `op` prefixes the
  * messages. Errors: SLAPO_INVALID_ARG (empty path), SLAPO_IO (naming the
- * file and errno's text), SLAPO_NOMEM, or what `write` returned. */
+ * file and errno's text; also a `path` slapo_check_write_target refuses),
+ * SLAPO_NOMEM, or what `write` returned. */
 slapo_status slapo_write_atomic(const char *path, const char *op, slapo_write_fn write,
                                 void *ud);
+
+/* Whether slapo_write_atomic can write `path`, checked before the work that
+ * produces the contents (a training run before its checkpoint): the
+ * directory is writable, and `path`, if it exists, is a regular file or a
+ * link to one. A directory, device or FIFO is refused: the rename would
+ * replace it (as root, /dev/full became a regular file) instead of writing
+ * into it. Errors: SLAPO_INVALID_ARG (empty path), SLAPO_IO (naming the
+ * path, what it is, or the directory and errno's text). */
+slapo_status slapo_check_write_target(const char *path, const char *op);
 
 /* ------------------------------------------------------------------------ */
 /* Philox4x32-10                                                             */

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/assert.h"
 #include "slapo/core.h"
 
 /* Makes the rename durable. Best effort: some file systems refuse fsync on
@@ -41,9 +42,42 @@ static slapo_status fill(FILE *fp, const char *op, const char *tmp, slapo_write_
   return s;
 }
 
+static const char *kind_of(mode_t m) {
+  return S_ISDIR(m) ? "a directory" : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+         : S_ISFIFO(m)                                          ? "a FIFO"
+         : S_ISSOCK(m)                                          ? "a socket"
+                                                                : "not a regular file";
+}
+
+/* Only `path` itself: the directory's writability shows when mkstemp runs. */
+static slapo_status check_target(const char *path, const char *op) {
+  struct stat st;
+  if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+    return slapo_error(SLAPO_IO, "%s: %s is %s; give the path of a file to write", op, path,
+                       kind_of(st.st_mode));
+  return SLAPO_OK;
+}
+
+slapo_status slapo_check_write_target(const char *path, const char *op) {
+  if (!path || !path[0]) return slapo_error(SLAPO_INVALID_ARG, "%s: path is empty", op);
+  SLAPO_TRY(check_target(path, op));
+  char dir[PATH_MAX];
+  const char *slash = strrchr(path, '/');
+  size_t len = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
+  if (len >= sizeof dir)
+    return slapo_error(SLAPO_IO, "%s: %s: the directory's name is too long", op, path);
+  memcpy(dir, slash ? path : ".", len);
+  dir[len] = '\0';
+  if (access(dir, W_OK) != 0)
+    return slapo_error(SLAPO_IO, "%s: cannot write %s: directory %s: %s", op, path, dir,
+                       strerror(errno));
+  return SLAPO_OK;
+}
+
 slapo_status slapo_write_atomic(const char *path, const char *op, slapo_write_fn write,
                                 void *ud) {
   if (!path || !path[0]) return slapo_error(SLAPO_INVALID_ARG, "%s: path is empty", op);
+  SLAPO_TRY(check_target(path, op));
   size_t plen = strlen(path);
   char *tmp = slapo_malloc(plen + sizeof ".tmp-XXXXXX");
   if (!tmp) return slapo_error(SLAPO_NOMEM, "%s: %s: out of memory", op, path);

@@ -187,18 +187,13 @@ static void trainer_free(trainer *t) {
   slapo_dataset_free(t->data);
 }
 
-/* Fail before training, not after it, when the checkpoint cannot be
- * written: the atomic write needs a writable directory. */
-static slapo_status check_save_dir(const char *save) {
-  char dir[4096];
-  snprintf(dir, sizeof dir, "%s", save);
-  char *slash = strrchr(dir, '/');
-  if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
-  else snprintf(dir, sizeof dir, ".");
-  if (access(dir, W_OK) != 0)
-    return slapo_error(SLAPO_IO, "train: cannot write the checkpoint %s: directory %s: %s", save,
-                       dir, strerror(errno));
-  return SLAPO_OK;
+/* Fail before training, not after it, when the checkpoint (weights and
+ * optimizer state) cannot be written. */
+static slapo_status check_save(const char *save) {
+  char op[4200];
+  optim_path(save, op, sizeof op);
+  SLAPO_TRY(slapo_check_write_target(save, "train: checkpoint"));
+  return slapo_check_write_target(op, "train: checkpoint");
 }
 
 static slapo_status check_config(trainer *t) {
@@ -222,7 +217,7 @@ static slapo_status check_config(trainer *t) {
   if (c->seq > t->dims.n_ctx)
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)t->dims.n_ctx);
-  if (c->save) SLAPO_TRY(check_save_dir(c->save));
+  if (c->save) SLAPO_TRY(check_save(c->save));
   if (c->plot && !c->metrics)
     return slapo_error(SLAPO_INVALID_ARG, "train: --plot %s needs --metrics FILE (the plot is "
                        "drawn from it)", c->plot);
@@ -343,15 +338,40 @@ static slapo_status build_model(trainer *t) {
 }
 
 /* Weights and optimizer state from --resume; *start: the step to go on from. */
+/* The step a checkpoint's weights were saved at (save_checkpoint's
+ * slapo_step metadata), or -1 when the file has none (one written by
+ * another program). The file is read whole, then freed. */
+static slapo_status saved_step(const char *path, int64_t *step) {
+  slapo_safetensors *f;
+  SLAPO_TRY(slapo_safetensors_read(path, &f));
+  const char *v = slapo_safetensors_metadata(f, "slapo_step");
+  char *end = NULL;
+  long long n = v ? strtoll(v, &end, 10) : -1;
+  *step = v && v[0] && !*end && n >= 0 ? n : -1;
+  slapo_safetensors_free(f);
+  return SLAPO_OK;
+}
+
 static slapo_status resume(trainer *t, int64_t *start) {
   const slapo_train_config *c = &t->c;
   *start = 0;
   if (!c->resume) return SLAPO_OK;
   char op[4200];
   optim_path(c->resume, op, sizeof op);
+  int64_t wstep;
+  SLAPO_TRY(saved_step(c->resume, &wstep));
   SLAPO_TRY(t->fam->load(t->model, c->resume));
   SLAPO_TRY(slapo_adamw_load(t->opt, op, t->fam->stored_transposed));
   *start = slapo_adamw_steps(t->opt);
+  /* The two files are each written atomically, but not as a pair: a save
+   * that failed between them (a full disk) leaves an older file beside a
+   * newer one. Training on from such a pair would silently mix steps. */
+  if (wstep >= 0 && wstep != *start)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "train: %s holds the weights of step %lld but %s the optimizer state of "
+                       "step %lld: they come from different saves (one interrupted?); resume "
+                       "from a pair saved together",
+                       c->resume, (long long)wstep, op, (long long)*start);
   if (*start >= c->steps)
     return slapo_error(SLAPO_INVALID_ARG,
                        "train: %s is at step %lld, which is not before --steps %lld; raise "
@@ -417,7 +437,10 @@ static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
   return SLAPO_OK;
 }
 
-static void write_metrics(FILE *f, const slapo_train_event *e) {
+/* One JSON line, flushed so that a reader (a plot, `tail -f`) sees whole
+ * steps; a failed write (a full disk) ends the run rather than leave a
+ * metrics file that silently stops. */
+static slapo_status write_metrics(FILE *f, const char *path, const slapo_train_event *e) {
   fprintf(f, "{\"step\": %lld, ", (long long)e->step);
   json_num(f, "loss", e->loss, false);
   json_num(f, "lr", e->lr, false);
@@ -425,7 +448,10 @@ static void write_metrics(FILE *f, const slapo_train_event *e) {
   if (e->has_val) json_num(f, "val_loss", e->val_loss, false);
   json_num(f, "tokens_per_s", e->tokens_per_s, true);
   fprintf(f, "}\n");
-  fflush(f);
+  if (fflush(f) != 0 || ferror(f))
+    return slapo_error(SLAPO_IO, "train: writing the metrics file %s failed at step %lld: %s",
+                       path, (long long)e->step, strerror(errno));
+  return SLAPO_OK;
 }
 
 /* After a step: validation when due, the metrics line, a checkpoint when
@@ -437,7 +463,7 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
     SLAPO_TRY(eval_loss(t, &e->val_loss));
     e->has_val = true;
   }
-  if (t->metrics) write_metrics(t->metrics, e);
+  if (t->metrics) SLAPO_TRY(write_metrics(t->metrics, t->c.metrics, e));
   if (c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last))
     SLAPO_TRY(save_checkpoint(t, e->step));
   if (t->cb) t->cb(e, t->ud);

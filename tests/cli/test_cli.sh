@@ -71,6 +71,22 @@ check "seq too long" err "exceeds the tiny context of 64"
 run "metrics unwritable" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
   --metrics /nonexistent/m.jsonl --sample 0
 check "metrics unwritable" err "/nonexistent/m.jsonl"
+# A checkpoint path that is not a file is refused before training: the
+# atomic rename would replace a directory entry, a device or a FIFO.
+run "save over a directory" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --save "$TMP" --sample 0
+check "save over a directory" err "train: checkpoint: $TMP is a directory; give the path of a file"
+lacks "save over a directory: no step ran" out "^step"
+mkfifo "$TMP/fifo"
+run "save over a FIFO" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --save "$TMP/fifo" --sample 0
+check "save over a FIFO" err "$TMP/fifo is a FIFO"
+if [ -p "$TMP/fifo" ]; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); echo "FAIL save over a FIFO: the FIFO was replaced"; fi
+# A metrics write that fails (a full disk) ends the run with the file named.
+run "metrics write fails" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --metrics /dev/full --sample 0
+check "metrics write fails" err "writing the metrics file /dev/full failed at step 1"
 
 # Help and show: exit 0 on stdout.
 run "help" 0 "$SLAPO" help
@@ -194,6 +210,15 @@ else
   failed=$((failed + 1))
   echo "FAIL resume metrics: $(cat "$M")"
 fi
+# Weights and optimizer state from different saves (a save interrupted
+# between its two files) are refused, naming both steps.
+run "save step 1" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 --sample 0 \
+  --val-batches 1 --threads 1 --data "$TEXT" --save "$TMP/one.safetensors"
+cp "$TMP/ckpt.safetensors" "$TMP/mix.safetensors"
+cp "$TMP/one.optim.safetensors" "$TMP/mix.optim.safetensors"
+run "resume mixed pair" 1 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
+  --val-batches 1 --threads 1 --data "$TEXT" --resume "$TMP/mix.safetensors"
+check "resume mixed pair" err "holds the weights of step 2 but $TMP/mix.optim.safetensors the optimizer state of step 1"
 
 # slapo profile: the per-module table with its header, the optimizer row and
 # a total row; bad values are usage errors.
