@@ -96,7 +96,10 @@ typedef void (*slapo_verify_cb)(const slapo_verify_check *c, const slapo_sched_s
  * reference training the D parts as micro-batches: data parallelism must
  * equal gradient accumulation. The verdict is the worst over all ranks.
  * A prefix shorter than the schedule whose model refuses to build with
- * SLAPO_PRECOND is reported incomplete (c->incomplete) and skipped.
+ * SLAPO_PRECOND is reported incomplete (c->incomplete) and skipped, and so
+ * is one that ends inside the tensor-parallel part (from the first `shard`
+ * or `sync` step to the last): until every shard has its sync and its
+ * partner, the model computes parts of outputs; the part is checked whole.
  * Errors: SLAPO_VERIFY when a check fails (message names the step, its
  * file:line, the worst value and where), and those of building, applying
  * and running. */

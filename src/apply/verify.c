@@ -170,14 +170,47 @@ static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
   slapo_tensor_free(full);
 }
 
+static bool disabled(const slapo_verify_opts *o, size_t number) {
+  for (size_t k = 0; k < o->n_disabled; k++)
+    if (o->disabled[k] == number) return true;
+  return false;
+}
+
 /* Whether every step up to `upto` (not disabled) uses a bitwise primitive. */
 static bool all_bitwise(const slapo_sched_steps *steps, size_t upto, const slapo_verify_opts *o) {
   for (size_t i = 0; i < steps->n && steps->items[i].number <= upto; i++) {
-    bool off = false;
-    for (size_t k = 0; k < o->n_disabled; k++) off |= o->disabled[k] == steps->items[i].number;
     const slapo_primitive *p = slapo_primitive_find(steps->items[i].entry->primitive);
-    if (!off && p && !p->bitwise) return false;
+    if (!disabled(o, steps->items[i].number) && p && !p->bitwise) return false;
   }
+  return true;
+}
+
+static bool is_tp(const slapo_sched_step *st) {
+  return !strcmp(st->entry->primitive, "shard") || !strcmp(st->entry->primitive, "sync");
+}
+
+/* Whether the prefix 1..upto ends inside the schedule's tensor-parallel
+ * part (its first to its last `shard` or `sync` step, disabled ones left
+ * out): until every shard has its sync and its row-parallel partner (a
+ * column-parallel c_attn before c_proj takes the local heads), the model
+ * computes parts of outputs or does not build, so such a prefix is not
+ * checked alone; the part is checked as a whole after its last step. Then
+ * *c is that prefix's check, incomplete, with the part's steps in `what`. */
+static bool inside_tp(const slapo_sched_steps *steps, size_t upto, const slapo_verify_opts *o,
+                      slapo_verify_check *c) {
+  size_t first = 0, last = 0;
+  for (size_t i = 0; i < steps->n; i++) {
+    const slapo_sched_step *st = &steps->items[i];
+    if (!is_tp(st) || disabled(o, st->number)) continue;
+    if (!first) first = st->number;
+    last = st->number;
+  }
+  if (!first || upto < first || upto >= last) return false;
+  *c = (slapo_verify_check){.upto = upto, .ok = true, .incomplete = true};
+  snprintf(c->what, sizeof c->what,
+           "steps %zu-%zu shard the model for tensor parallelism and are checked together, "
+           "after step %zu",
+           first, last, last);
   return true;
 }
 
@@ -259,6 +292,11 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
       size_t lo = 0, hi = n;
       while (s == SLAPO_OK && hi - lo > 1) {
         size_t mid = lo + (hi - lo) / 2;
+        if (inside_tp(&steps, mid, opts, &c)) { /* as a prefix that passes */
+          if (cb) cb(&c, &steps, cb_ud);
+          lo = mid;
+          continue;
+        }
         s = check_prefix(build, ud, log, &steps, mid, opts, &c);
         if (s == SLAPO_PRECOND) { /* incomplete on its own: not where it breaks */
           c.incomplete = true, c.ok = true, s = SLAPO_OK;
@@ -272,6 +310,10 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
     }
   } else if (s == SLAPO_OK) {
     for (size_t k = opts->per_entry ? 1 : n; s == SLAPO_OK && k <= n; k++) {
+      if (inside_tp(&steps, k, opts, &c)) {
+        if (cb) cb(&c, &steps, cb_ud);
+        continue;
+      }
       s = check_prefix(build, ud, log, &steps, k, opts, &c);
       if (s == SLAPO_PRECOND && k < n) { /* only valid together with later steps */
         c.incomplete = true, c.ok = true, s = SLAPO_OK;

@@ -24,6 +24,12 @@ done >"$TEXT"
 run "verify tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only
 check "verify tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
 check "verify tp2 ok" out "verify: ok"
+# Step by step (the README's command): the steps from the first shard to
+# the last sync are checked together; the others one by one.
+run "verify tp2 per step" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED"
+check "verify tp2 per step ok" out "verify: ok"
+check "verify tp2 per step: the TP part" out "shard the model for tensor parallelism and are checked together"
+check_re "verify tp2 per step: the fuse steps" out "steps 1-[0-9]+ \(last: .*fuse\): within tolerance"
 run "verify tp2 small" 0 $MPIRUN -np 2 "$SLAPO" verify --tp 2 --config small --schedule "$TP_SCHED" --final-only --seq 64
 check "verify tp2 small ok" out "verify: ok"
 run "verify tp2 x dp2" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only
