@@ -19,6 +19,11 @@ int cli_fail(slapo_status s) {
   slapo_dist_abort(1);
 }
 
+int cli_getopt(int argc, char **argv, const struct option *opts) {
+  int o = getopt_long(argc, argv, ":h", opts, NULL);
+  return o == 'h' ? OPT_HELP : o;
+}
+
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
   fprintf(stderr, "slapo: usage: ");
   fprintf(stderr, fmt, arg);
@@ -151,11 +156,13 @@ void cli_model_usage(FILE *f, const char *default_config) {
   for (int i = 0; i < slapo_model_count(); i++)
     fprintf(f, "%s%s", slapo_model_at(i)->name, i + 1 < slapo_model_count() ? ", " : "");
   fprintf(f, " [%s]\n", first->name);
-  fprintf(f, "  --config NAME       the family's config (slapo models lists them) [%s]\n"
-             "                      %s: ",
-          default_config ? default_config : "the family's default", first->name);
-  for (const char *const *c = first->configs; *c; c++)
-    fprintf(f, "%s%s", *c, c[1] ? ", " : "\n");
+  fprintf(f, "  --config NAME       the family's config (slapo models lists them) [%s]\n",
+          default_config ? default_config : "the family's default");
+  for (int i = 0; i < slapo_model_count(); i++) {
+    const slapo_model_family *fam = slapo_model_at(i);
+    fprintf(f, "                      %s: ", fam->name);
+    for (const char *const *c = fam->configs; *c; c++) fprintf(f, "%s%s", *c, c[1] ? ", " : "\n");
+  }
   fprintf(f, "  --schedule FILE     a .sched file applied to the model ('default': the\n"
              "                      family's default schedule, schedules/<family>.sched)\n"
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"

@@ -32,6 +32,9 @@ int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 /* The usage error for getopt_long's result `o` (':' missing value, '?'
  * unknown option) or for a bad value of option `o`. Returns 2. */
 int cli_option_error(const char *cmd, const struct option *opts, int o, char **argv);
+/* getopt_long over the long options `opts`, with -h read as --help
+ * (OPT_HELP), as users of other CLIs type it. */
+int cli_getopt(int argc, char **argv, const struct option *opts);
 
 /* Whole-string numbers, never clamped; false on junk or overflow. */
 bool cli_parse_i64(const char *s, int64_t *out);

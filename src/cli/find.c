@@ -100,7 +100,7 @@ int cmd_find(int argc, char **argv) {
   const char *pattern = NULL, *regex = NULL;
   int o, rc = -1;
   opterr = 0;
-  while (rc < 0 && (o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while (rc < 0 && (o = cli_getopt(argc, argv, opts)) != -1) {
     bool ok = true;
     if (o == OPT_HELP) find_usage(), rc = 0;
     else if (o == OPT_PATTERN) ok = *(pattern = optarg) != '\0';

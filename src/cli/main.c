@@ -25,6 +25,7 @@ void cli_top_usage(FILE *f) {
           "  plot       draw a metrics file as an SVG loss plot\n"
           "  primitives list the schedule primitives\n"
           "  help <primitive>  print a primitive's documentation\n"
+          "  help <command>    print a command's options (as <command> --help)\n"
           "  version    print the version\n"
           "  help       print this help\n"
           "\n"
@@ -32,6 +33,14 @@ void cli_top_usage(FILE *f) {
 }
 
 static int run(const char *cmd, int argc, char **argv);
+
+static bool is_command(const char *s) {
+  static const char *const k_cmds[] = {"train", "show",   "verify", "profile",
+                                       "find",  "models", "plot"};
+  for (size_t i = 0; i < sizeof k_cmds / sizeof *k_cmds; i++)
+    if (!strcmp(s, k_cmds[i])) return true;
+  return false;
+}
 
 int main(int argc, char **argv) {
   if (argc < 2) {
@@ -45,6 +54,11 @@ int main(int argc, char **argv) {
   if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
     printf("slapo %s\n", SLAPO_VERSION);
     return 0;
+  }
+  if (!strcmp(cmd, "help") && argc > 2 && is_command(argv[2])) {
+    char help[] = "--help";
+    char *args[] = {argv[0], argv[2], help, NULL};
+    return run(argv[2], 3, args);
   }
   if (!strcmp(cmd, "help")) return cmd_help(argc - 1, argv + 1);
   if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

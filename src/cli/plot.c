@@ -7,7 +7,7 @@ int cmd_plot(int argc, char **argv) {
   const char *output = "loss.svg";
   int o;
   opterr = 0;
-  while ((o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while ((o = cli_getopt(argc, argv, opts)) != -1) {
     if (o == OPT_OUTPUT) {
       output = optarg;
     } else if (o == OPT_HELP) {

@@ -36,7 +36,10 @@ int cmd_help(int argc, char **argv) {
   }
   const slapo_primitive *p = slapo_primitive_find(argv[1]);
   if (!p) {
-    fprintf(stderr, "slapo: not_found: no primitive '%s' (run 'slapo primitives')\n", argv[1]);
+    fprintf(stderr,
+            "slapo: not_found: no primitive or command '%s' (run 'slapo primitives' or "
+            "'slapo help')\n",
+            argv[1]);
     return 1;
   }
   printf("%s - %s\n\n%s", p->name, p->summary, p->doc);

@@ -262,7 +262,7 @@ int cmd_profile(int argc, char **argv) {
   const char *ca = NULL, *cb = NULL;
   int o, rc = -1;
   opterr = 0;
-  while (rc < 0 && (o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while (rc < 0 && (o = cli_getopt(argc, argv, opts)) != -1) {
     int taken = cli_model_option(&a.mo, o, optarg);
     if (o == OPT_HELP) profile_usage(), rc = 0;
     else if (taken < 0 || (!taken && !profile_option(&a, o, optarg)))

@@ -140,7 +140,7 @@ int cmd_show(int argc, char **argv) {
   const char *graph = NULL, *dot = NULL;
   int o, rc = -1;
   opterr = 0;
-  while (rc < 0 && (o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while (rc < 0 && (o = cli_getopt(argc, argv, opts)) != -1) {
     bool ok = true;
     if (o == OPT_HELP) show_usage(), rc = 0;
     else if (o == OPT_BATCH) ok = cli_parse_i64(optarg, &B) && B > 0;

@@ -176,7 +176,7 @@ int cmd_train(int argc, char **argv) {
   int o, rc = -1;
   bool lr_set = false, min_lr_set = false;
   opterr = 0;
-  while (rc < 0 && (o = getopt_long(argc, argv, ":", k_opts, NULL)) != -1) {
+  while (rc < 0 && (o = cli_getopt(argc, argv, k_opts)) != -1) {
     lr_set |= o == OPT_LR, min_lr_set |= o == OPT_MIN_LR;
     int taken = cli_model_option(&mo, o, optarg);
     if (o == OPT_HELP) train_usage(stdout, &d), rc = 0;
@@ -192,7 +192,10 @@ int cmd_train(int argc, char **argv) {
     if (!lr_set && mo.family->lr > 0) c.lr = mo.family->lr;
     if (!min_lr_set && !lr_set && mo.family->lr > 0) c.min_lr = c.lr / 10;
     print_start(&c);
-    progress p = {isatty(STDOUT_FILENO) != 0, false};
+    /* A bar only on a terminal. Under mpirun a rank's stdout is Open MPI's
+     * pty whatever mpirun's own output is (a log file), so ranks print
+     * lines. */
+    progress p = {isatty(STDOUT_FILENO) != 0 && !slapo_dist_active(), false};
     slapo_status s = slapo_train(&c, on_event, &p);
     close_bar(&p);
     rc = s == SLAPO_OK ? 0 : cli_fail(s);

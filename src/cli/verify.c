@@ -137,7 +137,7 @@ int cmd_verify(int argc, char **argv) {
                    .dropout = 0.1, .atol = 1e-5, .rtol = 1e-4, .per_entry = true};
   int o, rc = -1;
   opterr = 0;
-  while (rc < 0 && (o = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+  while (rc < 0 && (o = cli_getopt(argc, argv, opts)) != -1) {
     int taken = cli_model_option(&v.mo, o, optarg);
     if (o == OPT_HELP) verify_usage(), rc = 0;
     else if (taken < 0 || (!taken && !verify_option(&v, o, optarg)))

@@ -61,7 +61,7 @@ slapo_status slapo_models_init(void) {
                                     "weights (horizontal replace)",
                                     slapo_fused_linear_new));
   return slapo_module_register("FlashAttention",
-                               "GPT-2 attention through the fused flash_attention op "
-                               "(replaces GPT2Attention)",
+                               "attention through the fused flash_attention op (replaces "
+                               "a GPT2Attention, a LlamaAttention or a BertSelfAttention)",
                                slapo_flash_attention_new);
 }

@@ -35,8 +35,14 @@ for p in replace replace_all annotate; do
   check_re "help $p: doc" out "^  Fails: "
 done
 
+# A command's name gives its options, as does -h after it.
+run "help train" 0 "$SLAPO" help train
+check "help train" out "usage: slapo train"
+run "verify -h" 0 "$SLAPO" verify -h
+check "verify -h" out "usage: slapo verify"
+
 run "help bogus" 1 "$SLAPO" help bogus
-check_re "help bogus: message" err "^slapo: not_found: no primitive 'bogus'"
+check_re "help bogus: message" err "^slapo: not_found: no primitive or command 'bogus'"
 
 # ---- show --schedule ----
 run "show" 0 "$SLAPO" show --config tiny --schedule "$FA"
