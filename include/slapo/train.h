@@ -331,7 +331,7 @@ typedef struct slapo_train_config {
   const char *plot;         /* SVG loss plot written at the end, or NULL
                                (needs metrics)                            */
   const char *save;         /* checkpoint path (model .safetensors) or NULL */
-  int64_t save_every;       /* 0: only at the end                         */
+  int64_t save_every;       /* 0: only at the end (needs save)            */
   const char *resume;       /* checkpoint to continue from, or NULL       */
   const char *init_from;    /* Hugging Face weights to start from, or NULL */
   int64_t sample_tokens;    /* tokens to sample at the end (0: none; a
@@ -365,7 +365,12 @@ typedef struct slapo_train_event {
 typedef void (*slapo_train_cb)(const slapo_train_event *e, void *ud);
 
 /* Runs training as configured, calling `cb` after every step and once with
- * a message for each phase. Errors: any of the pieces above, with their
+ * a message for each phase (and each checkpoint saved). Checked before the
+ * first step: the checkpoint path (slapo_check_write_target, for the model
+ * and its .optim file), save_every and plot without what they need. On
+ * resume, weights and optimizer state saved at different steps are
+ * refused. Errors: SLAPO_INVALID_ARG, SLAPO_IO (a metrics line that cannot
+ * be written ends the run), and those of the pieces above, with their
  * messages. */
 slapo_status slapo_train(const slapo_train_config *c, slapo_train_cb cb, void *ud);
 

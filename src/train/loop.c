@@ -165,7 +165,9 @@ static slapo_status save_checkpoint(const trainer *t, int64_t step) {
   const char *vals[4] = {st, t->fam->name, c->model_config, seed};
   SLAPO_TRY(t->fam->save(t->model, c->save, 4, keys, vals));
   optim_path(c->save, op, sizeof op);
-  return slapo_adamw_save(t->opt, op, t->fam->stored_transposed);
+  SLAPO_TRY(slapo_adamw_save(t->opt, op, t->fam->stored_transposed));
+  say(t->cb, t->ud, "saved %s at step %lld", c->save, (long long)step);
+  return SLAPO_OK;
 }
 
 static void trainer_free(trainer *t) {
@@ -218,6 +220,9 @@ static slapo_status check_config(trainer *t) {
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)t->dims.n_ctx);
   if (c->save) SLAPO_TRY(check_save(c->save));
+  if (c->save_every > 0 && !c->save)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --save-every %lld needs --save FILE (the "
+                       "checkpoint it rewrites)", (long long)c->save_every);
   if (c->plot && !c->metrics)
     return slapo_error(SLAPO_INVALID_ARG, "train: --plot %s needs --metrics FILE (the plot is "
                        "drawn from it)", c->plot);
@@ -454,8 +459,8 @@ static slapo_status write_metrics(FILE *f, const char *path, const slapo_train_e
   return SLAPO_OK;
 }
 
-/* After a step: validation when due, the metrics line, a checkpoint when
- * due, then the callback. */
+/* After a step: validation when due, the metrics line, the callback, then
+ * a checkpoint when due (its "saved" line after the step's). */
 static slapo_status report(trainer *t, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   bool last = e->step == c->steps;
@@ -464,9 +469,9 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
     e->has_val = true;
   }
   if (t->metrics) SLAPO_TRY(write_metrics(t->metrics, t->c.metrics, e));
+  if (t->cb) t->cb(e, t->ud);
   if (c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last))
     SLAPO_TRY(save_checkpoint(t, e->step));
-  if (t->cb) t->cb(e, t->ud);
   return SLAPO_OK;
 }
 
@@ -522,7 +527,6 @@ static slapo_status run(trainer *t) {
     SLAPO_TRY(train_step(t, step, &e));
     SLAPO_TRY(report(t, &e));
   }
-  if (t->c.save) say(t->cb, t->ud, "saved %s", t->c.save);
   if (t->c.plot && t->metrics) { /* rank 0 holds the metrics file */
     fflush(t->metrics);
     SLAPO_TRY(slapo_plot_metrics(t->c.metrics, t->c.plot));

@@ -109,7 +109,7 @@ run "tiny train" 0 "$SLAPO" train --config tiny --steps 2 --batch 1 --seq 8 --sa
 check "tiny train config line" out "slapo train: model=gpt2 config=tiny"
 check "tiny train val loss" out "val_loss"
 check "tiny train sample" out "sample"
-check "tiny train saved" out "saved $TMP/ckpt.safetensors"
+check "tiny train saved" out "saved $TMP/ckpt.safetensors at step 2"
 if [ -s "$TMP/ckpt.safetensors" ] && [ -s "$TMP/ckpt.optim.safetensors" ]; then
   passed=$((passed + 1))
 else
@@ -178,6 +178,8 @@ run "bad memory limit" 1 env SLAPO_MEMORY_LIMIT=lots "$SLAPO" train --config tin
   --batch 1 --seq 8 --data "$TEXT"
 check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected a positive number of bytes"
 # The loss plot, from the metrics file of a run.
+run "save-every needs save" 1 "$SLAPO" train --config tiny --steps 1 --save-every 10 --data "$TEXT"
+check "save-every needs save" err "--save-every 10 needs --save FILE"
 run "plot needs metrics" 1 "$SLAPO" train --config tiny --steps 1 --plot "$TMP/x.svg" --data "$TEXT"
 check "plot needs metrics" err "--plot $TMP/x.svg needs --metrics FILE"
 run "train --plot" 0 "$SLAPO" train --config tiny --steps 4 --batch 1 --seq 8 --sample 0 \
