@@ -326,14 +326,19 @@ static slapo_status build_model(trainer *t) {
     say(t->cb, t->ud, "distributed: %s (rank 0 reports; each data-parallel rank draws its own "
         "micro-batches)", layout);
   }
-  say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters", t->fam->name, c->model_config,
-      t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6);
+  int tp = slapo_dist_size(SLAPO_GROUP_TP), dp = slapo_dist_size(SLAPO_GROUP_DP);
+  char per_rank[64] = "";
+  if (tp > 1) snprintf(per_rank, sizeof per_rank, " on each of %d tensor-parallel ranks", tp);
+  say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters%s", t->fam->name, c->model_config,
+      t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6, per_rank);
   SLAPO_TRY(check_memory(t));
   SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
   if (c->init_from) SLAPO_TRY(t->fam->load(t->model, c->init_from));
-  say(t->cb, t->ud, "batch: %lld sequences of %lld tokens x %lld micro-batches = %lld tokens a "
-      "step", (long long)c->batch, (long long)c->seq, (long long)c->grad_accum,
-      (long long)(c->batch * c->seq * c->grad_accum));
+  char ranks[64] = "";
+  if (dp > 1) snprintf(ranks, sizeof ranks, " x %d data-parallel ranks", dp);
+  say(t->cb, t->ud, "batch: %lld sequences of %lld tokens x %lld micro-batches%s = %lld tokens a "
+      "step", (long long)c->batch, (long long)c->seq, (long long)c->grad_accum, ranks,
+      (long long)(c->batch * c->seq * c->grad_accum * dp));
   if (c->warmup >= c->steps)
     say(t->cb, t->ud, "note: --warmup %lld is not shorter than --steps %lld: the learning rate "
         "never reaches its peak", (long long)c->warmup, (long long)c->steps);

@@ -59,6 +59,7 @@ run "train 1 process" 0 "$SLAPO" $COMMON --save "$TMP/one.safetensors"
 want=$(grep -o "val loss [0-9.]*" "$OUT" | tail -1)
 run "train tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" --save "$TMP/tp2.safetensors"
 check "train tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
+check "train tp2 parameters per rank" out "parameters on each of 2 tensor-parallel ranks"
 check "train tp2 same loss" out "$want"
 # The gathered checkpoint holds unsharded tensors (it loads on one process)
 # and resumes at another tensor-parallel size.
@@ -86,6 +87,7 @@ if [ "$rc_ok" -eq 1 ] && cmp -s "$TMP/sample1" "$TMP/sample2"; then passed=$((pa
   failed=$((failed + 1)); echo "FAIL sample tp2: $(cat "$TMP/sample2") vs $(cat "$TMP/sample1")"; fi
 run "train dp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --batch 1 --metrics "$TMP/m.jsonl" --plot "$TMP/p.svg"
 check "train dp2 layout" out "world 2 = tp 1 x dp 2"
+check "train dp2 tokens a step" out "batch: 1 sequences of 32 tokens x 1 micro-batches x 2 data-parallel ranks = 64 tokens a step"
 check "train dp2 plot (rank 0 writes)" out "plot: $TMP/p.svg"
 
 # A world size the schedule cannot use: an error before any work.
