@@ -165,9 +165,7 @@ static slapo_status save_checkpoint(const trainer *t, int64_t step) {
   const char *vals[4] = {st, t->fam->name, c->model_config, seed};
   SLAPO_TRY(t->fam->save(t->model, c->save, 4, keys, vals));
   optim_path(c->save, op, sizeof op);
-  SLAPO_TRY(slapo_adamw_save(t->opt, op, t->fam->stored_transposed));
-  say(t->cb, t->ud, "saved %s at step %lld", c->save, (long long)step);
-  return SLAPO_OK;
+  return slapo_adamw_save(t->opt, op, t->fam->stored_transposed);
 }
 
 static void trainer_free(trainer *t) {
@@ -464,8 +462,9 @@ static slapo_status write_metrics(FILE *f, const char *path, const slapo_train_e
   return SLAPO_OK;
 }
 
-/* After a step: validation when due, the metrics line, the callback, then
- * a checkpoint when due (its "saved" line after the step's). */
+/* After a step: validation when due, the metrics line, a checkpoint when
+ * due, then the callback (and the checkpoint's "saved" line after the
+ * step's). */
 static slapo_status report(trainer *t, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   bool last = e->step == c->steps;
@@ -474,9 +473,10 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
     e->has_val = true;
   }
   if (t->metrics) SLAPO_TRY(write_metrics(t->metrics, t->c.metrics, e));
+  bool save = c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last);
+  if (save) SLAPO_TRY(save_checkpoint(t, e->step));
   if (t->cb) t->cb(e, t->ud);
-  if (c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last))
-    SLAPO_TRY(save_checkpoint(t, e->step));
+  if (save) say(t->cb, t->ud, "saved %s at step %lld", c->save, (long long)e->step);
   return SLAPO_OK;
 }
 

@@ -137,8 +137,8 @@ void slapo_memory_format(const slapo_memory_estimate *e, char *buf, size_t cap) 
   const double M = 1024.0 * 1024;
   snprintf(buf, cap,
            "weights %.1f MiB + gradients %.1f MiB + AdamW state %.1f MiB + activations %.1f MiB "
-           "(train step %.1f, validation %.1f, sampling window %.1f) + already resident %.1f MiB "
-           "= %.1f MiB",
+           "(the larger of train step %.1f + validation %.1f and validation + sampling window "
+           "%.1f) + already resident %.1f MiB = %.1f MiB",
            (double)e->weights / M, (double)e->grads / M, (double)e->optimizer / M,
            (double)e->activations / M, (double)e->train_activations / M,
            (double)e->eval_activations / M, (double)e->sample_activations / M,
