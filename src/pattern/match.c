@@ -234,8 +234,14 @@ static const slapo_module *leaf_of(matcher *mt, const slapo_node *v) {
 static bool try_module_form(matcher *mt, int top, const slapo_node *t, slapo_node *v) {
   const slapo_module *leaf = leaf_of(mt, v);
   slapo_op_form f;
-  if (!leaf || !leaf->type->op_form || !leaf->type->op_form(leaf, &f) || f.op != t->op)
-    return false;
+  bool has_form = leaf && leaf->type->op_form && leaf->type->op_form(leaf, &f);
+  if (!has_form || f.op != t->op) {
+    char why[200];
+    snprintf(why, sizeof why, "module %s (%s) %s%s, the pattern wants %s", v->target,
+             leaf ? leaf->type->name : "?", has_form ? "stands for op " : "has no op form",
+             has_form ? f.op->name : "", t->op->name);
+    return reject(mt, t, &(gval){.node = v}, why);
+  }
   if (f.n_inputs != t->n_inputs)
     return reject(mt, t, &(gval){.node = v}, "the module form has another input count");
   const char *bad = attrs_ok(t, f.n_attrs, f.attrs);
@@ -292,7 +298,11 @@ static bool try_node(matcher *mt, int top, const slapo_node *t, slapo_node *v) {
   if (t->kind == SLAPO_NODE_CALL_MODULE) return try_module_pattern(mt, top, t, v);
   if (v->kind == SLAPO_NODE_CALL_OP) {
     if (v->op == t->op && try_same_op(mt, top, t, v)) return true;
-    return try_scalar_form(mt, top, t, v);
+    if (try_scalar_form(mt, top, t, v)) return true;
+    if (v->op == t->op) return false; /* try_same_op said why */
+    char why[160];
+    snprintf(why, sizeof why, "op %s, the pattern wants %s", v->op->name, t->op->name);
+    return reject(mt, t, &(gval){.node = v}, why);
   }
   if (v->kind == SLAPO_NODE_CALL_MODULE) return try_module_form(mt, top, t, v);
   return reject(mt, t, &(gval){.node = v}, "not an op or module call");
@@ -529,6 +539,18 @@ void slapo_matches_deinit(slapo_matches *m) {
   memset(m, 0, sizeof *m);
 }
 
+/* Whether v is the pattern's root op t (as an op, or as a module whose op
+ * form it is), so that a failed search from it is a near miss worth a
+ * SLAPO_DEBUG=3 line; other candidates fail at once and would only be
+ * noise. */
+static bool could_be_root(matcher *mt, const slapo_node *v, const slapo_node *t) {
+  if (t->kind == SLAPO_NODE_CALL_MODULE) return v->kind == SLAPO_NODE_CALL_MODULE;
+  if (v->kind == SLAPO_NODE_CALL_OP) return v->op == t->op;
+  const slapo_module *leaf = v->kind == SLAPO_NODE_CALL_MODULE ? leaf_of(mt, v) : NULL;
+  slapo_op_form f;
+  return leaf && leaf->type->op_form && leaf->type->op_form(leaf, &f) && f.op == t->op;
+}
+
 /* One search from anchor v for the pattern's first result. */
 static slapo_status search_at(matcher *mt, slapo_node *v, match_store *st) {
   const slapo_pattern *p = mt->p;
@@ -541,7 +563,7 @@ static slapo_status search_at(matcher *mt, slapo_node *v, match_store *st) {
   bool ok = try_node(mt, top, p->outputs[0], v);
   if (mt->status != SLAPO_OK) return mt->status;
   if (!ok) {
-    if (mt->why[0] && (v->kind == SLAPO_NODE_CALL_MODULE || v->op == p->outputs[0]->op))
+    if (mt->why[0] && could_be_root(mt, v, p->outputs[0]))
       slapo_logf(3, "find: candidate %%%s rejected: %s", v->name, mt->why);
     return SLAPO_OK;
   }

@@ -497,9 +497,38 @@ static void debug_says_why(void **state) {
   slapo_module_free(m);
 }
 
+/* A near miss deeper than the root is logged with what differs (here a
+ * Linear where the pattern wants add); candidates that are not the root op
+ * are not logged at all. */
+static void debug_names_a_near_miss(void **state) {
+  (void)state;
+  slapo_module *gpt, *h0;
+  slapo_gpt2_config c = {2, 4, 32, 32, 256, 0.1, 1e-5};
+  OK(slapo_gpt2_new(&c, &gpt));
+  OK(slapo_module_at(gpt, "transformer.h.0", &h0));
+  OK(slapo_module_trace(h0, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p;
+  OK(slapo_pattern_parse("gelu(add(x, b))", &p));
+  g_logged[0] = '\0';
+  slapo_set_log(sink, NULL);
+  slapo_matches ms;
+  OK(slapo_find(h0, p, &ms));
+  slapo_set_log(NULL, NULL);
+  print_message("%s", g_logged);
+  assert_int_equal(ms.n, 0);
+  assert_non_null(strstr(g_logged, "candidate %mlp_act rejected: pattern %add vs %mlp_c_fc: "
+                                   "module mlp.c_fc (Linear) stands for op linear, the pattern "
+                                   "wants add"));
+  assert_null(strstr(g_logged, "%mlp_dropout"));
+  slapo_matches_deinit(&ms);
+  slapo_pattern_free(p);
+  slapo_module_free(gpt);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(interleaved_unrelated_nodes),
+      cmocka_unit_test(debug_names_a_near_miss),
       cmocka_unit_test(commutative_operands_either_order),
       cmocka_unit_test(placeholder_binds_one_value),
       cmocka_unit_test(non_commutative_never_swapped),
