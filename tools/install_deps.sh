@@ -11,5 +11,8 @@ echo "slapo: installing Debian packages:$missing"
 SUDO=""
 [ "$(id -u)" -ne 0 ] && SUDO="sudo"
 export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends $missing
+# -qq and no pty for dpkg: one line per package instead of apt's and
+# dpkg's progress counters run together on one line in a log.
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq -o Dpkg::Use-Pty=0 --no-install-recommends $missing
+echo "slapo: installed:$missing"

@@ -43,6 +43,9 @@ static bool is_command(const char *s) {
 }
 
 int main(int argc, char **argv) {
+  /* Line-buffered even into a pipe or file, so that `2>&1 | tail` keeps an
+   * error after the lines printed before it. */
+  setvbuf(stdout, NULL, _IOLBF, 0);
   if (argc < 2) {
     cli_top_usage(stderr);
     return 2;

@@ -22,7 +22,8 @@ static void on_check(const slapo_verify_check *c, const slapo_sched_steps *steps
   const slapo_sched_step *st = NULL;
   for (size_t i = 0; i < steps->n; i++)
     if (steps->items[i].number == c->upto) st = &steps->items[i];
-  printf("steps 1-%zu", c->upto);
+  if (c->upto) printf("steps 1-%zu", c->upto);
+  else printf("no steps (the model against a copy of itself)");
   if (st)
     printf(" (last: %s:%d %s %s)", st->entry->file ? st->entry->file : "?", st->entry->line,
            st->path, st->entry->primitive);
@@ -145,6 +146,10 @@ int cmd_verify(int argc, char **argv) {
   }
   if (rc < 0 && optind < argc) rc = cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
   if (rc < 0 && !v.mo.schedule) rc = cli_usage_error("verify", "%s", "--schedule FILE is required");
+  if (rc < 0 && v.bisect && !v.per_entry)
+    rc = cli_usage_error("verify", "%s",
+                         "--bisect checks prefixes of the schedule; --final-only checks only the "
+                         "whole: give one of them");
   if (rc < 0 && (rc = cli_model_finish(&v.mo, "verify")) == 0) {
     slapo_status s = verify(&v);
     rc = s == SLAPO_OK ? 0 : cli_fail(s);

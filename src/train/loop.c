@@ -249,6 +249,13 @@ static slapo_status load_data(trainer *t) {
                        "%lld",
                        c->data, (long long)slapo_dataset_vocab(t->data) - 1, c->model_config,
                        (long long)t->dims.vocab_size);
+  /* Byte-level configs have 256 ids and a few special ones (BERT's 264). */
+  if (slapo_dataset_vocab(t->data) <= 256 && t->dims.vocab_size > 512)
+    say(t->cb, t->ud, "note: %s holds ids below 256 (text is read as bytes) but %s %s has a "
+        "vocabulary of %lld: most of its embeddings never see a token and a sample prints "
+        "token ids; give an llm.c token file for its tokenizer, or use a byte-level config "
+        "(vocabulary 256; slapo models lists them)", c->data, t->fam->name, c->model_config,
+        (long long)t->dims.vocab_size);
   if (t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM) {
     slapo_mlm_config mc = mlm_config(t);
     say(t->cb, t->ud, "objective: masked LM: %.0f %% of positions chosen, of those 80 %% become "

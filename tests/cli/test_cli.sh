@@ -178,6 +178,10 @@ run "bad memory limit" 1 env SLAPO_MEMORY_LIMIT=lots "$SLAPO" train --config tin
   --batch 1 --seq 8 --data "$TEXT"
 check "bad memory limit" err "SLAPO_MEMORY_LIMIT=lots: expected a positive number of bytes"
 # The loss plot, from the metrics file of a run.
+# Byte text on a BPE-sized vocabulary gets a note (the memory limit stops
+# the run right after, before any weights are made).
+SLAPO_MEMORY_LIMIT=1M run "bytes on 124M" 1 "$SLAPO" train --config 124M --steps 1 --seq 8 --data "$TEXT"
+check "bytes on 124M" out "holds ids below 256 (text is read as bytes) but gpt2 124M has a vocabulary of 50257"
 run "save-every needs save" 1 "$SLAPO" train --config tiny --steps 1 --save-every 10 --data "$TEXT"
 check "save-every needs save" err "--save-every 10 needs --save FILE"
 run "plot needs metrics" 1 "$SLAPO" train --config tiny --steps 1 --plot "$TMP/x.svg" --data "$TEXT"

@@ -41,6 +41,9 @@ check "help train" out "usage: slapo train"
 run "verify -h" 0 "$SLAPO" verify -h
 check "verify -h" out "usage: slapo verify"
 
+run "verify bisect and final-only" 2 "$SLAPO" verify --schedule "$FA" --bisect --final-only
+check "verify bisect and final-only" err "give one of them"
+
 run "help bogus" 1 "$SLAPO" help bogus
 check_re "help bogus: message" err "^slapo: not_found: no primitive or command 'bogus'"
 
