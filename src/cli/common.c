@@ -38,11 +38,34 @@ static const char *opt_name(const struct option *opts, int val) {
   return "?";
 }
 
+/* What option `o` takes, for a bad value's message; one meaning per option
+ * across the commands. NULL: the message says enough. */
+static const char *expected(int o) {
+  switch (o) {
+  case OPT_STEPS: case OPT_BATCH: case OPT_ACCUM: case OPT_VAL_BATCHES:
+    return "an integer >= 1";
+  case OPT_SEQ: return "an integer >= 1 (train also takes 0: the config's context)";
+  case OPT_WARMUP: case OPT_SEED: case OPT_VAL_EVERY: case OPT_SAVE_EVERY: case OPT_SAMPLE:
+  case OPT_TOPK: case OPT_THREADS:
+    return "an integer >= 0";
+  case OPT_DEPTH: return "an integer from 0 to 64";
+  case OPT_TP: return "an integer from 1 to 4096";
+  case OPT_LR: case OPT_TEMP: case OPT_ATOL: case OPT_RTOL: return "a number > 0";
+  case OPT_MIN_LR: case OPT_WD: case OPT_CLIP: return "a number >= 0";
+  case OPT_DROPOUT: return "a probability in [0, 1)";
+  case OPT_DISABLE: return "step numbers >= 1 without repeats, e.g. 2,5";
+  default: return NULL;
+  }
+}
+
 int cli_option_error(const char *cmd, const struct option *opts, int o, char **argv) {
   char buf[256];
+  const char *want = expected(o);
   if (o == ':') snprintf(buf, sizeof buf, "option '--%s' needs a value", opt_name(opts, optopt));
   else if (o == '?') snprintf(buf, sizeof buf, "unknown option '%s'", argv[optind - 1]);
-  else snprintf(buf, sizeof buf, "--%s: bad value '%s'", opt_name(opts, o), optarg);
+  else
+    snprintf(buf, sizeof buf, "--%s: bad value '%s'%s%s", opt_name(opts, o), optarg,
+             want ? "; expected " : "", want ? want : "");
   return cli_usage_error(cmd, "%s", buf);
 }
 

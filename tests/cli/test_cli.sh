@@ -27,7 +27,7 @@ check "unknown option" err "--bogus"
 run "bad number" 2 "$SLAPO" train --steps abc
 check "bad number" err "bad value 'abc'"
 run "negative number" 2 "$SLAPO" train --batch -3
-ok "negative number"
+check "negative number: what is expected" err "--batch: bad value '-3'; expected an integer >= 1"
 run "missing value" 2 "$SLAPO" train --steps
 ok "missing value"
 run "integer overflow" 2 "$SLAPO" train --steps 99999999999999999999
