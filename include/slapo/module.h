@@ -463,6 +463,11 @@ const slapo_trace_opts *slapo_module_trace_options(const slapo_module *m);
 /* When m's forward is inlined into the flattened trace of an ancestor, that
  * ancestor (so m's own schedule state cannot act); else NULL. */
 slapo_module *slapo_module_inlined_by(const slapo_module *m);
+/* The nearest strict ancestor of m traced with flatten = true, whose graph
+ * holds m inlined or as a module call (a leaf such as Linear); else NULL.
+ * Changing what m is (replace, decompose) after that trace would leave the
+ * stored graph and its recorded edits describing the old m. */
+slapo_module *slapo_module_flattened_by(const slapo_module *m);
 
 /* An edit of a traced module's graph (subgraph replace, checkpoint): applied
  * to `g` (the stored graph of m, at some input shapes) and replayed on each

@@ -635,6 +635,12 @@ const slapo_trace_opts *slapo_module_trace_options(const slapo_module *m) {
   return m->trace ? &m->trace->opts : NULL;
 }
 
+slapo_module *slapo_module_flattened_by(const slapo_module *m) {
+  for (const slapo_module *a = m->parent; a; a = a->parent)
+    if (a->trace && a->trace->opts.flatten) return (slapo_module *)a;
+  return NULL;
+}
+
 slapo_module *slapo_module_inlined_by(const slapo_module *m) {
   char rel[1024];
   for (const slapo_module *a = m->parent; a; a = a->parent) {

@@ -13,7 +13,8 @@
  *             the next elementwise ops it saves one.
  * Fails       SLAPO_INVALID_ARG  not a Linear, or the root
  *             SLAPO_PRECOND      the Linear has no bias
- *             SLAPO_STATE        inlined into an ancestor's flattened trace
+ *             SLAPO_STATE        in an ancestor's flattened trace (inlined, or the
+ *                                module call its graph keeps: decompose first)
  * Verified by verify: outputs and gradients within tolerance. */
 #include <stdio.h>
 #include <string.h>
@@ -56,7 +57,7 @@ static slapo_status decompose_impl(slapo_sched *node, const slapo_sched_entry *f
   if (w && w->shard)
     return slapo_error(SLAPO_STATE, "decompose: %s is sharded already (axis %d): decompose "
                        "before shard, since the order matters", path, w->shard->axis);
-  SLAPO_TRY(slapo__prim_not_inlined(node, "decompose"));
+  SLAPO_TRY(slapo__prim_not_in_trace(node, "decompose"));
   SLAPO_TRY(slapo__prim_log_check(node, "decompose", 0, NULL));
   slapo_module *d;
   SLAPO_TRY(slapo_module_new(&k_decomposed, NULL, &d));
@@ -87,7 +88,8 @@ SLAPO_PRIMITIVE_DESCRIPTOR(decompose) = {
            "  Effect: the module becomes DecomposedLinear (same parameters, same Hugging\n"
            "  Face paths): y = x W^T, then y + b.\n"
            "  Fails: INVALID_ARG for a module that is not a Linear; PRECOND without a bias;\n"
-           "  STATE when inlined into a flattened trace.\n"
+           "  STATE when the Linear lies in an ancestor's flattened trace (its graph\n"
+           "  keeps the Linear as it was: decompose before the trace line).\n"
            "  Verified: outputs and gradients within tolerance.\n",
     .bitwise = false,
     .apply = apply,

@@ -34,6 +34,10 @@ slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int
  * trace (its own schedule state would no longer act), naming both; else
  * SLAPO_OK. */
 slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive);
+/* The same, and also SLAPO_STATE when node is a module call (a leaf) in the
+ * flattened trace of an ancestor: for primitives that change what the
+ * module is (replace, replace_all, decompose). */
+slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive);
 
 /* subgraph.c: the subgraph forms with the source line; the pattern= value
  * of an entry (*p NULL when absent; *owned: free it). */

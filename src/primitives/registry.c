@@ -111,8 +111,24 @@ slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive) {
   if (!owner) return SLAPO_OK;
   char *op = slapo_module_path(owner);
   slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is inlined into the flattened trace of %s; "
-                               "edit that graph (pattern=...) instead",
-                               primitive, slapo__prim_path(node), op && op[0] ? op : ".");
+                               "apply %s before that trace line, or edit the graph with a "
+                               "pattern (replace or checkpoint pattern=...)",
+                               primitive, slapo__prim_path(node), op && op[0] ? op : ".",
+                               primitive);
+  slapo_free(op);
+  return s;
+}
+
+slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive) {
+  SLAPO_TRY(slapo__prim_not_inlined(node, primitive));
+  slapo_module *owner = slapo_module_flattened_by(slapo_sched_module(node));
+  if (!owner) return SLAPO_OK;
+  char *op = slapo_module_path(owner);
+  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is a module call in the flattened trace of "
+                               "%s, whose graph (and its edits) keep it as it was; %s it "
+                               "before that trace line",
+                               primitive, slapo__prim_path(node), op && op[0] ? op : ".",
+                               primitive);
   slapo_free(op);
   return s;
 }

@@ -5,13 +5,16 @@
  *             slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod)
  * .sched form <path> replace <ModuleName>
  * Applies to  any module but the root; the factory decides which types it
- *             can stand in for (FlashAttention: GPT2Attention).
+ *             can stand in for (FlashAttention: GPT2Attention,
+ *             LlamaAttention, BertSelfAttention).
  * Effect      the parent's child table entry points at the new module, so
  *             the parent's forward calls it; the schedule subtree is rebuilt.
  *             Parameters the new module shares keep their Hugging Face paths
  *             (checkpoints still load). Memory and work change as the new
  *             module's do (FlashAttention: no [B, NH, T, T] buffers).
  * Fails       SLAPO_INVALID_ARG  the node is the root
+ *             SLAPO_STATE        the module lies in an ancestor's flattened trace
+ *                                (inlined, or a module call its graph keeps)
  *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
  *             SLAPO_NOT_FOUND    no module registered under that name
  *             (factory's status) the module cannot be replaced by it
@@ -29,7 +32,7 @@ static slapo_status build(slapo_sched *node, const char *name, slapo_module **ou
   if (!slapo_sched_parent(node))
     return slapo_error(SLAPO_INVALID_ARG, "replace: cannot replace the root module; replace "
                                           "one of its children");
-  SLAPO_TRY(slapo__prim_not_inlined(node, "replace"));
+  SLAPO_TRY(slapo__prim_not_in_trace(node, "replace"));
   slapo_module_factory f = slapo_module_factory_find(name);
   if (!f) {
     char known[256];
@@ -129,12 +132,15 @@ SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
     .doc = "replace <ModuleName> [pattern=P [horizontal=true]]\n"
            "  C: slapo_replace(node, \"FlashAttention\"); slapo_replace_with(node, module)\n"
            "  Applies to any module but the root; the replacement's factory decides which\n"
-           "  types it can stand in for (FlashAttention: GPT2Attention).\n"
+           "  types it can stand in for (FlashAttention: GPT2Attention, LlamaAttention,\n"
+           "  BertSelfAttention).\n"
            "  Effect: the parent's child table entry points at the new module and the\n"
            "  schedule subtree is rebuilt. Shared parameters keep their Hugging Face\n"
            "  paths, so checkpoints still load.\n"
-           "  Fails: INVALID_ARG on the root; NOT_FOUND for an unregistered name; the\n"
-           "  factory's status for a module it cannot replace.\n"
+           "  Fails: INVALID_ARG on the root; STATE when the module lies in an\n"
+           "  ancestor's flattened trace (replace it before the trace line); NOT_FOUND\n"
+           "  for an unregistered name; the factory's status for a module it cannot\n"
+           "  replace.\n"
            "  With pattern=P (a registered pattern or a \"text pattern\") on a traced\n"
            "  module: every match becomes a call of a new child <Name>_<k> built by the\n"
            "  registered subgraph module Name (horizontal=true: one child for all\n"

@@ -12,6 +12,7 @@
  * Effect      as `replace` for each match; all replacements are built before
  *             any is swapped in, so a factory error changes nothing.
  * Fails       SLAPO_NO_MATCH     no module of that type below the node
+ *             SLAPO_STATE        a match lies in an ancestor's flattened trace
  *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
  *             SLAPO_NOT_FOUND    no module registered under that name
  *             (factory's status) a module cannot be replaced by it
@@ -53,6 +54,8 @@ static slapo_status replace_all_impl(slapo_sched *node, const char *type, const 
                       type);
       break;
     }
+    s = slapo__prim_not_in_trace(x, "replace_all");
+    if (s != SLAPO_OK) break;
     match[n++] = x;
   }
   if (s == SLAPO_OK && n == 0)
@@ -111,8 +114,10 @@ SLAPO_PRIMITIVE_DESCRIPTOR(replace_all) = {
            "  included), outermost matches only, from a snapshot taken first.\n"
            "  Effect: as replace for each; all replacements are built before any is\n"
            "  swapped in.\n"
-           "  Fails: NO_MATCH when no module has that type; NOT_FOUND for an\n"
-           "  unregistered name; the factory's status for a module it cannot replace.\n"
+           "  Fails: NO_MATCH when no module has that type; STATE when a match lies in\n"
+           "  an ancestor's flattened trace (replace before the trace line); NOT_FOUND\n"
+           "  for an unregistered name; the factory's status for a module it cannot\n"
+           "  replace.\n"
            "  Verified: as replace.\n",
     .bitwise = false,
     .apply = apply,

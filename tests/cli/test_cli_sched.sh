@@ -73,6 +73,17 @@ run "show malformed" 1 "$SLAPO" show --config tiny --schedule "$TMP/malformed.sc
 check_re "show malformed: file:line:col" err "^slapo: parse: $TMP/malformed\.sched:2:[0-9]+: expected a number"
 lacks "show malformed: nothing applied" out "^applied"
 
+# What a flattened trace holds cannot change under it afterwards: its graph
+# and edits would describe the old module (the stale graph ran at the traced
+# shapes, the new module at others).
+printf 'transformer.h.* trace flatten=true\ntransformer replace_all GPT2Attention FlashAttention\n' \
+  >"$TMP/replace_all_after_trace.sched"
+run "replace_all after trace" 1 "$SLAPO" show --config tiny --schedule "$TMP/replace_all_after_trace.sched"
+check "replace_all after trace" err "replace_all_after_trace.sched:2: replace_all: transformer.h.0.attn is inlined into the flattened trace of transformer.h.0"
+printf 'transformer.h.0 trace flatten=true\ntransformer.h.0.mlp.c_fc decompose\n' >"$TMP/decompose_after_trace.sched"
+run "decompose after trace" 1 "$SLAPO" show --config tiny --schedule "$TMP/decompose_after_trace.sched"
+check "decompose after trace" err "decompose_after_trace.sched:2: decompose: transformer.h.0.mlp.c_fc is a module call in the flattened trace of transformer.h.0"
+
 printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
 run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
 check_re "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
