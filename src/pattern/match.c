@@ -514,9 +514,15 @@ static slapo_status matcher_init(matcher *mt, slapo_module *m, const slapo_patte
 static slapo_status traced_graph(slapo_module *m, slapo_graph **g) {
   *g = slapo_module_graph(m);
   if (*g) return SLAPO_OK;
-  char *path = slapo_module_path(m);
-  slapo_status s = slapo_error(SLAPO_PRECOND, "find: %s is not traced; trace it first (%s trace)",
-                               path && path[0] ? path : ".", path && path[0] ? path : ".");
+  char *path = slapo_module_path(m), *by = NULL;
+  const slapo_module *owner = slapo_module_inlined_by(m);
+  const char *p = path && path[0] ? path : ".";
+  slapo_status s;
+  if (owner && (by = slapo_module_path(owner)))
+    s = slapo_error(SLAPO_PRECOND, "find: %s is inlined into the flattened trace of %s; find in "
+                    "%s, whose graph holds its ops", p, by[0] ? by : ".", by[0] ? by : ".");
+  else s = slapo_error(SLAPO_PRECOND, "find: %s is not traced; trace it first (%s trace)", p, p);
+  slapo_free(by);
   slapo_free(path);
   return s;
 }

@@ -433,8 +433,16 @@ static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p, sub_edit
 }
 
 static slapo_status traced_of(slapo_sched *node, const char *what) {
-  slapo_module *m = slapo_sched_module(node);
-  SLAPO_TRY(slapo__prim_not_inlined(node, what));
+  slapo_module *m = slapo_sched_module(node), *owner = slapo_module_inlined_by(m);
+  if (owner) {
+    char *op = slapo_module_path(owner);
+    slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is inlined into the flattened trace of %s; "
+                                 "apply %s to %s, whose graph holds its ops",
+                                 what, slapo__prim_path(node), op && op[0] ? op : ".", what,
+                                 op && op[0] ? op : ".");
+    slapo_free(op);
+    return s;
+  }
   if (slapo_module_graph(m)) return SLAPO_OK;
   return slapo_error(SLAPO_PRECOND, "%s: %s is not traced; trace it first (%s trace)", what,
                      slapo__prim_path(node), slapo__prim_path(node));

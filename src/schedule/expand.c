@@ -31,6 +31,17 @@ static slapo_status add_step(slapo_sched_steps *out, size_t *cap, const slapo_sc
   return SLAPO_OK;
 }
 
+/* Whether the last segment of path is <Name>_<k>, the name fuse and a
+ * pattern replace give the modules they create. */
+static bool created_name(const char *path) {
+  const char *seg = strrchr(path, '.'), *u = strrchr(path, '_');
+  seg = seg ? seg + 1 : path;
+  if (!u || u < seg || !u[1]) return false;
+  for (const char *c = u + 1; *c; c++)
+    if (*c < '0' || *c > '9') return false;
+  return true;
+}
+
 slapo_status slapo_sched_expand(const slapo_sched_log *log, slapo_sched *root,
                                 slapo_sched_steps *out) {
   memset(out, 0, sizeof *out);
@@ -44,10 +55,18 @@ slapo_status slapo_sched_expand(const slapo_sched_log *log, slapo_sched *root,
     slapo_sched_list sel;
     st = slapo_sched_select(root, e->path, &sel);
     if (st != SLAPO_OK && st != SLAPO_NOMEM) {
-      char msg[1024];
-      snprintf(msg, sizeof msg, "%s", slapo_last_error());
+      /* Every line is expanded against the model as built, before any line
+       * applies (so steps are numbered up front for --disable): a module an
+       * earlier line creates (fuse's F_0, named <Name>_<k>) has no path yet. */
+      char msg[1200];
+      snprintf(msg, sizeof msg, "%s%s", slapo_last_error(),
+               st == SLAPO_NO_MATCH && created_name(e->path)
+                   ? " (paths are matched against the model before the schedule applies: a "
+                     "module an earlier line creates cannot be named)"
+                   : "");
       if (e->file && e->line > 0) st = slapo_error(st, "%s:%d: %s", e->file, e->line, msg);
       else if (e->file) st = slapo_error(st, "%s: %s", e->file, msg);
+      else st = slapo_error(st, "%s", msg);
     }
     for (size_t k = 0; st == SLAPO_OK && k < sel.n; k++) st = add_step(out, &cap, e, sel.items[k]);
     slapo_sched_list_deinit(&sel);

@@ -84,6 +84,14 @@ printf 'transformer.h.0 trace flatten=true\ntransformer.h.0.mlp.c_fc decompose\n
 run "decompose after trace" 1 "$SLAPO" show --config tiny --schedule "$TMP/decompose_after_trace.sched"
 check "decompose after trace" err "decompose_after_trace.sched:2: decompose: transformer.h.0.mlp.c_fc is a module call in the flattened trace of transformer.h.0"
 
+# Paths are matched before any line applies: a module fuse creates has none.
+printf 'transformer.h.0.mlp.c_fc decompose\ntransformer.h.0 trace flatten=true
+transformer.h.0 fuse pattern="gelu(add(x, b))" compiler=cc name=F\ntransformer.h.0.F_0 checkpoint\n' \
+  >"$TMP/created.sched"
+run "created module path" 1 "$SLAPO" show --config tiny --schedule "$TMP/created.sched"
+check "created module path" err "created.sched:4: no module matches 'transformer.h.0.F_0'"
+check "created module path: why" err "a module an earlier line creates cannot be named"
+
 printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
 run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
 check_re "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
