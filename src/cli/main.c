@@ -26,6 +26,7 @@ void cli_top_usage(FILE *f) {
           "  primitives list the schedule primitives\n"
           "  help <primitive>  print a primitive's documentation\n"
           "  help <command>    print a command's options (as <command> --help)\n"
+          "  help glob, help pattern  the syntax of module paths and text patterns\n"
           "  version    print the version\n"
           "  help       print this help\n"
           "\n"

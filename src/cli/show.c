@@ -50,7 +50,7 @@ static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int6
 }
 
 static void print_schedule(const cli_model_opts *mo, const slapo_schedule_run *run) {
-  printf("schedule %s: %zu steps\n", mo->schedule, run->steps.n);
+  printf("schedule %s: %zu step%s\n", mo->schedule, run->steps.n, run->steps.n == 1 ? "" : "s");
   slapo_sched_steps_print(&run->steps, stdout);
   if (mo->n_disabled) {
     printf("disabled:");

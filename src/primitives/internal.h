@@ -38,6 +38,10 @@ slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive);
  * flattened trace of an ancestor: for primitives that change what the
  * module is (replace, replace_all, decompose). */
 slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive);
+/* SLAPO_NOT_FOUND for a module name with no factory: the registered names,
+ * or, for a subgraph module's name, how that one is used (pattern=). */
+slapo_status slapo__prim_unregistered(const char *primitive, const char *path,
+                                      const char *name);
 
 /* subgraph.c: the subgraph forms with the source line; the pattern= value
  * of an entry (*p NULL when absent; *owned: free it). */
@@ -92,9 +96,5 @@ slapo_sched_arg slapo__pattern_arg(const slapo_pattern *p, bool *replayable);
 /* Swaps node's module for `mod` (consumed) in the parent's child table and
  * rebuilds node's schedule subtree; on error nothing changes. replace.c. */
 slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod);
-
-/* Writes the registered replacement modules' names, "A, B", into buf ("none"
- * when there are none); truncated to cap. */
-void slapo__prim_registered_text(char *buf, size_t cap);
 
 #endif

@@ -133,7 +133,9 @@ slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive) 
   return s;
 }
 
-void slapo__prim_registered_text(char *buf, size_t cap) {
+/* The registered replacement modules' names, "A, B", into buf ("none" when
+ * there are none); truncated to cap. */
+static void registered_text(char *buf, size_t cap) {
   size_t used = 0;
   int n = slapo_module_registered_count();
   buf[0] = '\0';
@@ -141,6 +143,21 @@ void slapo__prim_registered_text(char *buf, size_t cap) {
     used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
                              slapo_module_registered_name(i));
   if (n == 0) snprintf(buf, cap, "none");
+}
+
+slapo_status slapo__prim_unregistered(const char *primitive, const char *path,
+                                      const char *name) {
+  for (int i = 0; i < slapo_subgraph_registered_count(); i++)
+    if (!strcmp(slapo_subgraph_registered_name(i), name))
+      return slapo_error(SLAPO_NOT_FOUND,
+                         "%s: %s: '%s' is a subgraph module: it replaces the matches of a "
+                         "pattern in a traced module (<traced path> replace %s pattern=P), not "
+                         "a module",
+                         primitive, path, name, name);
+  char known[256];
+  registered_text(known, sizeof known);
+  return slapo_error(SLAPO_NOT_FOUND, "%s: %s: no module is registered as '%s' (registered: %s)",
+                     primitive, path, name, known);
 }
 
 /* ---- replacement modules ---- */

@@ -34,13 +34,7 @@ static slapo_status build(slapo_sched *node, const char *name, slapo_module **ou
                                           "one of its children");
   SLAPO_TRY(slapo__prim_not_in_trace(node, "replace"));
   slapo_module_factory f = slapo_module_factory_find(name);
-  if (!f) {
-    char known[256];
-    slapo__prim_registered_text(known, sizeof known);
-    return slapo_error(SLAPO_NOT_FOUND, "replace: %s: no module is registered as '%s' "
-                                        "(registered: %s)",
-                       path, name, known);
-  }
+  if (!f) return slapo__prim_unregistered("replace", path, name);
   /* The log line is checked before anything is built or swapped. */
   slapo_sched_arg a = slapo_sched_arg_word(NULL, name);
   SLAPO_TRY(slapo__prim_log_check(node, "replace", 1, &a));

@@ -31,13 +31,7 @@ static slapo_status replace_all_impl(slapo_sched *node, const char *type, const 
                                      const slapo_sched_entry *from) {
   const char *where = slapo__prim_path(node);
   slapo_module_factory f = slapo_module_factory_find(name);
-  if (!f) {
-    char known[256];
-    slapo__prim_registered_text(known, sizeof known);
-    return slapo_error(SLAPO_NOT_FOUND,
-                       "replace_all: %s: no module is registered as '%s' (registered: %s)", where,
-                       name, known);
-  }
+  if (!f) return slapo__prim_unregistered("replace_all", where, name);
   /* The log line is checked before anything is built or swapped. */
   slapo_sched_arg a[2] = {slapo_sched_arg_word(NULL, type), slapo_sched_arg_word(NULL, name)};
   SLAPO_TRY(slapo__prim_log_check(node, "replace_all", 2, a));

@@ -65,11 +65,12 @@ static slapo_status shard_impl(slapo_sched *node, const char *param, int axis, i
   if (st != SLAPO_OK) {
     char why[256];
     snprintf(why, sizeof why, "%s", slapo_last_error()); /* slapo_error overwrites it */
-    char dims[96];
+    char dims[96], own[1100], tied[1200] = "";
     slapo_shape_str(nd, full, dims, sizeof dims);
-    return slapo_error(st, "shard: %s.%s (%s %s) across the tensor-parallel group of %d: %s",
-                       path, param, p->path ? p->path : param, dims,
-                       slapo_dist_size(SLAPO_GROUP_TP), why);
+    snprintf(own, sizeof own, "%s.%s", path, param);
+    if (p->path && strcmp(p->path, own)) snprintf(tied, sizeof tied, ", tied to %s", p->path);
+    return slapo_error(st, "shard: %s (%s%s) across the tensor-parallel group of %d: %s", own,
+                       dims, tied, slapo_dist_size(SLAPO_GROUP_TP), why);
   }
   slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, param),
                              slapo_sched_arg_int("axis", axis)};

@@ -521,8 +521,24 @@ static slapo_status finish_edit(slapo_sched *node, const char *what, sub_edit *e
   return s;
 }
 
+/* Whether s is an identifier: the children are named <name>_<k>, paths a
+ * later line or a checkpoint key may hold. */
+static bool identifier(const char *s) {
+  if (!s || !(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return false;
+  for (; *s; s++)
+    if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
+          (*s >= '0' && *s <= '9')))
+      return false;
+  return true;
+}
+
 slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
                                    const slapo__subgraph_spec *sp) {
+  if (sp->child && !identifier(sp->child))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: %s: name '%s' must be an identifier (letters, "
+                       "digits and '_', not first a digit): it names the new children "
+                       "<name>_<k>",
+                       sp->primitive, slapo__prim_path(node), sp->child);
   SLAPO_TRY(traced_of(node, sp->primitive));
   SLAPO_TRY(slapo__prim_log_check(node, sp->primitive, sp->n_args, sp->args));
   sub_edit *e;

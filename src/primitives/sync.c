@@ -306,7 +306,8 @@ SLAPO_PRIMITIVE_DESCRIPTOR(sync) = {
     .doc = "sync fwd_pre|fwd_post|bwd_post all_reduce|all_gather|reduce_scatter|scatter\n"
            "     [axis=A] [reduce=false] [group=tp|dp|world] [pattern=P]\n"
            "  C: slapo_sync(node, \"fwd_post\", \"all_reduce\", -1, true)\n"
-           "  Applies to any module but the root (before trace).\n"
+           "  Applies to any module but the root that is not inlined into an\n"
+           "  ancestor's flattened trace (a module call in it, such as a Linear, is fine).\n"
            "  Effect: fwd_post all_reduce sums a row-parallel Linear's partial outputs\n"
            "  (its bias is then added once: the module becomes a SyncedLinear); fwd_post\n"
            "  all_gather axis=-1 joins a column-parallel output; bwd_post all_reduce\n"
@@ -315,7 +316,7 @@ SLAPO_PRIMITIVE_DESCRIPTOR(sync) = {
            "  traced module): the collective after each match's value inside the graph.\n"
            "  Fails: INVALID_ARG for an unknown mode or collective; PRECOND when the\n"
            "  collective does not fit what the shards produce (the message says which\n"
-           "  one does).\n"
+           "  one does); STATE when inlined into a flattened trace (sync before it).\n"
            "  Verified: across ranks, within tolerance.\n",
     .bitwise = false,
     .apply = apply,

@@ -23,8 +23,8 @@ slapo_status slapo_shard_make(int ndim, const int64_t *full, int axis, int parts
   if (pad > 1) size = (size + pad * count - 1) / (pad * count) * (pad * count);
   if (size % ((int64_t)parts * count))
     return slapo_error(SLAPO_SHAPE, "axis %d has size %lld, not divisible by %s%d (group size "
-                       "%d%s)", axis, (long long)full[axis], parts > 1 ? "parts x group = " : "",
-                       parts * count, count, parts > 1 ? ", parts" : "");
+                       "%d, parts %d)", axis, (long long)full[axis],
+                       parts > 1 ? "parts x group = " : "", parts * count, count, parts);
   *out = (slapo_shard){axis, parts, index, count, ndim, {0}, full[axis]};
   memcpy(out->full, full, sizeof(int64_t) * (size_t)ndim);
   out->full[axis] = size;

@@ -44,6 +44,11 @@ check "verify -h" out "usage: slapo verify"
 run "verify bisect and final-only" 2 "$SLAPO" verify --schedule "$FA" --bisect --final-only
 check "verify bisect and final-only" err "give one of them"
 
+run "help glob" 0 "$SLAPO" help glob
+check "help glob" out "{0..5}   an integer in the range, inclusive"
+run "help pattern" 0 "$SLAPO" help pattern
+check "help pattern" out "let a = add(x, y); mul(a, a)"
+
 run "help bogus" 1 "$SLAPO" help bogus
 check_re "help bogus: message" err "^slapo: not_found: no primitive or command 'bogus'"
 
@@ -91,6 +96,14 @@ transformer.h.0 fuse pattern="gelu(add(x, b))" compiler=cc name=F\ntransformer.h
 run "created module path" 1 "$SLAPO" show --config tiny --schedule "$TMP/created.sched"
 check "created module path" err "created.sched:4: no module matches 'transformer.h.0.F_0'"
 check "created module path: why" err "a module an earlier line creates cannot be named"
+
+printf 'transformer.h.0.mlp.c_fc decompose\ntransformer.h.0 trace flatten=true
+transformer.h.0 fuse pattern="gelu(add(x, b))" compiler=cc name=a.b\n' >"$TMP/fuse_name.sched"
+run "fuse name not an identifier" 1 "$SLAPO" show --config tiny --schedule "$TMP/fuse_name.sched"
+check "fuse name not an identifier" err "fuse_name.sched:3: fuse: transformer.h.0: name 'a.b' must be an identifier"
+printf 'transformer.h.0.attn replace FusedLinear\n' >"$TMP/subgraph_name.sched"
+run "replace with a subgraph module" 1 "$SLAPO" show --config tiny --schedule "$TMP/subgraph_name.sched"
+check "replace with a subgraph module" err "'FusedLinear' is a subgraph module"
 
 printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
 run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
