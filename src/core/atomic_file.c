@@ -14,16 +14,23 @@
 #include "core/assert.h"
 #include "slapo/core.h"
 
+/* The directory of path into dir [PATH_MAX]: "." without a '/', "/" for a
+ * file in the root. False when the name does not fit. */
+static bool parent_dir(const char *path, char *dir) {
+  const char *slash = strrchr(path, '/');
+  size_t len = !slash || slash == path ? 1 : (size_t)(slash - path);
+  if (len >= PATH_MAX) return false;
+  memcpy(dir, slash ? path : ".", len);
+  dir[len] = '\0';
+  return true;
+}
+
 /* Makes the rename durable. Best effort: some file systems refuse fsync on
  * directories, and the file's own data is already on disk. No allocation,
  * so an allocation failure cannot be mistaken for an I/O error here. */
 static void sync_parent_dir(const char *path) {
   char dir[PATH_MAX];
-  const char *slash = strrchr(path, '/');
-  size_t len = !slash ? 0 : slash == path ? 1 : (size_t)(slash - path);
-  if (len >= sizeof dir) return; /* cannot happen: the rename succeeded */
-  memcpy(dir, slash ? path : ".", slash ? len : 1);
-  dir[slash ? len : 1] = '\0';
+  if (!parent_dir(path, dir)) return; /* cannot happen: the rename succeeded */
   int fd = open(dir, O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     (void)fsync(fd);
@@ -62,12 +69,8 @@ slapo_status slapo_check_write_target(const char *path, const char *op) {
   if (!path || !path[0]) return slapo_error(SLAPO_INVALID_ARG, "%s: path is empty", op);
   SLAPO_TRY(check_target(path, op));
   char dir[PATH_MAX];
-  const char *slash = strrchr(path, '/');
-  size_t len = !slash ? 1 : slash == path ? 1 : (size_t)(slash - path);
-  if (len >= sizeof dir)
+  if (!parent_dir(path, dir))
     return slapo_error(SLAPO_IO, "%s: %s: the directory's name is too long", op, path);
-  memcpy(dir, slash ? path : ".", len);
-  dir[len] = '\0';
   if (access(dir, W_OK) != 0)
     return slapo_error(SLAPO_IO, "%s: cannot write %s: directory %s: %s", op, path, dir,
                        strerror(errno));
