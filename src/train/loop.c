@@ -190,6 +190,14 @@ static void trainer_free(trainer *t) {
 /* Fail before training, not after it, when the checkpoint (weights and
  * optimizer state) cannot be written. */
 static slapo_status check_save(const char *save) {
+  const char *tail = ".optim.safetensors";
+  size_t n = strlen(save), k = strlen(tail);
+  /* x.optim.safetensors is the optimizer file of a checkpoint x: weights
+   * saved there would overwrite that checkpoint's optimizer state. */
+  if (n >= k && !strcmp(save + n - k, tail))
+    return slapo_error(SLAPO_INVALID_ARG, "train: --save %s ends in %s, the name of a "
+                       "checkpoint's optimizer file; give the weights' name (%.*s.safetensors), "
+                       "and the optimizer state is saved beside it", save, tail, (int)(n - k), save);
   char op[4200];
   optim_path(save, op, sizeof op);
   SLAPO_TRY(slapo_check_write_target(save, "train: checkpoint"));
@@ -218,6 +226,10 @@ static slapo_status check_config(trainer *t) {
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)t->dims.n_ctx);
   if (c->save) SLAPO_TRY(check_save(c->save));
+  if (c->resume && c->init_from)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --resume %s and --init-from %s both set the "
+                       "weights; give one (--resume also restores the optimizer and the step)",
+                       c->resume, c->init_from);
   if (c->save_every > 0 && !c->save)
     return slapo_error(SLAPO_INVALID_ARG, "train: --save-every %lld needs --save FILE (the "
                        "checkpoint it rewrites)", (long long)c->save_every);
@@ -338,7 +350,10 @@ static slapo_status build_model(trainer *t) {
       t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6, per_rank);
   SLAPO_TRY(check_memory(t));
   SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
-  if (c->init_from) SLAPO_TRY(t->fam->load(t->model, c->init_from));
+  if (c->init_from) {
+    SLAPO_TRY(t->fam->load(t->model, c->init_from));
+    say(t->cb, t->ud, "init: weights from %s", c->init_from);
+  }
   char ranks[64] = "";
   if (dp > 1) snprintf(ranks, sizeof ranks, " x %d data-parallel ranks", dp);
   say(t->cb, t->ud, "batch: %lld sequences of %lld tokens x %lld micro-batches%s = %lld tokens a "
@@ -353,18 +368,28 @@ static slapo_status build_model(trainer *t) {
 }
 
 /* Weights and optimizer state from --resume; *start: the step to go on from. */
-/* The step a checkpoint's weights were saved at (save_checkpoint's
- * slapo_step metadata), or -1 when the file has none (one written by
- * another program). The file is read whole, then freed. */
-static slapo_status saved_step(const char *path, int64_t *step) {
+/* What save_checkpoint's metadata says of a checkpoint to resume: the
+ * model and config it was saved from must be this run's, and *step gets
+ * the step its weights were saved at (-1 when the file has no slapo_step:
+ * one written by another program). The file is read whole, then freed. */
+static slapo_status check_saved(const trainer *t, const char *path, int64_t *step) {
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   const char *v = slapo_safetensors_metadata(f, "slapo_step");
+  const char *model = slapo_safetensors_metadata(f, "slapo_model");
+  const char *config = slapo_safetensors_metadata(f, "slapo_config");
   char *end = NULL;
   long long n = v ? strtoll(v, &end, 10) : -1;
-  *step = v && v[0] && !*end && n >= 0 ? n : -1;
+  *step = v ? n : -1;
+  slapo_status s = SLAPO_OK;
+  if (v && (!v[0] || *end || n < 0))
+    s = slapo_error(SLAPO_IO, "train: %s: metadata slapo_step '%s' is not a step count", path, v);
+  else if ((model && strcmp(model, t->fam->name)) || (config && strcmp(config, t->c.model_config)))
+    s = slapo_error(SLAPO_INVALID_ARG, "train: %s was saved from %s %s; this run is %s %s",
+                    path, model ? model : t->fam->name, config ? config : t->c.model_config,
+                    t->fam->name, t->c.model_config);
   slapo_safetensors_free(f);
-  return SLAPO_OK;
+  return s;
 }
 
 static slapo_status resume(trainer *t, int64_t *start) {
@@ -374,7 +399,7 @@ static slapo_status resume(trainer *t, int64_t *start) {
   char op[4200];
   optim_path(c->resume, op, sizeof op);
   int64_t wstep;
-  SLAPO_TRY(saved_step(c->resume, &wstep));
+  SLAPO_TRY(check_saved(t, c->resume, &wstep));
   SLAPO_TRY(t->fam->load(t->model, c->resume));
   SLAPO_TRY(slapo_adamw_load(t->opt, op, t->fam->stored_transposed));
   *start = slapo_adamw_steps(t->opt);

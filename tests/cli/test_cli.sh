@@ -225,6 +225,20 @@ cp "$TMP/one.optim.safetensors" "$TMP/mix.optim.safetensors"
 run "resume mixed pair" 1 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
   --val-batches 1 --threads 1 --data "$TEXT" --resume "$TMP/mix.safetensors"
 check "resume mixed pair" err "holds the weights of step 2 but $TMP/mix.optim.safetensors the optimizer state of step 1"
+# A checkpoint of another model or config; both --resume and --init-from;
+# weights saved under an optimizer file's name (they would overwrite it).
+run "resume another config" 1 "$SLAPO" train --config small --steps 3 --batch 1 --seq 8 --sample 0 \
+  --val-batches 1 --threads 1 --data "$TEXT" --resume "$TMP/ckpt.safetensors"
+check "resume another config" err "ckpt.safetensors was saved from gpt2 tiny; this run is gpt2 small"
+run "resume and init-from" 1 "$SLAPO" train --config tiny --steps 3 --data "$TEXT" \
+  --resume "$TMP/ckpt.safetensors" --init-from "$TMP/one.safetensors"
+check "resume and init-from" err "both set the weights; give one"
+run "save as an optimizer file" 1 "$SLAPO" train --config tiny --steps 1 --data "$TEXT" \
+  --save "$TMP/ckpt.optim.safetensors"
+check "save as an optimizer file" err "ends in .optim.safetensors, the name of a checkpoint's optimizer file"
+run "init-from" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 --sample 0 \
+  --val-batches 1 --threads 1 --data "$TEXT" --init-from "$TMP/ckpt.safetensors"
+check "init-from" out "init: weights from $TMP/ckpt.safetensors"
 
 # slapo profile: the per-module table with its header, the optimizer row and
 # a total row; bad values are usage errors.
