@@ -106,31 +106,32 @@ slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int
   return s;
 }
 
-slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive) {
-  slapo_module *owner = slapo_module_inlined_by(slapo_sched_module(node));
-  if (!owner) return SLAPO_OK;
+/* SLAPO_STATE for node inside the flattened trace of `owner`: `how` it lies
+ * there, and what to do instead (`tail`). */
+static slapo_status in_trace(slapo_sched *node, const char *primitive, const slapo_module *owner,
+                             const char *how, const char *tail) {
   char *op = slapo_module_path(owner);
-  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is inlined into the flattened trace of %s; "
-                               "apply %s before that trace line, or edit the graph with a "
-                               "pattern (replace or checkpoint pattern=...)",
-                               primitive, slapo__prim_path(node), op && op[0] ? op : ".",
-                               primitive);
+  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is %s the flattened trace of %s; apply %s "
+                               "before that trace line%s",
+                               primitive, slapo__prim_path(node), how, op && op[0] ? op : ".",
+                               primitive, tail);
   slapo_free(op);
   return s;
+}
+
+slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive) {
+  slapo_module *owner = slapo_module_inlined_by(slapo_sched_module(node));
+  return owner ? in_trace(node, primitive, owner, "inlined into",
+                          ", or edit the graph with a pattern (replace or checkpoint pattern=...)")
+               : SLAPO_OK;
 }
 
 slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive) {
   SLAPO_TRY(slapo__prim_not_inlined(node, primitive));
   slapo_module *owner = slapo_module_flattened_by(slapo_sched_module(node));
-  if (!owner) return SLAPO_OK;
-  char *op = slapo_module_path(owner);
-  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is a module call in the flattened trace of "
-                               "%s, whose graph (and its edits) keep it as it was; %s it "
-                               "before that trace line",
-                               primitive, slapo__prim_path(node), op && op[0] ? op : ".",
-                               primitive);
-  slapo_free(op);
-  return s;
+  return owner ? in_trace(node, primitive, owner, "a module call in",
+                          ": its graph and edits keep the module as it was")
+               : SLAPO_OK;
 }
 
 /* The registered replacement modules' names, "A, B", into buf ("none" when
