@@ -201,6 +201,11 @@ typedef struct slapo_safetensors slapo_safetensors;
  * *out owned (slapo_safetensors_free).
  * Errors: SLAPO_IO, SLAPO_NOMEM, SLAPO_INVALID_ARG (path NULL). */
 slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out);
+/* The same checks on the header alone (the 8-byte length and the JSON;
+ * data ranges against the file's size), reading none of the tensor data:
+ * names, shapes and metadata of a large checkpoint for the cost of its
+ * header. slapo_safetensors_get on the result fails (SLAPO_STATE). */
+slapo_status slapo_safetensors_read_header(const char *path, slapo_safetensors **out);
 void slapo_safetensors_free(slapo_safetensors *f);
 
 /* Number of tensors, and the i-th name (0 <= i < count) in strcmp order,
@@ -213,7 +218,8 @@ const char *slapo_safetensors_metadata(const slapo_safetensors *f, const char *k
  * Errors: SLAPO_NOT_FOUND (message names the tensor and the file), SLAPO_NOMEM. */
 slapo_status slapo_safetensors_meta(const slapo_safetensors *f, const char *name,
                                     slapo_tensor **out);
-/* Owned contiguous copy of tensor `name`. Errors: SLAPO_NOT_FOUND, SLAPO_NOMEM. */
+/* Owned contiguous copy of tensor `name`. Errors: SLAPO_NOT_FOUND, SLAPO_NOMEM,
+ * SLAPO_STATE (f was read header-only). */
 slapo_status slapo_safetensors_get(const slapo_safetensors *f, const char *name,
                                    slapo_tensor **out);
 

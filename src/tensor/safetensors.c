@@ -33,7 +33,8 @@ struct slapo_safetensors {
   slapo_arena *arena;    /* path, names, metadata strings, the tables */
   const char *path;
   unsigned char *buf;    /* the whole file (slapo_malloc) */
-  const unsigned char *data; /* data region inside buf */
+  const unsigned char *data; /* data region inside buf; NULL header-only */
+  bool header_only;
   uint64_t data_nbytes;
   int n;
   entry *entries;        /* sorted by name */
@@ -80,8 +81,20 @@ static int cmp_kv(const void *a, const void *b) {
 /* Reading                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Reads the whole file into f->buf; *nbytes receives its size. */
-static slapo_status read_file(slapo_safetensors *f, const char *path, size_t *nbytes) {
+/* The bytes of a file of `size` bytes that a header-only read needs: the
+ * 8-byte length and the header it gives (what is there of them; parse
+ * checks the lengths against `size`). */
+static size_t header_span(FILE *fp, size_t size) {
+  uint64_t hlen = 0;
+  if (size < 8 || fread(&hlen, 1, 8, fp) != 8 || fseek(fp, 0, SEEK_SET) != 0) return size;
+  if (hlen > MAX_HEADER_NBYTES) hlen = MAX_HEADER_NBYTES;
+  return hlen < size - 8 ? (size_t)hlen + 8 : size;
+}
+
+/* Reads the file into f->buf, whole or (header_only) its header; *nbytes
+ * receives the file's size. */
+static slapo_status read_file(slapo_safetensors *f, const char *path, bool header_only,
+                              size_t *nbytes) {
   FILE *fp = fopen(path, "rb");
   if (!fp) return io_error(path, "cannot open: %s", strerror(errno));
   struct stat st;
@@ -90,8 +103,8 @@ static slapo_status read_file(slapo_safetensors *f, const char *path, size_t *nb
     fclose(fp);
     return s;
   }
-  size_t n = (size_t)st.st_size;
-  f->buf = slapo_malloc(n);
+  size_t n = header_only ? header_span(fp, (size_t)st.st_size) : (size_t)st.st_size;
+  f->buf = slapo_malloc(n ? n : 1);
   if (!f->buf) {
     fclose(fp);
     return nomem(path);
@@ -102,7 +115,7 @@ static slapo_status read_file(slapo_safetensors *f, const char *path, size_t *nb
   if (got != n)
     return io_error(path, "read %zu of %zu bytes: %s", got, n,
                     err ? strerror(err) : "file shrank while reading");
-  *nbytes = n;
+  *nbytes = (size_t)st.st_size;
   return SLAPO_OK;
 }
 
@@ -286,7 +299,7 @@ static slapo_status parse(slapo_safetensors *f, size_t file_nbytes) {
   if (hlen > MAX_HEADER_NBYTES)
     return io_error(path, "header length %" PRIu64 " exceeds the limit of %u bytes", hlen,
                     MAX_HEADER_NBYTES);
-  f->data = f->buf + 8 + hlen;
+  f->data = f->header_only ? NULL : f->buf + 8 + hlen;
   f->data_nbytes = file_nbytes - 8 - hlen;
 
   /* The format (and its reference reader) wants the JSON object to start
@@ -349,7 +362,7 @@ done:
   return s;
 }
 
-slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out) {
+static slapo_status read_any(const char *path, bool header_only, slapo_safetensors **out) {
   SLAPO_ASSERT(out);
   *out = NULL;
   if (!path) return slapo_error(SLAPO_INVALID_ARG, "safetensors_read: path is NULL");
@@ -362,14 +375,23 @@ slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out) {
     return nomem(path);
   }
   size_t nbytes = 0;
+  f->header_only = header_only;
   if (!(f->path = slapo_arena_strdup(f->arena, path))) s = nomem(path);
-  else if ((s = read_file(f, path, &nbytes)) == SLAPO_OK) s = parse(f, nbytes);
+  else if ((s = read_file(f, path, header_only, &nbytes)) == SLAPO_OK) s = parse(f, nbytes);
   if (s != SLAPO_OK) {
     slapo_safetensors_free(f);
     return s;
   }
   *out = f;
   return SLAPO_OK;
+}
+
+slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out) {
+  return read_any(path, false, out);
+}
+
+slapo_status slapo_safetensors_read_header(const char *path, slapo_safetensors **out) {
+  return read_any(path, true, out);
 }
 
 void slapo_safetensors_free(slapo_safetensors *f) {
@@ -412,6 +434,9 @@ slapo_status slapo_safetensors_get(const slapo_safetensors *f, const char *name,
   *out = NULL;
   const entry *e = find(f, name);
   if (!e) return slapo_error(SLAPO_NOT_FOUND, "safetensors: %s: no tensor '%s'", f->path, name);
+  if (!f->data)
+    return slapo_error(SLAPO_STATE, "safetensors: %s: read header-only; tensor '%s' has no data",
+                       f->path, name);
   return slapo_tensor_from_data(e->dtype, e->ndim, e->shape, f->data + e->begin, out);
 }
 

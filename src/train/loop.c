@@ -197,7 +197,8 @@ static slapo_status check_save(const char *save) {
   if (n >= k && !strcmp(save + n - k, tail))
     return slapo_error(SLAPO_INVALID_ARG, "train: --save %s ends in %s, the name of a "
                        "checkpoint's optimizer file; give the weights' name (%.*s.safetensors), "
-                       "and the optimizer state is saved beside it", save, tail, (int)(n - k), save);
+                       "and the optimizer state is saved beside it",
+                       save, tail, (int)(n - k), save);
   char op[4200];
   optim_path(save, op, sizeof op);
   SLAPO_TRY(slapo_check_write_target(save, "train: checkpoint"));
@@ -367,14 +368,13 @@ static slapo_status build_model(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
-/* Weights and optimizer state from --resume; *start: the step to go on from. */
 /* What save_checkpoint's metadata says of a checkpoint to resume: the
  * model and config it was saved from must be this run's, and *step gets
  * the step its weights were saved at (-1 when the file has no slapo_step:
- * one written by another program). The file is read whole, then freed. */
+ * one written by another program). Only the file's header is read. */
 static slapo_status check_saved(const trainer *t, const char *path, int64_t *step) {
   slapo_safetensors *f;
-  SLAPO_TRY(slapo_safetensors_read(path, &f));
+  SLAPO_TRY(slapo_safetensors_read_header(path, &f));
   const char *v = slapo_safetensors_metadata(f, "slapo_step");
   const char *model = slapo_safetensors_metadata(f, "slapo_model");
   const char *config = slapo_safetensors_metadata(f, "slapo_config");
@@ -392,6 +392,7 @@ static slapo_status check_saved(const trainer *t, const char *path, int64_t *ste
   return s;
 }
 
+/* Weights and optimizer state from --resume; *start: the step to go on from. */
 static slapo_status resume(trainer *t, int64_t *start) {
   const slapo_train_config *c = &t->c;
   *start = 0;

@@ -54,14 +54,20 @@ static void write_file(const char *header, size_t data_nbytes) {
 }
 
 /* Reads the test file expecting SLAPO_IO with the path and `sub` in the
- * message. */
+ * message, whole and header-only (which must refuse the same files). */
 static void expect_io(const char *sub) {
-  slapo_safetensors *f = (slapo_safetensors *)1;
-  slapo_status s = slapo_safetensors_read(g_path, &f);
-  if (s != SLAPO_IO) fail_msg("status %s (%s), want io", slapo_status_name(s), slapo_last_error());
-  assert_null(f);
-  const char *m = slapo_last_error();
-  if (!strstr(m, g_path) || !strstr(m, sub)) fail_msg("message '%s' lacks '%s'", m, sub);
+  slapo_status (*readers[2])(const char *, slapo_safetensors **) = {
+      slapo_safetensors_read, slapo_safetensors_read_header};
+  for (int r = 0; r < 2; r++) {
+    slapo_safetensors *f = (slapo_safetensors *)1;
+    slapo_status s = readers[r](g_path, &f);
+    if (s != SLAPO_IO)
+      fail_msg("reader %d: status %s (%s), want io", r, slapo_status_name(s), slapo_last_error());
+    assert_null(f);
+    const char *m = slapo_last_error();
+    if (!strstr(m, g_path) || !strstr(m, sub))
+      fail_msg("reader %d: message '%s' lacks '%s'", r, m, sub);
+  }
 }
 
 static void test_short_file(void **state) {

@@ -1,7 +1,8 @@
 /* tests/fuzz/fuzz_safetensors.c - libFuzzer harness for the safetensors
  * reader: any file either is rejected with a status or is accepted, and then
  * every tensor it lists reads back (meta and data) with the byte size its
- * header promised; the header's metadata reads too. Built by `make fuzz`. */
+ * header promised; the header's metadata reads too. The header-only reader
+ * must accept and refuse exactly the same files. Built by `make fuzz`. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,8 +28,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!f) abort();
   if (size && fwrite(data, 1, size, f) != size) abort();
   fclose(f);
-  slapo_safetensors *st = NULL;
-  if (slapo_safetensors_read(g_path, &st) == SLAPO_OK) {
+  /* The header-only reader accepts exactly the files the full one does. */
+  slapo_safetensors *st = NULL, *hdr = NULL;
+  slapo_status full = slapo_safetensors_read(g_path, &st);
+  slapo_status head = slapo_safetensors_read_header(g_path, &hdr);
+  if (full != head && full != SLAPO_NOMEM && head != SLAPO_NOMEM) {
+    fprintf(stderr, "whole read %s, header-only read %s\n", slapo_status_name(full),
+            slapo_status_name(head));
+    abort();
+  }
+  if (hdr && st && slapo_safetensors_count(hdr) != slapo_safetensors_count(st)) abort();
+  slapo_safetensors_free(hdr);
+  if (full == SLAPO_OK) {
     int n = slapo_safetensors_count(st);
     for (int i = 0; i < n; i++) {
       const char *name = slapo_safetensors_name(st, i);

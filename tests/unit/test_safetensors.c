@@ -1,5 +1,6 @@
 /* tests/unit/test_safetensors.c - safetensors round trips (several dtypes,
- * non-contiguous input, metadata), the on-disk layout the format requires,
+ * non-contiguous input, metadata, a header-only read), the on-disk layout
+ * the format requires,
  * and atomic writing (no temporary left behind, an existing file untouched
  * when a write fails). Malformed files: tests/errors/. */
 #include <stdarg.h>
@@ -154,6 +155,18 @@ static void test_noncontiguous_and_metadata(void **state) {
   assert_string_equal(slapo_safetensors_metadata(f, "step"), "1200");
   assert_null(slapo_safetensors_metadata(f, "missing"));
   slapo_safetensors_free(f);
+  /* Header-only: the names, shapes and metadata, and no data to get. */
+  assert_ok(slapo_safetensors_read_header(path, &f));
+  assert_int_equal(slapo_safetensors_count(f), 2);
+  assert_string_equal(slapo_safetensors_metadata(f, "step"), "1200");
+  slapo_tensor *m, *none = NULL;
+  assert_ok(slapo_safetensors_meta(f, "slice", &m));
+  assert_true(slapo_shape_equal(m->ndim, m->shape, sc->ndim, sc->shape));
+  assert_int_equal(slapo_safetensors_get(f, "perm", &none), SLAPO_STATE);
+  assert_null(none);
+  assert_msg("read header-only; tensor 'perm' has no data");
+  slapo_safetensors_free(f);
+  slapo_tensor_free(m);
   slapo_tensor *all[] = {t, p, s, pc, sc, a, b};
   for (size_t i = 0; i < sizeof all / sizeof *all; i++) slapo_tensor_free(all[i]);
 }
