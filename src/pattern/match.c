@@ -17,6 +17,7 @@
  * later); a match whose inner value has a user outside it is kept but
  * marked not replaceable. Layer: pattern. */
 #include <regex.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -108,6 +109,19 @@ static bool reject(matcher *mt, const slapo_node *t, const gval *v, const char *
   snprintf(mt->why, sizeof mt->why, "pattern %%%s vs %s%s: %s", t->name, v->node ? "%" : "",
            v->node ? v->node->name : v->pname ? v->pname : "?", why);
   return false;
+}
+
+/* reject with a formatted reason, formatted only when it is the first: the
+ * search fails at many nodes and keeps one reason a candidate. */
+__attribute__((format(printf, 4, 5))) static bool rejectf(matcher *mt, const slapo_node *t,
+                                                          slapo_node *v, const char *fmt, ...) {
+  if (mt->why[0]) return false;
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  return reject(mt, t, &(gval){.node = v}, why);
 }
 
 /* ---- attributes ---- */
@@ -235,13 +249,10 @@ static bool try_module_form(matcher *mt, int top, const slapo_node *t, slapo_nod
   const slapo_module *leaf = leaf_of(mt, v);
   slapo_op_form f;
   bool has_form = leaf && leaf->type->op_form && leaf->type->op_form(leaf, &f);
-  if (!has_form || f.op != t->op) {
-    char why[200];
-    snprintf(why, sizeof why, "module %s (%s) %s%s, the pattern wants %s", v->target,
-             leaf ? leaf->type->name : "?", has_form ? "stands for op " : "has no op form",
-             has_form ? f.op->name : "", t->op->name);
-    return reject(mt, t, &(gval){.node = v}, why);
-  }
+  if (!has_form || f.op != t->op)
+    return rejectf(mt, t, v, "module %s (%s) %s%s, the pattern wants %s", v->target,
+                   leaf ? leaf->type->name : "?", has_form ? "stands for op " : "has no op form",
+                   has_form ? f.op->name : "", t->op->name);
   if (f.n_inputs != t->n_inputs)
     return reject(mt, t, &(gval){.node = v}, "the module form has another input count");
   const char *bad = attrs_ok(t, f.n_attrs, f.attrs);
@@ -300,9 +311,7 @@ static bool try_node(matcher *mt, int top, const slapo_node *t, slapo_node *v) {
     if (v->op == t->op && try_same_op(mt, top, t, v)) return true;
     if (try_scalar_form(mt, top, t, v)) return true;
     if (v->op == t->op) return false; /* try_same_op said why */
-    char why[160];
-    snprintf(why, sizeof why, "op %s, the pattern wants %s", v->op->name, t->op->name);
-    return reject(mt, t, &(gval){.node = v}, why);
+    return rejectf(mt, t, v, "op %s, the pattern wants %s", v->op->name, t->op->name);
   }
   if (v->kind == SLAPO_NODE_CALL_MODULE) return try_module_form(mt, top, t, v);
   return reject(mt, t, &(gval){.node = v}, "not an op or module call");
