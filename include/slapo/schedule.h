@@ -162,6 +162,12 @@ slapo_sched_arg slapo_sched_arg_float(const char *key, double v);
 slapo_sched_arg slapo_sched_arg_bool(const char *key, bool v);
 slapo_sched_arg slapo_sched_arg_string(const char *key, const char *s);
 
+/* Whether s is a name in `.sched` syntax: [A-Za-z_][A-Za-z0-9_]*, and with
+ * with_dot '.' also allowed after the first character. Primitive names,
+ * argument keys, and the names of modules a primitive creates (fuse's
+ * <name>_<k>, which later paths must be able to spell) are names. */
+bool slapo_sched_is_name(const char *s, bool with_dot);
+
 /* One entry: a line of a `.sched` file, or one applied primitive. */
 typedef struct slapo_sched_entry {
   const char *path;      /* module path or glob as written; "." is the root */

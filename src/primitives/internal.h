@@ -38,6 +38,10 @@ slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive);
  * flattened trace of an ancestor: for primitives that change what the
  * module is (replace, replace_all, decompose). */
 slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive);
+/* As slapo__prim_not_inlined, for primitives that edit a traced module's
+ * graph (fuse, fuse_all, pattern forms): the message points at the traced
+ * ancestor, whose graph holds node's ops. */
+slapo_status slapo__prim_graph_not_inlined(slapo_sched *node, const char *primitive);
 /* SLAPO_NOT_FOUND for a module name with no factory: the registered names,
  * or, for a subgraph module's name, how that one is used (pattern=). */
 slapo_status slapo__prim_unregistered(const char *primitive, const char *path,

@@ -106,32 +106,42 @@ slapo_status slapo__prim_log_check(slapo_sched *node, const char *primitive, int
   return s;
 }
 
-/* SLAPO_STATE for node inside the flattened trace of `owner`: `how` it lies
- * there, and what to do instead (`tail`). */
+/* What a primitive on a module inside a flattened trace should do instead. */
+typedef enum advice { BEFORE_OR_PATTERN, BEFORE, ON_OWNER } advice;
+
+/* SLAPO_STATE for node inside the flattened trace of `owner`, lying there
+ * `how` (inlined into it, or a module call in it), with the advice. */
 static slapo_status in_trace(slapo_sched *node, const char *primitive, const slapo_module *owner,
-                             const char *how, const char *tail) {
+                             const char *how, advice a) {
   char *op = slapo_module_path(owner);
-  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is %s the flattened trace of %s; apply %s "
-                               "before that trace line%s",
-                               primitive, slapo__prim_path(node), how, op && op[0] ? op : ".",
-                               primitive, tail);
+  const char *o = op && op[0] ? op : ".";
+  char what[1400];
+  if (a == ON_OWNER)
+    snprintf(what, sizeof what, "apply %s to %s, whose graph holds its ops", primitive, o);
+  else
+    snprintf(what, sizeof what, "apply %s before that trace line%s", primitive,
+             a == BEFORE ? ": its graph and edits keep the module as it was"
+                         : ", or edit the graph with a pattern (replace or checkpoint pattern=...)");
+  slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is %s the flattened trace of %s; %s",
+                               primitive, slapo__prim_path(node), how, o, what);
   slapo_free(op);
   return s;
 }
 
 slapo_status slapo__prim_not_inlined(slapo_sched *node, const char *primitive) {
   slapo_module *owner = slapo_module_inlined_by(slapo_sched_module(node));
-  return owner ? in_trace(node, primitive, owner, "inlined into",
-                          ", or edit the graph with a pattern (replace or checkpoint pattern=...)")
-               : SLAPO_OK;
+  return owner ? in_trace(node, primitive, owner, "inlined into", BEFORE_OR_PATTERN) : SLAPO_OK;
+}
+
+slapo_status slapo__prim_graph_not_inlined(slapo_sched *node, const char *primitive) {
+  slapo_module *owner = slapo_module_inlined_by(slapo_sched_module(node));
+  return owner ? in_trace(node, primitive, owner, "inlined into", ON_OWNER) : SLAPO_OK;
 }
 
 slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive) {
   SLAPO_TRY(slapo__prim_not_inlined(node, primitive));
   slapo_module *owner = slapo_module_flattened_by(slapo_sched_module(node));
-  return owner ? in_trace(node, primitive, owner, "a module call in",
-                          ": its graph and edits keep the module as it was")
-               : SLAPO_OK;
+  return owner ? in_trace(node, primitive, owner, "a module call in", BEFORE) : SLAPO_OK;
 }
 
 /* The registered replacement modules' names, "A, B", into buf ("none" when

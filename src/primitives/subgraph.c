@@ -433,16 +433,8 @@ static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p, sub_edit
 }
 
 static slapo_status traced_of(slapo_sched *node, const char *what) {
-  slapo_module *m = slapo_sched_module(node), *owner = slapo_module_inlined_by(m);
-  if (owner) {
-    char *op = slapo_module_path(owner);
-    slapo_status s = slapo_error(SLAPO_STATE, "%s: %s is inlined into the flattened trace of %s; "
-                                 "apply %s to %s, whose graph holds its ops",
-                                 what, slapo__prim_path(node), op && op[0] ? op : ".", what,
-                                 op && op[0] ? op : ".");
-    slapo_free(op);
-    return s;
-  }
+  slapo_module *m = slapo_sched_module(node);
+  SLAPO_TRY(slapo__prim_graph_not_inlined(node, what));
   if (slapo_module_graph(m)) return SLAPO_OK;
   return slapo_error(SLAPO_PRECOND, "%s: %s is not traced; trace it first (%s trace)", what,
                      slapo__prim_path(node), slapo__prim_path(node));
@@ -521,20 +513,10 @@ static slapo_status finish_edit(slapo_sched *node, const char *what, sub_edit *e
   return s;
 }
 
-/* Whether s is an identifier: the children are named <name>_<k>, paths a
- * later line or a checkpoint key may hold. */
-static bool identifier(const char *s) {
-  if (!s || !(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z'))) return false;
-  for (; *s; s++)
-    if (!(*s == '_' || (*s >= 'A' && *s <= 'Z') || (*s >= 'a' && *s <= 'z') ||
-          (*s >= '0' && *s <= '9')))
-      return false;
-  return true;
-}
-
 slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
                                    const slapo__subgraph_spec *sp) {
-  if (sp->child && !identifier(sp->child))
+  /* The children are named <name>_<k>: paths a later line may spell. */
+  if (sp->child && !slapo_sched_is_name(sp->child, false))
     return slapo_error(SLAPO_INVALID_ARG, "%s: %s: name '%s' must be an identifier (letters, "
                        "digits and '_', not first a digit): it names the new children "
                        "<name>_<k>",

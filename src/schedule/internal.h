@@ -62,8 +62,6 @@ slapo__value_verdict slapo__value_classify(const char *tok, slapo_sched_arg *out
 
 /* c may appear in a bare word or an unquoted value. */
 bool slapo__is_word_char(char c);
-/* s is [A-Za-z_][A-Za-z0-9_]* (with_dot: '.' also allowed after the first). */
-bool slapo__is_name(const char *s, bool with_dot);
 /* Shortest "%.Ng" text of a finite v that reads back exactly, with ".0"
  * appended when it has neither '.' nor an exponent. buf holds >= 32 bytes. */
 void slapo__format_float(double v, char *buf, size_t cap);

@@ -79,7 +79,7 @@ static slapo_status check_arg(const slapo_sched_entry *e, int j, char *buf, size
                               const char **text) {
   const slapo_sched_arg *a = &e->args[j];
   const char *pfx = e->primitive;
-  if (a->key && !slapo__is_name(a->key, true))
+  if (a->key && !slapo_sched_is_name(a->key, true))
     return slapo_error(SLAPO_INVALID_ARG, "sched log: %s: argument %d: bad key '%s' (expected "
                        "a name: letters, digits, '_', '.')", pfx, j + 1, a->key);
   for (int k = 0; k < j && a->key; k++)
@@ -141,7 +141,7 @@ static char *dup(slapo_arena *a, const char *s, bool *ok) {
 
 slapo_status slapo_sched_log_append(slapo_sched_log *log, const slapo_sched_entry *e) {
   const char *path = e->path && e->path[0] ? e->path : ".";
-  if (!e->primitive || !slapo__is_name(e->primitive, false))
+  if (!e->primitive || !slapo_sched_is_name(e->primitive, false))
     return slapo_error(SLAPO_INVALID_ARG,
                        "sched log: bad primitive name '%s' (expected [A-Za-z_][A-Za-z0-9_]*)",
                        e->primitive ? e->primitive : "(null)");

@@ -173,7 +173,7 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
     return push_arg(lp, args, a, start);
   }
   /* key=value */
-  if (!slapo__is_name(tok, true))
+  if (!slapo_sched_is_name(tok, true))
     return err_at(lp, start, "expected a key (a name: letters, digits, '_', '.') before '=', "
                              "got '%s'", tok);
   for (size_t k = 0; k < args->n; k++)
@@ -235,7 +235,7 @@ static slapo_status parse_line(line_parser *lp, slapo_sched_log *log) {
   while (s[lp->pos] && !is_space(s[lp->pos]) && s[lp->pos] != '#') lp->pos++;
   char *prim = span(lp, qstart, lp->pos);
   if (!prim) return nomem();
-  if (!slapo__is_name(prim, false))
+  if (!slapo_sched_is_name(prim, false))
     return err_at(lp, qstart, "expected a primitive name after '%s', got %s", path,
                   got(lp, qstart));
 

@@ -20,7 +20,7 @@ bool slapo__is_word_char(char c) {
   return (unsigned char)c > ' ' && c != 0x7f && c != '"' && c != '=' && c != '#';
 }
 
-bool slapo__is_name(const char *s, bool with_dot) {
+bool slapo_sched_is_name(const char *s, bool with_dot) {
   if (!is_alpha(s[0])) return false;
   for (const char *p = s + 1; *p; p++)
     if (!is_alpha(*p) && !is_digit(*p) && !(with_dot && *p == '.')) return false;

@@ -89,6 +89,16 @@ printf 'transformer.h.0 trace flatten=true\ntransformer.h.0.mlp.c_fc decompose\n
 run "decompose after trace" 1 "$SLAPO" show --config tiny --schedule "$TMP/decompose_after_trace.sched"
 check "decompose after trace" err "decompose_after_trace.sched:2: decompose: transformer.h.0.mlp.c_fc is a module call in the flattened trace of transformer.h.0"
 
+# A graph primitive or find on a module inlined into a flattened trace points
+# at the traced ancestor.
+printf 'transformer.h.0 trace flatten=true\ntransformer.h.0.mlp fuse_all compiler=cc\n' \
+  >"$TMP/fuse_all_inlined.sched"
+run "fuse_all on an inlined module" 1 "$SLAPO" show --config tiny --schedule "$TMP/fuse_all_inlined.sched"
+check "fuse_all on an inlined module" err "fuse_all: transformer.h.0.mlp is inlined into the flattened trace of transformer.h.0; apply fuse_all to transformer.h.0"
+run "find in an inlined module" 1 "$SLAPO" find --config tiny --schedule schedules/gpt2_trace_checkpoint.sched \
+  --pattern 'gelu(x)' transformer.h.0.mlp
+check "find in an inlined module" err "find: transformer.h.0.mlp is inlined into the flattened trace of transformer.h.0; find in transformer.h.0"
+
 # Paths are matched before any line applies: a module fuse creates has none.
 printf 'transformer.h.0.mlp.c_fc decompose\ntransformer.h.0 trace flatten=true
 transformer.h.0 fuse pattern="gelu(add(x, b))" compiler=cc name=F\ntransformer.h.0.F_0 checkpoint\n' \
