@@ -204,7 +204,8 @@ slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out);
 /* The same checks on the header alone (the 8-byte length and the JSON;
  * data ranges against the file's size), reading none of the tensor data:
  * names, shapes and metadata of a large checkpoint for the cost of its
- * header. slapo_safetensors_get on the result fails (SLAPO_STATE). */
+ * header. slapo_safetensors_get on the result fails (SLAPO_STATE). *out
+ * owned (slapo_safetensors_free). Errors: as slapo_safetensors_read. */
 slapo_status slapo_safetensors_read_header(const char *path, slapo_safetensors **out);
 void slapo_safetensors_free(slapo_safetensors *f);
 
