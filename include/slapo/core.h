@@ -106,13 +106,18 @@ void slapo_aligned_free(void *ptr);
 /* Log hook                                                                  */
 /* ------------------------------------------------------------------------ */
 
-/* Log sink: `level` 1 phases, 2 schedule trees, 3 rewrite matches,
- * 4 generated code. `msg` is borrowed for the call only. */
+/* Log sink: `level` SLAPO_LOG_WARN (0) warnings, such as tensors of a
+ * checkpoint the model did not read; then the debug levels 1 phases,
+ * 2 schedule trees, 3 rewrite matches, 4 generated code. `msg` is borrowed
+ * for the call only. */
 typedef void (*slapo_log_fn)(int level, const char *msg, void *ud);
+enum { SLAPO_LOG_WARN = 0 };
 
-/* Installs a sink. The default sink is silent unless the environment variable
- * SLAPO_DEBUG is > 0, in which case messages with level <= SLAPO_DEBUG go to
- * stderr. slapo_set_log(NULL, NULL) restores the default. */
+/* Installs a sink. The default sink writes warnings to stderr
+ * ("slapo: warning: ...") and is otherwise silent unless the environment
+ * variable SLAPO_DEBUG is > 0, in which case messages with level <=
+ * SLAPO_DEBUG go to stderr too. slapo_set_log(NULL, NULL) restores the
+ * default. */
 void slapo_set_log(slapo_log_fn fn, void *ud);
 
 /* Current debug level (SLAPO_DEBUG, read once; 0 when unset). */

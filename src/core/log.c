@@ -1,5 +1,6 @@
-/* core/log.c - the log hook: silent by default, stderr when SLAPO_DEBUG > 0.
- * Layer: core. The library itself never prints; everything goes here. */
+/* core/log.c - the log hook: warnings to stderr by default, debug messages
+ * too when SLAPO_DEBUG > 0. Layer: core. The library itself never prints;
+ * everything goes here. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -31,5 +32,6 @@ void slapo_logf(int level, const char *fmt, ...) {
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
   if (g_fn) g_fn(level, buf, g_ud);
+  else if (level == SLAPO_LOG_WARN) fprintf(stderr, "slapo: warning: %s\n", buf);
   else fprintf(stderr, "slapo[%d]: %s\n", level, buf);
 }

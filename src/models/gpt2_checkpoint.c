@@ -26,6 +26,7 @@ static const slapo__hf_layout k_gpt2_layout = {
     .optional_prefix = "transformer.",
     .transposed = slapo_gpt2_is_conv1d_weight,
     .tied = (const char *const[][2]){{"lm_head.weight", "transformer.wte.weight"}, {NULL, NULL}},
+    .ignored = (const char *const[]){"*.attn.bias", "*.attn.masked_bias", NULL},
 };
 
 slapo_status slapo_gpt2_load(slapo_module *model, const char *path) {

@@ -4,8 +4,11 @@
  * on the way in, optionally stored transposed (GPT-2's Conv1D weights), and
  * a tied output head omitted on the way out, as save_pretrained does. What
  * differs between families is a slapo__hf_layout. Layer: models. */
+#include <ctype.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/assert.h"
@@ -16,8 +19,23 @@ typedef struct load_state {
   const slapo_safetensors *f;
   const char *file;
   const slapo__hf_layout *layout;
+  bool *used; /* [slapo_safetensors_count(f)]: the tensors read (or checked) */
   slapo_status status;
 } load_state;
+
+/* Marks the file's tensor `name` as read; names are in strcmp order. */
+static void mark_used(const load_state *st, const char *name) {
+  int lo = 0, hi = slapo_safetensors_count(st->f) - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2, c = strcmp(name, slapo_safetensors_name(st->f, mid));
+    if (c == 0) {
+      st->used[mid] = true;
+      return;
+    }
+    if (c < 0) hi = mid - 1;
+    else lo = mid + 1;
+  }
+}
 
 /* The names the parameter at `path` may have in a file, most likely first:
  * the path, without the layout's optional prefix (GPT-2 files name
@@ -49,6 +67,7 @@ static const char *file_name(const load_state *st, const char *path, char *buf,
   int n = candidates(st->layout, path, names);
   for (int i = 0; i < n; i++)
     if (slapo_safetensors_meta(st->f, names[i], meta) == SLAPO_OK) {
+      mark_used(st, names[i]);
       memcpy(buf, names[i], NAME_CAP);
       return buf;
     }
@@ -157,6 +176,7 @@ static slapo_status check_tied(const load_state *st, const char *copy, const cha
     slapo_error_clear();
     return SLAPO_OK;
   }
+  mark_used(st, copy); /* checked below: equal, or the load fails */
   char buf[NAME_CAP];
   const char *kept = file_name(st, kept_path, buf, &meta);
   slapo_tensor_free(meta);
@@ -192,6 +212,74 @@ static slapo_status check_tied_pairs(slapo_module *model, const load_state *st) 
   return SLAPO_OK;
 }
 
+/* ---- tensors the model did not read ----
+ * Like Hugging Face's from_pretrained ("Some weights of the model
+ * checkpoint were not used"), a load reads the tensors the model has and
+ * warns about the rest, except buffers the layout names as ignored. A
+ * file with more layers than the model (a 12-layer file into a 4-layer
+ * config) is the likely mistake, so the warning names the layers. */
+
+static bool ignored(const slapo__hf_layout *l, const char *name) {
+  for (int i = 0; l->ignored && l->ignored[i]; i++)
+    if (fnmatch(l->ignored[i], name, 0) == 0) return true;
+  return false;
+}
+
+/* The first all-digit component of a dotted name ("h.4.mlp" -> 4, with
+ * *plen the length of "h." before it); -1 when none. */
+static long layer_of(const char *name, size_t *plen) {
+  for (const char *c = name; *c; c = strchr(c, '.') ? strchr(c, '.') + 1 : c + strlen(c)) {
+    size_t k = 0;
+    while (isdigit((unsigned char)c[k])) k++;
+    if (k > 0 && (c[k] == '.' || !c[k])) {
+      *plen = (size_t)(c - name);
+      return strtol(c, NULL, 10);
+    }
+  }
+  return -1;
+}
+
+/* Appends " (layers P.A-P.B ...)" when unused tensors are in layers past
+ * the last one read under the same prefix P. */
+static void layer_hint(const load_state *st, char *buf, size_t cap) {
+  const slapo_safetensors *f = st->f;
+  char prefix[NAME_CAP] = "";
+  long max_used = -1, max_file = -1;
+  for (int pass = 0; pass < 2; pass++)
+    for (int i = 0; i < slapo_safetensors_count(f); i++) {
+      const char *name = slapo_safetensors_name(f, i);
+      size_t plen;
+      long layer = layer_of(name, &plen);
+      if (layer < 0 || (pass == 0) != st->used[i]) continue;
+      if (pass == 0 && !prefix[0]) snprintf(prefix, sizeof prefix, "%.*s", (int)plen, name);
+      if (strlen(prefix) != plen || strncmp(prefix, name, plen)) continue;
+      if (pass == 0 && layer > max_used) max_used = layer;
+      if (layer > max_file) max_file = layer;
+    }
+  if (prefix[0] && max_file > max_used)
+    snprintf(buf + strlen(buf), cap - strlen(buf),
+             "; the file has layers %s0-%ld, the model only %s0-%ld: is the config right?",
+             prefix, max_file, prefix, max_used);
+}
+
+static void warn_unused(const load_state *st) {
+  char list[640] = "";
+  int n_unused = 0;
+  for (int i = 0; i < slapo_safetensors_count(st->f); i++) {
+    const char *name = slapo_safetensors_name(st->f, i);
+    if (st->used[i] || ignored(st->layout, name)) continue;
+    if (n_unused++ < 4)
+      snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", n_unused > 1 ? ", " : "",
+               name);
+  }
+  if (!n_unused) return;
+  if (n_unused > 4) snprintf(list + strlen(list), sizeof list - strlen(list), ", ...");
+  layer_hint(st, list, sizeof list);
+  slapo_logf(SLAPO_LOG_WARN, "%s load: %s: %d tensor%s of the file %s not used by the model: %s",
+             st->layout->family, st->file, n_unused, n_unused == 1 ? "" : "s",
+             n_unused == 1 ? "is" : "are", list);
+}
+
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l) {
   const char *meta_path = NULL;
   SLAPO_TRY(slapo_module_visit_params(model, unmaterialized, &meta_path));
@@ -200,11 +288,16 @@ slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__
                        meta_path);
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
-  load_state st = {f, path, l, SLAPO_OK};
-  slapo_status s = check_tied_pairs(model, &st);
+  int n = slapo_safetensors_count(f);
+  load_state st = {f, path, l, slapo_calloc((size_t)n + 1, sizeof(bool)), SLAPO_OK};
+  slapo_status s = st.used ? check_tied_pairs(model, &st)
+                           : slapo_error(SLAPO_NOMEM, "%s load: out of memory", l->family);
   if (s == SLAPO_OK) s = slapo_module_visit_params(model, load_one, &st);
+  if (s == SLAPO_OK) s = st.status;
+  if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0) warn_unused(&st);
+  slapo_free(st.used);
   slapo_safetensors_free(f);
-  return s != SLAPO_OK ? s : st.status;
+  return s;
 }
 
 typedef struct save_state {

@@ -28,11 +28,17 @@ typedef struct slapo__hf_layout {
    * when the model ties them (one object), a file's copy must equal the
    * kept tensor, and save omits it; ends with {NULL, NULL}. */
   const char *const (*tied)[2];
+  /* fnmatch patterns of file tensors that are not parameters (buffers
+   * older files hold, heads the family has no use for), read without a
+   * warning: Hugging Face's _keys_to_ignore_on_load_unexpected; NULL-ended. */
+  const char *const *ignored;
 } slapo__hf_layout;
 
 /* Loads every parameter of a materialized model from the file at `path`
- * (f32 or any float dtype, converted; extra tensors ignored); nothing is
- * copied if a tied head differs from the embedding. Errors: SLAPO_STATE (a
+ * (f32 or any float dtype, converted); nothing is copied if a tied head
+ * differs from the embedding. Tensors of the file that the model does not
+ * have are not read; rank 0 warns about them (slapo_logf SLAPO_LOG_WARN),
+ * naming the first few and any layers past the model's. Errors: SLAPO_STATE (a
  * meta parameter), SLAPO_IO, SLAPO_NOT_FOUND (missing tensor, named),
  * SLAPO_SHAPE (both shapes named), SLAPO_PRECOND (untied head), NOMEM. */
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l);

@@ -178,6 +178,7 @@ slapo_status slapo_llama_new(const slapo_llama_config *c, slapo_module **out) {
 static const slapo__hf_layout k_llama_layout = {
     .family = "llama",
     .tied = (const char *const[][2]){{"lm_head.weight", "model.embed_tokens.weight"}, {NULL, NULL}},
+    .ignored = (const char *const[]){"*rotary_emb.inv_freq", NULL},
 };
 
 slapo_status slapo_llama_load(slapo_module *model, const char *path) {

@@ -288,6 +288,85 @@ static void test_adamw_save_load(void **state) {
   slapo_module_free(m1), slapo_module_free(m2);
 }
 
+/* Tensors a checkpoint has and the model does not are not read. The load
+ * warns about them through the log hook, naming layers past the model's
+ * (a 4-layer file into a 2-layer config), but not about the attn.bias
+ * buffers that Hugging Face GPT-2 files hold. */
+static int g_warns;
+static char g_warn[1024];
+
+static void warn_sink(int level, const char *msg, void *ud) {
+  (void)ud;
+  if (level != SLAPO_LOG_WARN) return;
+  g_warns++;
+  snprintf(g_warn, sizeof g_warn, "%s", msg);
+}
+
+static void assert_warned(const char *needle) {
+  assert_int_equal(g_warns, 1);
+  if (!strstr(g_warn, needle)) fail_msg("warning '%s' lacks '%s'", g_warn, needle);
+  g_warns = 0;
+}
+
+/* Writes the tensors of file `from` plus the extra names (each a copy of
+ * the file's first tensor) to `to`. */
+static void write_with_extra(const char *from, const char *to, int n_extra,
+                             const char *const *extra) {
+  slapo_safetensors *f;
+  assert_int_equal(slapo_safetensors_read(from, &f), SLAPO_OK);
+  int n = slapo_safetensors_count(f);
+  const char *names[64];
+  slapo_tensor *ts[64];
+  assert_true(n + n_extra <= 64);
+  for (int i = 0; i < n + n_extra; i++) {
+    names[i] = i < n ? slapo_safetensors_name(f, i) : extra[i - n];
+    assert_int_equal(slapo_safetensors_get(f, slapo_safetensors_name(f, i < n ? i : 0), &ts[i]),
+                     SLAPO_OK);
+  }
+  assert_int_equal(slapo_safetensors_write(to, n + n_extra, names,
+                                           (const slapo_tensor *const *)ts, 0, NULL, NULL),
+                   SLAPO_OK);
+  for (int i = 0; i < n + n_extra; i++) slapo_tensor_free(ts[i]);
+  slapo_safetensors_free(f);
+}
+
+static void test_load_warns_unused(void **state) {
+  (void)state;
+  slapo_gpt2_config c = tiny_cfg(), c4 = tiny_cfg();
+  c4.n_layer = 4;
+  slapo_module *m = new_model(&c, 1), *big = new_model(&c4, 2);
+  char two[512], four[512], extra[512];
+  tmp_path(two, sizeof two, "two_layers.safetensors");
+  tmp_path(four, sizeof four, "four_layers.safetensors");
+  tmp_path(extra, sizeof extra, "extra.safetensors");
+  assert_int_equal(slapo_gpt2_save(m, two, 0, NULL, NULL), SLAPO_OK);
+  assert_int_equal(slapo_gpt2_save(big, four, 0, NULL, NULL), SLAPO_OK);
+  slapo_set_log(warn_sink, NULL);
+  g_warns = 0;
+  assert_int_equal(slapo_gpt2_load(m, two), SLAPO_OK);
+  assert_int_equal(g_warns, 0);
+  /* Layers 0-1 load; 2-3 (12 tensors each) are named. */
+  assert_int_equal(slapo_gpt2_load(m, four), SLAPO_OK);
+  assert_warned("24 tensors of the file are not used by the model: transformer.h.2.attn.c_attn.bias, ");
+  if (!strstr(g_warn, "the file has layers transformer.h.0-3, the model only transformer.h.0-1: is the config right?"))
+    fail_msg("warning '%s' lacks the layers", g_warn);
+  assert_true(slapo_tensor_equal(param_at(m, "transformer.h.1.mlp.c_fc", "weight")->value,
+                                 param_at(big, "transformer.h.1.mlp.c_fc", "weight")->value));
+  /* Hugging Face's buffers are not parameters and not worth a warning; an
+   * unknown tensor is, alone. */
+  const char *buffers[] = {"h.0.attn.bias", "h.1.attn.masked_bias"};
+  write_with_extra(two, extra, 2, buffers);
+  assert_int_equal(slapo_gpt2_load(m, extra), SLAPO_OK);
+  assert_int_equal(g_warns, 0);
+  const char *unknown[] = {"h.0.attn.bias", "h.0.mlp.gate.weight"};
+  write_with_extra(two, extra, 2, unknown);
+  assert_int_equal(slapo_gpt2_load(m, extra), SLAPO_OK);
+  assert_warned("1 tensor of the file is not used by the model: h.0.mlp.gate.weight");
+  assert_null(strstr(g_warn, "layers"));
+  slapo_set_log(NULL, NULL);
+  slapo_module_free(m), slapo_module_free(big);
+}
+
 static void test_adamw_load_mismatch(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
@@ -986,6 +1065,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_clip_grad_norm),
       cmocka_unit_test(test_adamw_closed_form),   cmocka_unit_test(test_adamw_save_load),
+      cmocka_unit_test(test_load_warns_unused),
       cmocka_unit_test(test_adamw_load_mismatch), cmocka_unit_test(test_dataset_text),
       cmocka_unit_test(test_dataset_llmc),        cmocka_unit_test(test_dataset_errors),
       cmocka_unit_test(test_dataset_directory),   cmocka_unit_test(test_dataset_batch),
