@@ -129,12 +129,17 @@ slapo_status slapo_gpt2_new(const slapo_gpt2_config *cfg, slapo_module **out);
 /* Loads a Hugging Face GPT-2 safetensors file into a materialized model:
  * accepts names with or without the "transformer." prefix, transposes the
  * Conv1D weights, ignores the attention-mask buffers (attn.bias,
- * attn.masked_bias) and lm_head.weight when it equals wte (tied). Every
- * model parameter must be present with the right shape. Nothing is copied
- * unless lm_head.weight (when present) equals wte. Errors: SLAPO_IO
- * (unreadable or malformed file), SLAPO_NOT_FOUND (missing tensor, named),
- * SLAPO_SHAPE (wrong shape, both shapes named), SLAPO_PRECOND (an untied
- * lm_head.weight: both names and the largest difference), NOMEM. */
+ * attn.masked_bias) and lm_head.weight when it equals wte (tied). Other
+ * tensors the model does not have are not read, and rank 0 warns about
+ * them (slapo_logf SLAPO_LOG_WARN: the first few names, and layers past the
+ * model's), as Hugging Face's from_pretrained does. Every model parameter
+ * must be present with the right shape, and lm_head.weight (when present)
+ * equal to wte: all checked before anything is copied, so such an error
+ * leaves the model as it was (an I/O error or out of memory while copying
+ * can leave it part-loaded). Errors: SLAPO_IO (unreadable or malformed
+ * file), SLAPO_NOT_FOUND (missing tensor, named), SLAPO_SHAPE (wrong shape,
+ * both shapes named), SLAPO_PRECOND (an untied lm_head.weight: both names
+ * and the largest difference), SLAPO_STATE (model not materialized), NOMEM. */
 slapo_status slapo_gpt2_load(slapo_module *model, const char *path);
 /* True for the parameters Hugging Face's GPT-2 stores transposed (its
  * Conv1D weights, [in, out]): attn.c_attn, attn.c_proj, mlp.c_fc and
@@ -190,7 +195,8 @@ slapo_status slapo_llama_new(const slapo_llama_config *cfg, slapo_module **out);
 
 /* Hugging Face safetensors import/export (names as above, Linear weights
  * [out, in] as stored; a tied lm_head omitted on save and, on load, equal
- * to embed_tokens or refused). Errors as slapo_gpt2_load / _save. */
+ * to embed_tokens or refused; rotary_emb.inv_freq buffers ignored, other
+ * tensors the model lacks warned about). Errors as slapo_gpt2_load / _save. */
 slapo_status slapo_llama_load(slapo_module *model, const char *path);
 slapo_status slapo_llama_save(slapo_module *model, const char *path, int n_meta,
                               const char *const *keys, const char *const *values);
@@ -269,9 +275,10 @@ slapo_status slapo_bert_new(const slapo_bert_config *cfg, slapo_module **out);
  * prefix, LayerNorm weights also as the old "gamma"/"beta") into a
  * materialized model. Ignored: the pooler, cls.seq_relationship, the
  * position_ids / token_type_ids buffers, and cls.predictions.decoder.weight
- * / .bias when they equal the tensors they are tied to. Every model
- * parameter must be present with the right shape; nothing is copied unless
- * the tied tensors agree. Errors: SLAPO_IO (unreadable or malformed file),
+ * / .bias when they equal the tensors they are tied to; other tensors the
+ * model lacks are not read, with a warning as slapo_gpt2_load's. Every model
+ * parameter must be present with the right shape and the tied tensors must
+ * agree, all checked before anything is copied. Errors: SLAPO_IO (unreadable or malformed file),
  * SLAPO_NOT_FOUND (missing tensor, named), SLAPO_SHAPE (both shapes named),
  * SLAPO_PRECOND (an untied decoder weight or bias: both names and the
  * largest difference), SLAPO_STATE (model not materialized), NOMEM. */

@@ -216,7 +216,8 @@ slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_modu
 char *slapo_module_path(const slapo_module *m);
 
 /* Visits every parameter once (tied parameters once, at their first
- * position in tree pre-order), with its full path at that position. */
+ * position in tree pre-order), with its full path at that position; `path`
+ * is borrowed for the call only (copy it to keep it). */
 typedef void (*slapo_param_visit_fn)(slapo_parameter *p, const char *path, void *ud);
 slapo_status slapo_module_visit_params(slapo_module *m, slapo_param_visit_fn fn, void *ud);
 /* The gradient tensors of every materialized parameter below m, once each,
@@ -230,6 +231,10 @@ int64_t slapo_module_numel(slapo_module *m);
  * on (seed, parameter path, element index) via Philox, not on order.
  * Errors: NOMEM. */
 slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed);
+/* SLAPO_OK when every parameter below m has its values; else SLAPO_STATE
+ * naming the first meta one, prefixed by `what` (the caller: "step").
+ * Errors also: NOMEM. */
+slapo_status slapo_module_check_materialized(slapo_module *m, const char *what);
 /* Gives every parameter below m its path (the first path that reaches it,
  * so a tied parameter has one), as materialization does, without
  * allocating values: graphs can then be built and planned on a meta model
@@ -332,8 +337,13 @@ void slapo_runner_invalidate(slapo_runner *r);
  * input shapes and dtypes, mode); SLAPO_DEBUG_STEP=1 rebuilds every step
  * and checks the rebuilt graph prints the same as the cached one.
  * `out` (may be NULL) receives the root's output value, borrowed until
- * the next step. Errors: those of building (ctx message naming op, module
- * path and shapes), SLAPO_STATE (not materialized), NOMEM. */
+ * the next step. Integer inputs that reach an embedding's ids or a
+ * cross-entropy's targets are checked against the vocabulary first (ids in
+ * [0, V), targets too or ignore_index), as PyTorch raises on them.
+ * Errors: those of building (ctx message naming op, module path and
+ * shapes), SLAPO_INVALID_ARG (train mode without a scalar loss; an id or
+ * target outside the vocabulary: input, value, element and reader named;
+ * a meta input tensor), SLAPO_STATE (not materialized), NOMEM. */
 slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                         slapo_step_mode mode, const slapo_kernel_env *env,
                         const slapo_tensor **out);

@@ -18,7 +18,8 @@ static const slapo__hf_layout k_bert_layout = {
                                       "bert.embeddings.word_embeddings.weight"},
                                      {"cls.predictions.decoder.bias", "cls.predictions.bias"},
                                      {NULL, NULL}},
-    .ignored = (const char *const[]){"*position_ids", "*pooler.*", NULL},
+    .ignored = (const char *const[]){"*position_ids", "*token_type_ids", "*pooler.*",
+                                     "cls.seq_relationship.*", NULL},
 };
 
 slapo_status slapo_bert_load(slapo_module *model, const char *path) {

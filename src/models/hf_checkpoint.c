@@ -27,13 +27,16 @@ typedef struct load_state {
 static void mark_used(const load_state *st, const char *name) {
   int lo = 0, hi = slapo_safetensors_count(st->f) - 1;
   while (lo <= hi) {
-    int mid = lo + (hi - lo) / 2, c = strcmp(name, slapo_safetensors_name(st->f, mid));
+    int mid = lo + (hi - lo) / 2;
+    int c = strcmp(name, slapo_safetensors_name(st->f, mid));
     if (c == 0) {
       st->used[mid] = true;
       return;
     }
-    if (c < 0) hi = mid - 1;
-    else lo = mid + 1;
+    if (c < 0)
+      hi = mid - 1;
+    else
+      lo = mid + 1;
   }
 }
 
@@ -60,20 +63,24 @@ static int candidates(const slapo__hf_layout *l, const char *path, char out[MAX_
 }
 
 /* The file's name for the parameter at `path` (into buf [NAME_CAP]) and its
- * metadata; NULL when the file has none of its names (*meta then NULL). */
-static const char *file_name(const load_state *st, const char *path, char *buf,
-                             slapo_tensor **meta) {
+ * metadata (*meta, owned). Errors: NOT_FOUND naming the parameter when the
+ * file has none of its names (*meta then NULL), NOMEM. */
+static slapo_status file_name(const load_state *st, const char *path, char *buf,
+                              slapo_tensor **meta) {
   char names[MAX_NAMES][NAME_CAP];
   int n = candidates(st->layout, path, names);
-  for (int i = 0; i < n; i++)
-    if (slapo_safetensors_meta(st->f, names[i], meta) == SLAPO_OK) {
+  *meta = NULL;
+  for (int i = 0; i < n; i++) {
+    slapo_status s = slapo_safetensors_meta(st->f, names[i], meta);
+    if (s == SLAPO_OK) {
       mark_used(st, names[i]);
       memcpy(buf, names[i], NAME_CAP);
-      return buf;
+      return SLAPO_OK;
     }
-  slapo_error_clear();
-  *meta = NULL;
-  return NULL;
+    if (s != SLAPO_NOT_FOUND) return s;
+  }
+  return slapo_error(SLAPO_NOT_FOUND, "%s load: %s: no tensor '%s'", st->layout->family, st->file,
+                     path);
 }
 
 static bool transposed(const slapo__hf_layout *l, const char *path) {
@@ -96,31 +103,40 @@ static slapo_status check_shape(const load_state *st, const char *name, const ch
                      tr ? " (stored transposed, [in, out])" : "");
 }
 
-static void load_one(slapo_parameter *p, const char *path, void *ud) {
-  load_state *st = ud;
-  if (st->status != SLAPO_OK) return;
-  slapo_tensor *meta = NULL, *t = NULL, *f32 = NULL, *view = NULL;
-  char buf[NAME_CAP];
-  const char *name = file_name(st, path, buf, &meta);
-  if (!name) {
-    st->status = slapo_error(SLAPO_NOT_FOUND, "%s load: %s: no tensor '%s'", st->layout->family,
-                             st->file, path);
-    return;
-  }
-  /* A sharded parameter loads its piece of the file's unsharded tensor (so
-   * a run resumes at any tensor-parallel size). */
-  slapo_tensor *full_meta = NULL;
+/* The file's name for parameter p (into buf [NAME_CAP]), after checking
+ * that the file has it with p's shape (a sharded parameter's unsharded
+ * shape: it loads its piece, so a run resumes at any tensor-parallel size). */
+static slapo_status lookup(const load_state *st, const slapo_parameter *p, const char *path,
+                           char *buf) {
+  slapo_tensor *meta = NULL, *full_meta = NULL;
+  slapo_status s = file_name(st, path, buf, &meta);
   const slapo_tensor *want = p->value;
-  slapo_status s = SLAPO_OK;
-  if (p->shard) {
+  if (s == SLAPO_OK && p->shard) {
     int64_t orig[SLAPO_MAX_DIMS];
     slapo_shard_orig_shape(p->shard, orig);
     s = slapo_tensor_new_meta(SLAPO_DTYPE_F32, p->shard->ndim, orig, &full_meta);
     want = full_meta;
   }
-  if (s == SLAPO_OK) s = check_shape(st, name, path, meta, want);
+  if (s == SLAPO_OK) s = check_shape(st, buf, path, meta, want);
   slapo_tensor_free(meta);
   slapo_tensor_free(full_meta);
+  return s;
+}
+
+/* The first pass: every parameter present with its shape, before any is
+ * overwritten, so a wrong file leaves the model as it was. */
+static void check_one(slapo_parameter *p, const char *path, void *ud) {
+  load_state *st = ud;
+  char buf[NAME_CAP];
+  if (st->status == SLAPO_OK) st->status = lookup(st, p, path, buf);
+}
+
+static void load_one(slapo_parameter *p, const char *path, void *ud) {
+  load_state *st = ud;
+  if (st->status != SLAPO_OK) return;
+  slapo_tensor *t = NULL, *f32 = NULL, *view = NULL, *piece = NULL;
+  char name[NAME_CAP];
+  slapo_status s = lookup(st, p, path, name);
   if (s == SLAPO_OK) s = slapo_safetensors_get(st->f, name, &t);
   if (s == SLAPO_OK && t->dtype != SLAPO_DTYPE_F32) s = slapo_tensor_to_dtype(t, SLAPO_DTYPE_F32, &f32);
   const slapo_tensor *src = f32 ? f32 : t;
@@ -129,7 +145,6 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
     s = slapo_tensor_permute(src, perm, &view);
     src = view;
   }
-  slapo_tensor *piece = NULL;
   if (s == SLAPO_OK && p->shard) {
     s = slapo_shard_slice(p->shard, src, &piece);
     src = piece;
@@ -140,10 +155,6 @@ static void load_one(slapo_parameter *p, const char *path, void *ud) {
   slapo_tensor_free(view);
   slapo_tensor_free(f32);
   slapo_tensor_free(t);
-}
-
-static void unmaterialized(slapo_parameter *p, const char *path, void *ud) {
-  if (slapo_tensor_is_meta(p->value) && !*(const char **)ud) *(const char **)ud = path;
 }
 
 /* Largest |a - b| over two same-shape tensors (any dtype), and where. */
@@ -177,10 +188,11 @@ static slapo_status check_tied(const load_state *st, const char *copy, const cha
     return SLAPO_OK;
   }
   mark_used(st, copy); /* checked below: equal, or the load fails */
-  char buf[NAME_CAP];
-  const char *kept = file_name(st, kept_path, buf, &meta);
+  char kept[NAME_CAP];
+  slapo_status s = file_name(st, kept_path, kept, &meta);
   slapo_tensor_free(meta);
-  slapo_status s = kept ? slapo_safetensors_get(st->f, kept, &b) : SLAPO_OK;
+  if (s == SLAPO_OK) s = slapo_safetensors_get(st->f, kept, &b);
+  else if (s == SLAPO_NOT_FOUND) s = SLAPO_OK, slapo_error_clear(); /* the load names it */
   char x[96], y[96];
   if (s == SLAPO_OK && b && !slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) {
     s = slapo_error(SLAPO_SHAPE, "%s load: %s: %s %s differs in shape from %s %s, but the model "
@@ -281,18 +293,18 @@ static void warn_unused(const load_state *st) {
 }
 
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l) {
-  const char *meta_path = NULL;
-  SLAPO_TRY(slapo_module_visit_params(model, unmaterialized, &meta_path));
-  if (meta_path)
-    return slapo_error(SLAPO_STATE, "%s load: parameter %s is not materialized", l->family,
-                       meta_path);
+  char what[64];
+  snprintf(what, sizeof what, "%s load", l->family);
+  SLAPO_TRY(slapo_module_check_materialized(model, what));
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   int n = slapo_safetensors_count(f);
   load_state st = {f, path, l, slapo_calloc((size_t)n + 1, sizeof(bool)), SLAPO_OK};
   slapo_status s = st.used ? check_tied_pairs(model, &st)
                            : slapo_error(SLAPO_NOMEM, "%s load: out of memory", l->family);
-  if (s == SLAPO_OK) s = slapo_module_visit_params(model, load_one, &st);
+  if (s == SLAPO_OK) s = slapo_module_visit_params(model, check_one, &st);
+  if (s == SLAPO_OK && (s = st.status) == SLAPO_OK)
+    s = slapo_module_visit_params(model, load_one, &st);
   if (s == SLAPO_OK) s = st.status;
   if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0) warn_unused(&st);
   slapo_free(st.used);

@@ -431,6 +431,26 @@ slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed) {
   return s != SLAPO_OK ? s : st.status;
 }
 
+/* The first meta parameter's path, copied: `path` lives only for the call. */
+typedef struct meta_state {
+  char path[512];
+} meta_state;
+
+static void first_meta(slapo_parameter *p, const char *path, void *ud) {
+  meta_state *st = ud;
+  if (slapo_tensor_is_meta(p->value) && !st->path[0])
+    snprintf(st->path, sizeof st->path, "%s", path);
+}
+
+slapo_status slapo_module_check_materialized(slapo_module *m, const char *what) {
+  meta_state st = {""};
+  SLAPO_TRY(slapo_module_visit_params(m, first_meta, &st));
+  if (!st.path[0]) return SLAPO_OK;
+  return slapo_error(SLAPO_STATE, "%s: parameter %s is not materialized (slapo_module_materialize "
+                     "allocates the parameters; a checkpoint loads into a materialized model)",
+                     what, st.path);
+}
+
 static void zero_grad(slapo_parameter *p, const char *path, void *ud) {
   (void)path, (void)ud;
   if (p->grad) memset(slapo_tensor_data(p->grad), 0, slapo_tensor_nbytes(p->grad));

@@ -254,10 +254,6 @@ done:
   return s;
 }
 
-static void materialized_check(slapo_parameter *p, const char *path, void *ud) {
-  if (slapo_tensor_is_meta(p->value) && !*(const char **)ud) *(const char **)ud = path;
-}
-
 slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                         slapo_step_mode mode, const slapo_kernel_env *env,
                         const slapo_tensor **out) {
@@ -281,11 +277,7 @@ slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *con
   bool debug = getenv("SLAPO_DEBUG_STEP") != NULL;
   uint64_t version = r->version + slapo_module_version(r->root);
   if (!r->have || debug || !key_matches(&r->cur, version, n_in, in, mode)) {
-    const char *meta = NULL;
-    SLAPO_TRY(slapo_module_visit_params(r->root, materialized_check, &meta));
-    if (meta)
-      return slapo_error(SLAPO_STATE, "step: parameter %s is not materialized "
-                         "(call slapo_module_materialize or load a checkpoint first)", meta);
+    SLAPO_TRY(slapo_module_check_materialized(r->root, "step"));
     built_step nb;
     SLAPO_TRY(build(r, n_in, in, mode, &nb, NULL));
     if (debug && r->have && key_matches(&r->cur, nb.version, n_in, in, mode) && r->cur.text &&

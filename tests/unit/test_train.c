@@ -367,6 +367,30 @@ static void test_load_warns_unused(void **state) {
   slapo_module_free(m), slapo_module_free(big);
 }
 
+/* A load that fails on a missing tensor copies nothing (every tensor is
+ * checked first); one into a model that is not materialized names the
+ * first parameter in tree order. */
+static void test_load_checks_before_copying(void **state) {
+  (void)state;
+  slapo_gpt2_config c = tiny_cfg(), c4 = tiny_cfg();
+  c4.n_layer = 4;
+  slapo_module *m = new_model(&c, 1), *big = new_model(&c4, 2), *meta;
+  char two[512];
+  tmp_path(two, sizeof two, "two_layers_only.safetensors");
+  assert_int_equal(slapo_gpt2_save(m, two, 0, NULL, NULL), SLAPO_OK);
+  slapo_tensor *before;
+  slapo_parameter *w = param_at(big, "transformer.h.0.attn.c_attn", "weight");
+  assert_int_equal(slapo_tensor_contiguous(w->value, &before), SLAPO_OK);
+  assert_int_equal(slapo_gpt2_load(big, two), SLAPO_NOT_FOUND);
+  expect_msg("no tensor 'transformer.h.2.");
+  assert_true(slapo_tensor_equal(w->value, before));
+  assert_int_equal(slapo_gpt2_new(&c, &meta), SLAPO_OK);
+  assert_int_equal(slapo_gpt2_load(meta, two), SLAPO_STATE);
+  expect_msg("gpt2 load: parameter transformer.wte.weight is not materialized");
+  slapo_tensor_free(before);
+  slapo_module_free(m), slapo_module_free(big), slapo_module_free(meta);
+}
+
 static void test_adamw_load_mismatch(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
@@ -1066,6 +1090,7 @@ int main(void) {
       cmocka_unit_test(test_lr_schedule),         cmocka_unit_test(test_clip_grad_norm),
       cmocka_unit_test(test_adamw_closed_form),   cmocka_unit_test(test_adamw_save_load),
       cmocka_unit_test(test_load_warns_unused),
+      cmocka_unit_test(test_load_checks_before_copying),
       cmocka_unit_test(test_adamw_load_mismatch), cmocka_unit_test(test_dataset_text),
       cmocka_unit_test(test_dataset_llmc),        cmocka_unit_test(test_dataset_errors),
       cmocka_unit_test(test_dataset_directory),   cmocka_unit_test(test_dataset_batch),
