@@ -116,4 +116,20 @@ slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
  * count. Errors: SLAPO_NOMEM. */
 slapo_status slapo__drop_identity_dropouts(slapo_graph *g, bool training, int *n_dropped);
 
+/* The range an integer step input must lie in (module/index_check.c):
+ * [0, hi), or `ignore` when has_ignore; unchecked (the
+ * input reaches no embedding ids or cross-entropy targets: node ""). */
+typedef struct slapo__index_bound {
+  int64_t hi, ignore;
+  bool has_ignore;
+  char node[64]; /* the narrowest reader's name (a copy: passes may rename) */
+} slapo__index_bound;
+/* Fills out[i] for each of a step graph's inputs ins[i] (after the forward
+ * is built; vocab-parallel embeddings are bound by their full table). */
+void slapo__index_bounds(slapo_module *root, int n_in, slapo_node *const *ins,
+                         slapo__index_bound *out);
+/* SLAPO_INVALID_ARG naming input i, the value, its element and the reader
+ * when t holds a value outside b; NOMEM. */
+slapo_status slapo__index_check(const slapo__index_bound *b, int i, const slapo_tensor *t);
+
 #endif

@@ -24,6 +24,7 @@ typedef struct built_step {
   slapo_parameter **absent;  /*   does not use (zeroed by a WRITE step)   */
   bool measured;             /* the last run had SLAPO_ACC_MEASURE        */
   char *text;                /* printed graph (SLAPO_DEBUG_STEP)          */
+  slapo__index_bound bounds[8]; /* the integer inputs' ranges             */
 } built_step;
 
 struct slapo_runner {
@@ -173,6 +174,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
     s = slapo_error(SLAPO_STATE, "step: the %s forward returned no value", r->root->type->name);
     goto done;
   }
+  slapo__index_bounds(r->root, n_in, ins, b->bounds);
   int n = (int)slapo_map_count(bs.param_nodes);
   if (mode == SLAPO_STEP_TRAIN) {
     if (y->ndim != 0) {
@@ -296,6 +298,7 @@ slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *con
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
     SLAPO_TRY(slapo_plan_bind_input(b->plan, name, in[i]));
+    SLAPO_TRY(slapo__index_check(&b->bounds[i], i, in[i]));
   }
   if (mode == SLAPO_STEP_TRAIN) {
     *(float *)slapo_tensor_data(r->dloss) = loss_scale;

@@ -6,7 +6,8 @@
  * K = number of counted rows (loss 0 when K = 0); logsumexp subtracts the row
  * max so logits like 1e4 stay finite (llm.c crossentropy_softmax_backward).
  * A target outside [0, V) that is not ignore_index is skipped like an ignored
- * one: kernels cannot fail, and the data loader validates targets. */
+ * one: kernels cannot fail, and slapo_step checks targets first
+ * (module/index_check.c). */
 #include <math.h>
 #include <omp.h>
 #include <string.h>

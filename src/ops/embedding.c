@@ -3,8 +3,9 @@
  * add "index_add" (PyTorch Tensor.index_add along dim 0). Layer: ops.
  * The weight gradient of embedding is index_add of dy rows into zeros (llm.c
  * encoder_backward); index_add's own gradient is (dy, gather of dy rows).
- * Out-of-range indices: kernels cannot fail, so the data loader validates
- * token ids; a stray index reads a zero row / adds nothing (never clamps). */
+ * Out-of-range indices: kernels cannot fail, so slapo_step checks token
+ * ids first (module/index_check.c); a stray index reaching a kernel reads
+ * a zero row / adds nothing (never clamps). */
 #include <omp.h>
 #include <string.h>
 
@@ -48,7 +49,7 @@ static void embedding_rows(const slapo_node *node, const slapo_tensor *const *in
 #pragma omp parallel for if (parallel) num_threads(slapo__threads_for(N * C)) schedule(static)
   for (int64_t n = 0; n < N; n++) {
     int64_t v = index_at(in[1], n) - off;
-    /* Out of range (or another rank's rows): a zero row (documented; the loader validates ids). */
+    /* Another rank's rows (or, past slapo_step's check, out of range): a zero row. */
     if (v >= 0 && v < V) memcpy(y + n * C, w + v * C, (size_t)C * sizeof(float));
     else memset(y + n * C, 0, (size_t)C * sizeof(float));
   }
