@@ -327,6 +327,33 @@ static void say_schedule(trainer *t) {
  * it will need, then materialized and initialized from a file. Values do
  * not depend on the order: each is a function of seed, path and index, and
  * replacement modules keep the replaced parameters. */
+/* What save_checkpoint's metadata says of a checkpoint to resume (or, with
+ * any_config, to start from): the model family it was saved from, and for
+ * a resume the config, must be this run's, and *step gets the step its
+ * weights were saved at (-1 when the file has no slapo_step: one written by
+ * another program, such as Hugging Face's). Only the file's header is read. */
+static slapo_status check_saved(const trainer *t, const char *path, bool any_config,
+                                int64_t *step) {
+  slapo_safetensors *f;
+  SLAPO_TRY(slapo_safetensors_read_header(path, &f));
+  const char *v = slapo_safetensors_metadata(f, "slapo_step");
+  const char *model = slapo_safetensors_metadata(f, "slapo_model");
+  const char *config = slapo_safetensors_metadata(f, "slapo_config");
+  char *end = NULL;
+  long long n = v ? strtoll(v, &end, 10) : -1;
+  *step = v ? n : -1;
+  slapo_status s = SLAPO_OK;
+  if (v && (!v[0] || *end || n < 0))
+    s = slapo_error(SLAPO_IO, "train: %s: metadata slapo_step '%s' is not a step count", path, v);
+  else if ((model && strcmp(model, t->fam->name)) ||
+           (!any_config && config && strcmp(config, t->c.model_config)))
+    s = slapo_error(SLAPO_INVALID_ARG, "train: %s was saved from %s %s; this run is %s %s",
+                    path, model ? model : t->fam->name, config ? config : t->c.model_config,
+                    t->fam->name, t->c.model_config);
+  slapo_safetensors_free(f);
+  return s;
+}
+
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config, c->dropout, &t->model));
@@ -352,6 +379,8 @@ static slapo_status build_model(trainer *t) {
   SLAPO_TRY(check_memory(t));
   SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
   if (c->init_from) {
+    int64_t ignored;
+    SLAPO_TRY(check_saved(t, c->init_from, true, &ignored));
     SLAPO_TRY(t->fam->load(t->model, c->init_from));
     say(t->cb, t->ud, "init: weights from %s", c->init_from);
   }
@@ -368,30 +397,6 @@ static slapo_status build_model(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
-/* What save_checkpoint's metadata says of a checkpoint to resume: the
- * model and config it was saved from must be this run's, and *step gets
- * the step its weights were saved at (-1 when the file has no slapo_step:
- * one written by another program). Only the file's header is read. */
-static slapo_status check_saved(const trainer *t, const char *path, int64_t *step) {
-  slapo_safetensors *f;
-  SLAPO_TRY(slapo_safetensors_read_header(path, &f));
-  const char *v = slapo_safetensors_metadata(f, "slapo_step");
-  const char *model = slapo_safetensors_metadata(f, "slapo_model");
-  const char *config = slapo_safetensors_metadata(f, "slapo_config");
-  char *end = NULL;
-  long long n = v ? strtoll(v, &end, 10) : -1;
-  *step = v ? n : -1;
-  slapo_status s = SLAPO_OK;
-  if (v && (!v[0] || *end || n < 0))
-    s = slapo_error(SLAPO_IO, "train: %s: metadata slapo_step '%s' is not a step count", path, v);
-  else if ((model && strcmp(model, t->fam->name)) || (config && strcmp(config, t->c.model_config)))
-    s = slapo_error(SLAPO_INVALID_ARG, "train: %s was saved from %s %s; this run is %s %s",
-                    path, model ? model : t->fam->name, config ? config : t->c.model_config,
-                    t->fam->name, t->c.model_config);
-  slapo_safetensors_free(f);
-  return s;
-}
-
 /* Weights and optimizer state from --resume; *start: the step to go on from. */
 static slapo_status resume(trainer *t, int64_t *start) {
   const slapo_train_config *c = &t->c;
@@ -400,7 +405,7 @@ static slapo_status resume(trainer *t, int64_t *start) {
   char op[4200];
   optim_path(c->resume, op, sizeof op);
   int64_t wstep;
-  SLAPO_TRY(check_saved(t, c->resume, &wstep));
+  SLAPO_TRY(check_saved(t, c->resume, false, &wstep));
   SLAPO_TRY(t->fam->load(t->model, c->resume));
   SLAPO_TRY(slapo_adamw_load(t->opt, op, t->fam->stored_transposed));
   *start = slapo_adamw_steps(t->opt);

@@ -239,6 +239,9 @@ check "save as an optimizer file" err "ends in .optim.safetensors, the name of a
 run "init-from" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 --sample 0 \
   --val-batches 1 --threads 1 --data "$TEXT" --init-from "$TMP/ckpt.safetensors"
 check "init-from" out "init: weights from $TMP/ckpt.safetensors"
+run "init-from another family" 1 "$SLAPO" train --model llama --config tiny --steps 1 \
+  --data "$TEXT" --init-from "$TMP/ckpt.safetensors"
+check "init-from another family" err "ckpt.safetensors was saved from gpt2 tiny; this run is llama tiny"
 
 # slapo profile: the per-module table with its header, the optimizer row and
 # a total row; bad values are usage errors.
