@@ -28,7 +28,10 @@
  *             SLAPO_PRECOND     a collective that does not fit what the
  *                               module's shards produce (all_reduce on a
  *                               split output, all_gather on partial sums):
- *                               the message names the collective needed
+ *                               the message names the collective needed;
+ *                               any but scatter on a Linear or Embedding
+ *                               whose weight is not sharded (every rank
+ *                               has the whole value: all_reduce doubles it)
  *             SLAPO_STATE       inlined into a flattened trace (sync first)
  * Verified by verify across ranks (within tolerance). */
 #include <stdio.h>
@@ -79,7 +82,9 @@ static const slapo_module_type k_synced = {"SyncedLinear", sl_forward, sl_descri
 
 /* ---- what a module's shards produce ---- */
 
-typedef enum { OUT_UNKNOWN, OUT_SPLIT_LAST, OUT_PARTIAL } out_kind;
+/* OUT_WHOLE: a Linear or Embedding whose weight is not sharded computes
+ * its whole output on every rank. */
+typedef enum { OUT_UNKNOWN, OUT_SPLIT_LAST, OUT_PARTIAL, OUT_WHOLE } out_kind;
 
 static bool is_linear(const slapo_module *m) {
   return !strcmp(m->type->name, "Linear") || !strcmp(m->type->name, "DecomposedLinear");
@@ -89,7 +94,8 @@ static out_kind output_kind(const slapo_module *m) {
   const slapo_parameter *w = slapo_module_param(m, "weight");
   /* From the shard's axis, whatever the group size: a schedule means the
    * same (and is refused the same) on one process as on many. */
-  if (!w || !w->shard) return OUT_UNKNOWN;
+  bool known = is_linear(m) || !strcmp(m->type->name, "Embedding");
+  if (!w || !w->shard) return w && known ? OUT_WHOLE : OUT_UNKNOWN;
   if (is_linear(m)) return w->shard->axis == 0 ? OUT_SPLIT_LAST : OUT_PARTIAL;
   if (!strcmp(m->type->name, "Embedding"))
     return w->shard->axis == 0 ? OUT_PARTIAL : OUT_SPLIT_LAST;
@@ -107,7 +113,13 @@ static slapo_status check_fit(const char *path, const slapo_module *m, int op, i
   out_kind k = output_kind(m);
   const char *split = "is split along its last axis (weight sharded on axis %d)";
   const char *partial = "holds partial sums (weight sharded on axis %d)";
-  int wa = k != OUT_UNKNOWN ? slapo_module_param(m, "weight")->shard->axis : 0;
+  if (k == OUT_WHOLE && op != OP_SCATTER)
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's weight is not sharded, so every rank "
+                       "computes its whole output; %s would %s the ranks' copies: shard the "
+                       "weight first (a shard line before this one)", path, m->type->name,
+                       k_ops[op], op == OP_ALL_GATHER ? "concatenate" : "add");
+  int wa = k == OUT_SPLIT_LAST || k == OUT_PARTIAL ? slapo_module_param(m, "weight")->shard->axis
+                                                   : 0;
   char what[128];
   snprintf(what, sizeof what, k == OUT_PARTIAL ? partial : split, wa);
   if (k == OUT_SPLIT_LAST && (op == OP_ALL_REDUCE || op == OP_REDUCE_SCATTER))
@@ -121,7 +133,7 @@ static slapo_status check_fit(const char *path, const slapo_module *m, int op, i
     return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s; all_gather would "
                        "concatenate them: use 'sync fwd_post all_reduce' (or reduce_scatter)",
                        path, m->type->name, what);
-  if (k != OUT_UNKNOWN && op == OP_SCATTER)
+  if ((k == OUT_SPLIT_LAST || k == OUT_PARTIAL) && op == OP_SCATTER)
     return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's output %s already; scatter splits a "
                        "replicated value", path, m->type->name, what);
   return SLAPO_OK;
@@ -180,6 +192,11 @@ static slapo_status sync_impl(slapo_sched *node, const char *mode, const char *o
                        "sync a submodule");
   SLAPO_TRY(slapo__prim_not_inlined(node, "sync"));
   if (where == 1) SLAPO_TRY(check_fit(path, m, op, axis));
+  if (where == 2 && output_kind(m) == OUT_WHOLE)
+    return slapo_error(SLAPO_PRECOND, "sync: %s: the %s's weight is not sharded, so every rank "
+                       "computes its input's whole gradient; bwd_post all_reduce would add the "
+                       "ranks' copies: shard the weight first (a shard line before this one)",
+                       path, m->type->name);
   SLAPO_TRY(slapo__prim_log_check(node, "sync", na, args));
   slapo_module_sync s = {where == 1 ? SLAPO_SYNC_OUTPUT : SLAPO_SYNC_INPUT, emit,
                          {where == 2 ? OP_REDUCE_GRAD : op, axis, reduce, group}};

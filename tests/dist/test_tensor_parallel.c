@@ -243,6 +243,15 @@ static void test_sync_mismatch(void **state) {
                "transformer.h.0.mlp sync fwd_post all_reduce pattern=\"matmul(x, w)\"\n",
                SLAPO_PRECOND, (const char *const[]){"matched value is split along its last",
                                                     "all_gather axis=-1", NULL});
+  /* Nothing sharded: every rank has the whole output, and all_reduce
+   * would double it on two ranks. */
+  expect_error("transformer.h.0.mlp.c_proj sync fwd_post all_reduce\n", SLAPO_PRECOND,
+               (const char *const[]){"transformer.h.0.mlp.c_proj", "weight is not sharded",
+                                     "all_reduce would add", "shard the weight first", NULL});
+  expect_error("transformer.wte sync fwd_post all_gather axis=-1\n", SLAPO_PRECOND,
+               (const char *const[]){"all_gather would concatenate", NULL});
+  expect_error("transformer.h.0.mlp.c_fc sync bwd_post all_reduce\n", SLAPO_PRECOND,
+               (const char *const[]){"input's whole gradient", NULL});
   expect_error("transformer.h.0.mlp.c_fc shard weight axis=0\n"
                "transformer.h.0.mlp.c_fc decompose\n",
                SLAPO_STATE, (const char *const[]){"decompose before shard", NULL});
