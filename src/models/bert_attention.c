@@ -26,10 +26,33 @@ slapo_node *slapo__bert_mask_bias(slapo_ctx *ctx, slapo_node *mask) {
   return slapo_reshape(ctx, bias, 4, b11t); /* [B, 1, 1, T], broadcast over heads, queries */
 }
 
+/* This rank's heads: all n_head, or under tensor parallelism those its
+ * query, key and value weights hold (NH from head0), which must agree. */
+typedef struct heads {
+  int64_t NH, head0;
+} heads;
+
+static bool heads_of(slapo_ctx *ctx, const slapo_module *self, heads *h) {
+  const slapo_bert_config *c = self->config;
+  int64_t HS = c->n_embd / c->n_head, nk, k0, nv, v0;
+  if (!slapo__local_heads(ctx, self, "query", HS, c->n_head, "n_head", &h->NH, &h->head0) ||
+      !slapo__local_heads(ctx, self, "key", HS, c->n_head, "n_head", &nk, &k0) ||
+      !slapo__local_heads(ctx, self, "value", HS, c->n_head, "n_head", &nv, &v0))
+    return false;
+  if (nk == h->NH && nv == h->NH && k0 == h->head0 && v0 == h->head0) return true;
+  slapo_ctx_fail(ctx, SLAPO_SHAPE, "%s: this rank's query, key and value hold heads %lld.., "
+                 "%lld.. and %lld.. (%lld, %lld and %lld of %d): shard the three alike "
+                 "(weight and bias axis=0)", slapo_ctx_origin(ctx), (long long)h->head0,
+                 (long long)k0, (long long)v0, (long long)h->NH, (long long)nk, (long long)nv,
+                 c->n_head);
+  return false;
+}
+
 /* Checks (x [B, T, C]) or (x, bias [B, 1, 1, T]); q, k, v [B, NH, T, HS]
- * from the query, key and value Linears. False on error (on ctx). */
-static bool project(slapo_ctx *ctx, slapo_module *self, int n_in, slapo_node *const *in,
-                    slapo_node **heads) {
+ * from the query, key and value Linears (NH: this rank's heads). False on
+ * error (on ctx). */
+static bool project(slapo_ctx *ctx, slapo_module *self, const heads *h, int n_in,
+                    slapo_node *const *in, slapo_node **qkv) {
   const slapo_bert_config *c = self->config;
   if (n_in < 1 || n_in > 2 || !in[0] || in[0]->ndim != 3 || in[0]->shape[2] != c->n_embd) {
     slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "%s: %s expects (hidden [B, T, %lld]) or (hidden, "
@@ -38,13 +61,13 @@ static bool project(slapo_ctx *ctx, slapo_module *self, int n_in, slapo_node *co
     return false;
   }
   slapo_node *x = in[0];
-  int64_t B = x->shape[0], T = x->shape[1], NH = c->n_head, HS = c->n_embd / NH;
-  int64_t bthd[4] = {B, T, NH, HS}, perm[4] = {0, 2, 1, 3};
+  int64_t B = x->shape[0], T = x->shape[1], HS = c->n_embd / c->n_head;
+  int64_t bthd[4] = {B, T, h->NH, HS}, perm[4] = {0, 2, 1, 3};
   static const char *const names[3] = {"query", "key", "value"};
   for (int i = 0; i < 3; i++)
-    heads[i] = slapo_permute(ctx, slapo_reshape(ctx, slapo_call1(ctx, self, names[i], x), 4, bthd),
-                             4, perm);
-  return heads[0] && heads[1] && heads[2];
+    qkv[i] = slapo_permute(ctx, slapo_reshape(ctx, slapo_call1(ctx, self, names[i], x), 4, bthd),
+                           4, perm);
+  return qkv[0] && qkv[1] && qkv[2];
 }
 
 /* y [B, NH, T, HS] -> [B, T, C]. */
@@ -59,18 +82,24 @@ static slapo_node *merge(slapo_ctx *ctx, slapo_node *y) {
 static slapo_node *self_attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                      slapo_node *const *in) {
   const slapo_bert_config *c = self->config;
-  slapo_node *heads[3]; /* q, k, v [B, NH, T, HS] */
-  if (!project(ctx, self, n_in, in, heads)) return NULL;
+  heads h;
+  slapo_node *qkv[3]; /* q, k, v [B, NH, T, HS] */
+  if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, qkv)) return NULL;
   slapo_node *bias = n_in == 2 ? in[1] : NULL;
   /* att [B, NH, T, T] = q k^T / sqrt(HS) (+ bias): HF divides by sqrt(HS);
    * multiplying by its reciprocal is exact for the power-of-two head sizes
    * of every config here (16, 32, 64). */
-  slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
+  slapo_node *att = slapo_matmul(ctx, qkv[0], qkv[1], false, true);
   att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)(c->n_embd / c->n_head)));
   if (bias) att = slapo_add(ctx, att, bias);
   att = slapo_softmax(ctx, att, false);
+  /* Under tensor parallelism the dropout masks are the unsharded model's
+   * in this rank's heads (dim 1 from head0), so ranks match one process. */
+  int64_t prev[3];
+  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, h.head0, c->n_head, prev);
   att = slapo_call1(ctx, self, "dropout", att);
-  return merge(ctx, slapo_matmul(ctx, att, heads[2], false, false));
+  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
+  return merge(ctx, slapo_matmul(ctx, att, qkv[2], false, false));
 }
 
 /* The same through the fused flash_attention op: the bias [B, 1, 1, T] is
@@ -80,8 +109,9 @@ static slapo_node *self_attn_forward(slapo_ctx *ctx, slapo_module *self, int n_i
 static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                  slapo_node *const *in) {
   const slapo_bert_config *c = self->config;
+  heads h;
   slapo_node *args[4]; /* q, k, v [B, NH, T, HS], mask [B, T] */
-  if (!project(ctx, self, n_in, in, args)) return NULL;
+  if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, args)) return NULL;
   int n = 3;
   if (n_in == 2) {
     int64_t bt[2] = {in[0]->shape[0], in[0]->shape[1]};
@@ -90,13 +120,16 @@ static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   const char *origin = slapo_ctx_origin(ctx);
   char drop_path[1024];
   snprintf(drop_path, sizeof drop_path, "%s%sdropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[4] = {
+  slapo_attr attrs[6] = {
       slapo_attr_int("causal", 0),
       slapo_attr_float("scale", 1.0 / sqrt((double)(c->n_embd / c->n_head))),
       slapo_attr_float("dropout_p", c->attn_dropout),
       slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
+      slapo_attr_int("head_offset", h.head0),      /* tensor parallel: the unsharded */
+      slapo_attr_int("n_head_total", c->n_head),   /*   model's masks in these heads */
   };
-  return merge(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), n, args, 4, attrs));
+  int n_attrs = h.NH != c->n_head ? 6 : 4;
+  return merge(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), n, args, n_attrs, attrs));
 }
 
 static void self_attn_describe(const slapo_module *self, char *buf, size_t cap) {

@@ -46,6 +46,12 @@ run "verify llama tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --model llama --tp 2 --sc
 check "verify llama tp2" out "verify: ok"
 run "llama tp4 > kv heads" 1 $MPIRUN -np 4 "$SLAPO" verify --model llama --tp 4 --schedule "$ROOT/schedules/llama_tp.sched" --final-only
 check "llama tp4 > kv heads" err "must divide n_kv_head = 2"
+# BERT: heads split across query, key and value; sharded unlike, refused.
+run "verify bert tp2" 0 $MPIRUN -np 2 "$SLAPO" verify --model bert --tp 2 --schedule "$ROOT/schedules/bert_tp.sched" --final-only
+check "verify bert tp2" out "verify: ok"
+printf 'bert.encoder.layer.0.attention.self.query shard weight axis=0\n' > "$TMP/bert_q_only.sched"
+run "bert query alone" 1 $MPIRUN -np 2 "$SLAPO" verify --model bert --tp 2 --schedule "$TMP/bert_q_only.sched" --final-only
+check "bert query alone" err "shard the three alike"
 # GPT-2 `small` has 6 heads: 4 ranks would each get a head and a half.
 run "gpt2 small tp4 > heads" 1 $MPIRUN -np 4 "$SLAPO" verify --tp 4 --config small --schedule "$TP_SCHED" --final-only --seq 64
 check "gpt2 small tp4 > heads" err "keeps 288 of 1152 rows (4 ranks), not whole heads of 192 rows: the tensor-parallel size must divide n_head = 6"
