@@ -118,25 +118,30 @@ slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed
 
 /* Masked-LM corruption (BERT): what slapo_mlm_mask draws. */
 typedef struct slapo_mlm_config {
-  double mask_prob;     /* share of positions chosen (0.15, BERT's)           */
+  double mask_prob;     /* share of positions chosen, in (0, 1] (0.15, BERT's) */
   int64_t mask_token;   /* [MASK] id, >= 0                                    */
   int64_t random_vocab; /* random replacements are ids in [0, random_vocab):
                            the data's vocabulary (256, bytes, for text)       */
 } slapo_mlm_config;
 
 /* Corrupts idx [B, T] i32 in place for masked-LM training and fills labels
- * [B, T] i32 (contiguous, same shape): each position is chosen with
- * probability mask_prob; a chosen one becomes mask_token (80 %), a random
+ * [B, T] i32 (contiguous, same shape): each sequence (row of T) gets
+ * exactly max(1, round(T * mask_prob)) chosen positions, uniformly placed
+ * (the count of Google's create_pretraining_data.py: a short sequence
+ * always has a loss); a chosen one becomes mask_token (80 %), a random
  * id in [0, random_vocab) (10 %) or stays (10 %), as Devlin et al. 2019
  * and Hugging Face's DataCollatorForLanguageModeling do; labels are the
  * original ids at chosen positions and SLAPO_IGNORE_INDEX elsewhere. Draws
  * are Philox keyed by seed at counter (position, split, step), so masks are
  * a pure function of (seed, val, step, and idx's content): the same batch
  * step masks the same way every time (fixed validation masks). Errors:
- * SLAPO_INVALID_ARG (mask_prob outside [0, 1], mask_token < 0, random_vocab
- * < 1, tensors not contiguous i32 of one shape). */
+ * SLAPO_INVALID_ARG (mask_prob outside (0, 1], mask_token < 0, random_vocab
+ * < 1, tensors not contiguous i32 of one shape, at least 1-D). */
 slapo_status slapo_mlm_mask(const slapo_mlm_config *c, uint64_t seed, bool val, int64_t step,
                             slapo_tensor *idx, slapo_tensor *labels);
+/* Positions slapo_mlm_mask chooses in each sequence of T: max(1, round(T *
+ * mask_prob)), at most T; 0 when T < 1. */
+int64_t slapo_mlm_num_to_predict(const slapo_mlm_config *c, int64_t T);
 
 /* ------------------------------------------------------------------------ */
 /* Sampling                                                                  */

@@ -103,8 +103,8 @@ typedef struct trainer {
   double t0;
 } trainer;
 
-/* The masked-LM recipe of BERT (Devlin et al. 2019 §3.1): 15 % of the
- * positions, [MASK] from the family, random replacements from the data's
+/* The masked-LM recipe of BERT (Devlin et al. 2019 §3.1): 15 % of each
+ * sequence's positions (at least one), [MASK] from the family, random replacements from the data's
  * vocabulary (bytes for text). */
 static slapo_mlm_config mlm_config(const trainer *t) {
   return (slapo_mlm_config){.mask_prob = 0.15, .mask_token = t->dims.mask_token,
@@ -271,9 +271,11 @@ static slapo_status load_data(trainer *t) {
         (long long)t->dims.vocab_size);
   if (t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM) {
     slapo_mlm_config mc = mlm_config(t);
-    say(t->cb, t->ud, "objective: masked LM: %.0f %% of positions chosen, of those 80 %% become "
-        "[MASK] (id %lld), 10 %% a random id below %lld, 10 %% stay; loss over the chosen ones",
-        100 * mc.mask_prob, (long long)mc.mask_token, (long long)mc.random_vocab);
+    say(t->cb, t->ud, "objective: masked LM: %.0f %% of positions chosen (%lld of each sequence "
+        "of %lld, at least 1), of those 80 %% become [MASK] (id %lld), 10 %% a random id below "
+        "%lld, 10 %% stay; loss over the chosen ones", 100 * mc.mask_prob,
+        (long long)slapo_mlm_num_to_predict(&mc, t->c.seq), (long long)t->c.seq,
+        (long long)mc.mask_token, (long long)mc.random_vocab);
   }
   return SLAPO_OK;
 }
