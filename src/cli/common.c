@@ -31,6 +31,15 @@ int cli_usage_error(const char *cmd, const char *fmt, const char *arg) {
   return 2;
 }
 
+int cli_no_options(int argc, char **argv, const char *usage) {
+  if (argc < 2) return -1;
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    fputs(usage, stdout);
+    return 0;
+  }
+  return cli_usage_error(argv[0], "unexpected argument '%s'", argv[1]);
+}
+
 /* The long name of option `val` in `opts`. */
 static const char *opt_name(const struct option *opts, int val) {
   for (; opts->name; opts++)

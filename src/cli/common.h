@@ -32,6 +32,10 @@ int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 /* The usage error for getopt_long's result `o` (':' missing value, '?'
  * unknown option) or for a bad value of option `o`. Returns 2. */
 int cli_option_error(const char *cmd, const struct option *opts, int o, char **argv);
+/* The arguments of a command that takes none (argv[0] is its name): -1
+ * when there are none (run it), 0 after printing `usage` for --help or -h,
+ * or the usage error's 2 for anything else. */
+int cli_no_options(int argc, char **argv, const char *usage);
 /* getopt_long over the long options `opts`, with -h read as --help
  * (OPT_HELP), as users of other CLIs type it. */
 int cli_getopt(int argc, char **argv, const struct option *opts);
@@ -78,7 +82,7 @@ int cmd_show(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_find(int argc, char **argv);
 int cmd_models(int argc, char **argv);
-int cmd_primitives(void);
+int cmd_primitives(int argc, char **argv);
 int cmd_plot(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_help(int argc, char **argv);

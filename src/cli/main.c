@@ -33,14 +33,33 @@ void cli_top_usage(FILE *f) {
           "Run 'slapo <command> --help' for the options of a command.\n");
 }
 
-static int run(const char *cmd, int argc, char **argv);
+static int cmd_version(int argc, char **argv) {
+  int rc = cli_no_options(argc, argv,
+                          "usage: slapo version (or slapo --version)\n\n"
+                          "Prints the version.\n");
+  if (rc >= 0) return rc;
+  printf("slapo %s\n", SLAPO_VERSION);
+  return 0;
+}
 
-static bool is_command(const char *s) {
-  static const char *const k_cmds[] = {"train", "show",   "verify", "profile",
-                                       "find",  "models", "plot"};
-  for (size_t i = 0; i < sizeof k_cmds / sizeof *k_cmds; i++)
-    if (!strcmp(s, k_cmds[i])) return true;
-  return false;
+/* Every command cli_top_usage lists, one table for dispatch and for
+ * `help <command>`, so that no listed command lacks either. Each takes its
+ * argv from the command name and prints its usage for --help. */
+static const struct {
+  const char *name;
+  int (*fn)(int argc, char **argv);
+} k_commands[] = {
+    {"train", cmd_train},     {"show", cmd_show},
+    {"verify", cmd_verify},   {"profile", cmd_profile},
+    {"find", cmd_find},       {"models", cmd_models},
+    {"plot", cmd_plot},       {"primitives", cmd_primitives},
+    {"version", cmd_version}, {"help", cmd_help},
+};
+
+static int (*command(const char *name))(int, char **) {
+  for (size_t i = 0; i < sizeof k_commands / sizeof *k_commands; i++)
+    if (!strcmp(name, k_commands[i].name)) return k_commands[i].fn;
+  return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -51,40 +70,27 @@ int main(int argc, char **argv) {
     cli_top_usage(stderr);
     return 2;
   }
-  const char *cmd = argv[1];
   /* Checked before any kernel runs: an unreadable cap would otherwise mean
    * the baseline kernels without a word. */
   if (slapo_isa_check_env() != SLAPO_OK) return cli_fail(SLAPO_INVALID_ARG);
-  if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-    printf("slapo %s\n", SLAPO_VERSION);
-    return 0;
-  }
-  if (!strcmp(cmd, "help") && argc > 2 && is_command(argv[2])) {
+  /* The other spellings of two commands, as other CLIs take them. */
+  static char version[] = "version", help_cmd[] = "help";
+  if (!strcmp(argv[1], "--version")) argv[1] = version;
+  else if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) argv[1] = help_cmd;
+  const char *cmd = argv[1];
+  /* `help <command>` is `<command> --help`; other help topics are cmd_help's. */
+  if (!strcmp(cmd, "help") && argc > 2 && command(argv[2])) {
     char help[] = "--help";
-    char *args[] = {argv[0], argv[2], help, NULL};
-    return run(argv[2], 3, args);
+    char *args[] = {argv[2], help, NULL};
+    return command(argv[2])(2, args);
   }
-  if (!strcmp(cmd, "help")) return cmd_help(argc - 1, argv + 1);
-  if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
-    cli_top_usage(stdout);
-    return 0;
+  int (*fn)(int, char **) = command(cmd);
+  if (!fn) {
+    fprintf(stderr, "slapo: usage: unknown command '%s'\n", cmd);
+    cli_top_usage(stderr);
+    return 2;
   }
-  int rc = run(cmd, argc, argv);
+  int rc = fn(argc - 1, argv + 1);
   slapo_dist_finalize(); /* MPI ends only where a command started it */
   return rc;
-}
-
-/* The commands that may start MPI (through cli_model_finish). */
-static int run(const char *cmd, int argc, char **argv) {
-  if (!strcmp(cmd, "primitives")) return cmd_primitives();
-  if (!strcmp(cmd, "models")) return cmd_models(argc - 1, argv + 1);
-  if (!strcmp(cmd, "plot")) return cmd_plot(argc - 1, argv + 1);
-  if (!strcmp(cmd, "verify")) return cmd_verify(argc - 1, argv + 1);
-  if (!strcmp(cmd, "train")) return cmd_train(argc - 1, argv + 1);
-  if (!strcmp(cmd, "show")) return cmd_show(argc - 1, argv + 1);
-  if (!strcmp(cmd, "find")) return cmd_find(argc - 1, argv + 1);
-  if (!strcmp(cmd, "profile")) return cmd_profile(argc - 1, argv + 1);
-  fprintf(stderr, "slapo: usage: unknown command '%s'\n", cmd);
-  cli_top_usage(stderr);
-  return 2;
 }

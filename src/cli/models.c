@@ -23,14 +23,10 @@ static slapo_status list_family(const slapo_model_family *f) {
 }
 
 int cmd_models(int argc, char **argv) {
-  if (argc > 1) {
-    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-      printf("usage: slapo models\n\nLists the model families and their configs with "
-             "parameter counts.\n");
-      return 0;
-    }
-    return cli_usage_error("models", "unexpected argument '%s'", argv[1]);
-  }
+  int rc = cli_no_options(argc, argv,
+                          "usage: slapo models\n\nLists the model families and "
+                          "their configs with parameter counts.\n");
+  if (rc >= 0) return rc;
   for (int i = 0; i < slapo_model_count(); i++) {
     slapo_status s = list_family(slapo_model_at(i));
     if (s != SLAPO_OK) return cli_fail(s);

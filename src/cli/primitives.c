@@ -1,10 +1,17 @@
 /* cli/primitives.c - `slapo primitives` (every primitive and replacement
- * module with its summary) and `slapo help <primitive>`. Layer: cli. */
+ * module with its summary) and `slapo help <primitive>` (and the topics
+ * glob and pattern). Layer: cli. */
 #include <string.h>
 
 #include "cli/common.h"
 
-int cmd_primitives(void) {
+int cmd_primitives(int argc, char **argv) {
+  int rc = cli_no_options(argc, argv,
+                          "usage: slapo primitives\n\n"
+                          "Lists the schedule primitives, the replacement and subgraph modules\n"
+                          "and the registered patterns. 'slapo help <primitive>' prints a\n"
+                          "primitive's documentation.\n");
+  if (rc >= 0) return rc;
   for (int i = 0; i < slapo_primitive_count(); i++) {
     const slapo_primitive *p = slapo_primitive_at(i);
     printf("%-12s %s%s\n", p->name, p->summary, p->bitwise ? " (bitwise)" : "");
@@ -74,6 +81,16 @@ static const char *const k_topics[][2] = {
 int cmd_help(int argc, char **argv) {
   if (argc < 2) {
     cli_top_usage(stdout);
+    return 0;
+  }
+  /* `slapo help help` arrives here as `help --help` (main.c). */
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    fputs("usage: slapo help [<command> | <primitive> | glob | pattern]\n\n"
+          "Without an argument, lists the commands. With a command, prints its options (as\n"
+          "'slapo <command> --help'); with a primitive, its documentation ('slapo primitives'\n"
+          "lists them); 'glob' and 'pattern' give the syntax of module paths and text\n"
+          "patterns in .sched files.\n",
+          stdout);
     return 0;
   }
   for (size_t i = 0; i < sizeof k_topics / sizeof *k_topics; i++)

@@ -40,6 +40,24 @@ run "help train" 0 "$SLAPO" help train
 check "help train" out "usage: slapo train"
 run "verify -h" 0 "$SLAPO" verify -h
 check "verify -h" out "usage: slapo verify"
+# Every command 'slapo help' lists takes 'help <command>' (version and help
+# did not: "no primitive or command 'version'").
+run "help: command list" 0 "$SLAPO" help
+cmds=$(sed -n 's/^  \([a-z]\+\) \+[a-z].*/\1/p' "$OUT" | sort -u)
+[ "$(echo "$cmds" | wc -l)" -ge 10 ] && passed=$((passed + 1)) ||
+  { failed=$((failed + 1)); echo "FAIL help: command list: $cmds"; }
+for c in $cmds; do
+  run "help $c" 0 "$SLAPO" help "$c"
+  check "help $c" out "usage: slapo $c"
+  run "$c --help" 0 "$SLAPO" "$c" --help
+  check "$c --help" out "usage: slapo $c"
+done
+run "version extra arg" 2 "$SLAPO" version now
+check "version extra arg" err "unexpected argument 'now'"
+run "primitives extra arg" 2 "$SLAPO" primitives now
+check "primitives extra arg" err "unexpected argument 'now'"
+run "--version" 0 "$SLAPO" --version
+check_re "--version" out "^slapo [0-9]"
 
 run "verify bisect and final-only" 2 "$SLAPO" verify --schedule "$FA" --bisect --final-only
 check "verify bisect and final-only" err "give one of them"
