@@ -1,6 +1,7 @@
 /* schedule/parse.c - the `.sched` reader: one entry per line (path or glob,
  * primitive name, arguments), '#' comments, quoted strings with \" and \\,
- * numbers and booleans; errors as "file:line:column: expected ..., got ...".
+ * numbers and booleans; a leading UTF-8 byte-order mark is skipped; errors
+ * as "file:line:column: expected ..., got ...".
  * Each line is scanned into a scratch arena and appended (copied) to the log.
  * Layer: schedule. Grammar: DESIGN.md §7. */
 #include <errno.h>
@@ -278,6 +279,10 @@ slapo_status slapo_sched_parse(const char *text, const char *filename, slapo_sch
   char *buf = NULL;
   size_t cap = 0;
   line_parser lp = {.file = filename ? filename : "<string>", .a = a};
+  /* Editors on Windows save UTF-8 with a byte-order mark; kept, it became
+   * part of the first path, invisible in the message. Skipped as Python's
+   * utf-8-sig does; columns count from after it. */
+  if (!strncmp(text, "\xef\xbb\xbf", 3)) text += 3;
   for (const char *p = text; st == SLAPO_OK && *p;) {
     const char *nl = strchr(p, '\n');
     size_t len = nl ? (size_t)(nl - p) : strlen(p);

@@ -440,6 +440,34 @@ static void test_parse_file(void **state) {
   unlink(path);
 }
 
+/* A file saved with a UTF-8 byte-order mark (as Windows editors write it)
+ * reads as without one: the mark had become part of the first path ("no
+ * module matches '\ufeffmodel.layers.0'", the mark invisible). Only the
+ * text's first bytes are a mark; columns count from after it. */
+static void test_byte_order_mark(void **state) {
+  (void)state;
+  char path[] = "/tmp/slapo_sched_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fputs("\xef\xbb\xbfmodel.layers.0 trace\nmodel.norm trace\n", f);
+  fclose(f);
+  slapo_sched_log *log;
+  OK(slapo_sched_parse_file(path, &log));
+  assert_int_equal(slapo_sched_log_count(log), 2);
+  assert_string_equal(entry(log, 0)->path, "model.layers.0");
+  assert_int_equal(entry(log, 0)->line, 1);
+  slapo_sched_log_free(log);
+  unlink(path);
+  OK(slapo_sched_parse("\xef\xbb\xbf# a comment first\nh trace\n", "b.sched", &log));
+  assert_int_equal(slapo_sched_log_count(log), 1);
+  assert_string_equal(entry(log, 0)->path, "h");
+  slapo_sched_log_free(log);
+  assert_int_equal(slapo_sched_parse("\xef\xbb\xbfh..0 trace", "b.sched", &log), SLAPO_PARSE);
+  assert_string_equal(slapo_last_error(), "b.sched:1:3: expected a segment, got '.' (empty "
+                                          "segment) (in path or glob 'h..0')");
+}
+
 static void test_nomem(void **state) {
   (void)state;
   for (long k = 0;; k++) {
@@ -465,7 +493,8 @@ int main(void) {
       cmocka_unit_test(test_grammar),         cmocka_unit_test(test_print_design_example),
       cmocka_unit_test(test_round_trip),      cmocka_unit_test(test_append_from_c),
       cmocka_unit_test(test_accessors),       cmocka_unit_test(test_expand),
-      cmocka_unit_test(test_parse_file),      cmocka_unit_test(test_nomem),
+      cmocka_unit_test(test_parse_file),      cmocka_unit_test(test_byte_order_mark),
+      cmocka_unit_test(test_nomem),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
