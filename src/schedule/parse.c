@@ -1,7 +1,8 @@
 /* schedule/parse.c - the `.sched` reader: one entry per line (path or glob,
- * primitive name, arguments), '#' comments, quoted strings with \" and \\,
- * numbers and booleans; a leading UTF-8 byte-order mark is skipped; errors
- * as "file:line:column: expected ..., got ...".
+ * primitive name, arguments), '#' comments (at a line's start or after a
+ * space), quoted strings with \" and \\, numbers and booleans; a leading
+ * UTF-8 byte-order mark is skipped; errors as "file:line:column: expected
+ * ..., got ...".
  * Each line is scanned into a scratch arena and appended (copied) to the log.
  * Layer: schedule. Grammar: DESIGN.md §7. */
 #include <errno.h>
@@ -39,6 +40,8 @@ static void skip_space(line_parser *lp) {
 static const char *got(line_parser *lp, size_t at) {
   const char *p = lp->s + at;
   if (!*p) return "end of line";
+  if (*p == '#' && at > 0 && !is_space(lp->s[at - 1]))
+    return "'#' (a comment starts at a line's start or after a space)";
   if (*p == '#') return "a comment";
   if (is_space(*p)) return "a space";
   unsigned char c = (unsigned char)*p;
@@ -72,6 +75,23 @@ static char *span(line_parser *lp, size_t from, size_t to) {
 
 static slapo_status nomem(void) { return slapo_error(SLAPO_NOMEM, "sched parse: out of memory"); }
 
+/* The error for a '#' at lp->pos right after the token that began at
+ * `from`, if there is one. A comment starts at a line's start or after a
+ * space, as in shell: read as a comment, name=F#x silently became name=F.
+ * The message shows the whole token and how to keep the '#'. */
+static slapo_status no_hash_after(line_parser *lp, size_t from) {
+  if (lp->s[lp->pos] != '#') return SLAPO_OK;
+  size_t end = lp->pos;
+  while (lp->s[end] && !is_space(lp->s[end])) end++;
+  char *tok = span(lp, from, end);
+  if (!tok) return nomem();
+  return err_at(lp, lp->pos,
+                "expected a space before a comment's '#', got '%s' (a comment "
+                "starts at a line's start or after a space; a value that holds '#' is written "
+                "in double quotes)",
+                tok);
+}
+
 /* A double-quoted string at lp->pos ('"'); *out is its unescaped text. */
 static slapo_status read_string(line_parser *lp, char **out) {
   size_t open = lp->pos++;
@@ -102,8 +122,9 @@ static slapo_status read_string(line_parser *lp, char **out) {
   }
   lp->pos++; /* closing quote */
   d[n] = '\0';
+  SLAPO_TRY(no_hash_after(lp, open));
   char c = lp->s[lp->pos];
-  if (c && !is_space(c) && c != '#')
+  if (c && !is_space(c))
     return err_at(lp, lp->pos, "expected a space after the closing '\"', got %s", got(lp, lp->pos));
   *out = d;
   return SLAPO_OK;
@@ -168,6 +189,7 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
   if (!tok) return nomem();
   if (s[lp->pos] == '"')
     return err_at(lp, lp->pos, "expected a space after '%s', got '\"'", tok);
+  SLAPO_TRY(no_hash_after(lp, start));
   if (s[lp->pos] != '=') {
     SLAPO_TRY(classify(lp, tok, start, &a));
     a.text = tok;
@@ -197,6 +219,7 @@ static slapo_status read_arg(line_parser *lp, arg_list *args) {
   while (slapo__is_word_char(s[lp->pos])) lp->pos++;
   char *val = span(lp, vstart, lp->pos);
   if (!val) return nomem();
+  SLAPO_TRY(no_hash_after(lp, start));
   if (s[lp->pos] == '"' || s[lp->pos] == '=')
     return err_at(lp, lp->pos, "expected a space after '%s=%s', got '%c'", tok, val,
                   s[lp->pos]);
@@ -215,6 +238,7 @@ static slapo_status parse_line(line_parser *lp, slapo_sched_log *log) {
   /* Path or glob. */
   size_t pstart = lp->pos;
   while (s[lp->pos] && !is_space(s[lp->pos]) && s[lp->pos] != '#') lp->pos++;
+  SLAPO_TRY(no_hash_after(lp, pstart));
   char *path = span(lp, pstart, lp->pos);
   if (!path) return nomem();
   slapo__glob *g;
@@ -234,6 +258,7 @@ static slapo_status parse_line(line_parser *lp, slapo_sched_log *log) {
     return err_at(lp, qstart, "expected a primitive name after '%s', got %s", path,
                   got(lp, qstart));
   while (s[lp->pos] && !is_space(s[lp->pos]) && s[lp->pos] != '#') lp->pos++;
+  SLAPO_TRY(no_hash_after(lp, qstart));
   char *prim = span(lp, qstart, lp->pos);
   if (!prim) return nomem();
   if (!slapo_sched_is_name(prim, false))

@@ -46,7 +46,8 @@ static const bad_case k_cases[] = {
      "t.sched:1:20: expected a key before '=' (write key=value), got '=0.5'"},
     {"h checkpoint ratio=", "t.sched:1:20: expected a value after 'ratio=', got end of line"},
     {"h checkpoint ratio= 0.5", "t.sched:1:20: expected a value after 'ratio=', got a space"},
-    {"h checkpoint ratio=#x", "t.sched:1:20: expected a value after 'ratio=', got a comment"},
+    {"h checkpoint ratio=#x", "t.sched:1:20: expected a value after 'ratio=', got '#' (a "
+                              "comment starts at a line's start or after a space)"},
     {"h p a==1", "t.sched:1:7: expected a value after 'a=', got '='"},
     {"h p a=b=c", "t.sched:1:8: expected a space after 'a=b', got '='"},
     {"h p a=1 b=2 a=3", "t.sched:1:13: expected each key once, got 'a' again (first at column 5)"},
@@ -62,6 +63,23 @@ static const bad_case k_cases[] = {
                                    "double), got '99999999999999999999'"},
     {"h p x=1e999",
      "t.sched:1:7: expected a number that fits (64-bit integer or double), got '1e999'"},
+    /* '#' starts a comment only at a line's start or after a space: once
+     * name=F#x silently read as name=F */
+    {"h fuse name=F#x", "t.sched:1:14: expected a space before a comment's '#', got 'name=F#x' "
+                        "(a comment starts at a line's start or after a space; a value that "
+                        "holds '#' is written in double quotes)"},
+    {"h fuse F#x", "t.sched:1:9: expected a space before a comment's '#', got 'F#x' (a comment "
+                   "starts at a line's start or after a space; a value that holds '#' is "
+                   "written in double quotes)"},
+    {"h p \"a\"#b", "t.sched:1:8: expected a space before a comment's '#', got '\"a\"#b' (a "
+                    "comment starts at a line's start or after a space; a value that holds '#' "
+                    "is written in double quotes)"},
+    {"h trace# c", "t.sched:1:8: expected a space before a comment's '#', got 'trace#' (a "
+                   "comment starts at a line's start or after a space; a value that holds '#' "
+                   "is written in double quotes)"},
+    {"h.0#c trace", "t.sched:1:4: expected a space before a comment's '#', got 'h.0#c' (a "
+                    "comment starts at a line's start or after a space; a value that holds '#' "
+                    "is written in double quotes)"},
     /* paths and globs */
     {"ratio=0.5 checkpoint", "t.sched:1:1: expected a module path or glob first, got 'ratio=0.5'"},
     {"transformer.h.{0..3 replace X",
