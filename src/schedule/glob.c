@@ -1,9 +1,11 @@
 /* schedule/glob.c - module-path globs: parsing ('*', '**', '{a,b}',
  * '{0..5}', literals), matching a path segment by segment (a backtracking
  * matcher with continuations for alternatives, so pieces combine freely
- * within a segment), and slapo_sched_select over a schedule tree.
+ * within a segment), and slapo_sched_select over a schedule tree, which
+ * also checks that every index of a range matched a module.
  * Layer: schedule. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "schedule/internal.h"
@@ -22,6 +24,8 @@ struct piece {
   piece_kind kind;
   char c;         /* PIECE_LIT */
   int64_t lo, hi; /* PIECE_RANGE, inclusive */
+  size_t open;    /* PIECE_RANGE: offsets of its '{' and of the '}' */
+  size_t close;
   size_t n_alts;  /* PIECE_ALT */
   seq *alts;
 };
@@ -111,6 +115,7 @@ static slapo_status read_int(parser *p, int64_t *v, size_t *ndigits) {
  * digits followed by "..". */
 static slapo_status parse_range(parser *p, piece *x) {
   char g[8];
+  x->open = p->pos - 1;
   size_t n = 0;
   SLAPO_TRY(read_int(p, &x->lo, &n));
   p->pos += 2; /* ".." */
@@ -125,7 +130,7 @@ static slapo_status parse_range(parser *p, piece *x) {
   if (x->lo > x->hi)
     return fail(p, hi_at, "bad range {%lld..%lld}: expected an end >= the start %lld",
                 (long long)x->lo, (long long)x->hi, (long long)x->lo);
-  p->pos++;
+  x->close = p->pos++;
   x->kind = PIECE_RANGE;
   return SLAPO_OK;
 }
@@ -232,6 +237,33 @@ slapo_status slapo__glob_parse(slapo_arena *a, const char *text, slapo__glob **o
 
 /* ---- matching ---- */
 
+/* The range indices the matches used, one item a range piece a match, so
+ * that a range can be checked to match at every index. */
+typedef struct range_hit {
+  const piece *x;
+  int64_t v;
+} range_hit;
+
+typedef struct range_hits {
+  range_hit *items;
+  size_t n, cap;
+  bool nomem; /* an item was lost; reported after the walk */
+} range_hits;
+
+static void record_hit(range_hits *h, const piece *x, int64_t v) {
+  if (!h) return;
+  if (h->n == h->cap) {
+    size_t cap = h->cap ? 2 * h->cap : 16;
+    range_hit *it = slapo_realloc(h->items, cap * sizeof *it);
+    if (!it) {
+      h->nomem = true;
+      return;
+    }
+    h->items = it, h->cap = cap;
+  }
+  h->items[h->n++] = (range_hit){x, v};
+}
+
 /* What to match after the current sequence ends (alternatives resume the
  * sequence that contains them). */
 typedef struct cont {
@@ -240,14 +272,16 @@ typedef struct cont {
   const struct cont *next;
 } cont;
 
-static bool match_seq(const seq *q, size_t i, const char *s, const cont *k) {
-  if (i == q->n) return k ? match_seq(k->q, k->i, s, k->next) : *s == '\0';
+/* Records (when h is not NULL) the index each range matched, on the way
+ * back from a whole segment's success only. */
+static bool match_seq(const seq *q, size_t i, const char *s, const cont *k, range_hits *h) {
+  if (i == q->n) return k ? match_seq(k->q, k->i, s, k->next, h) : *s == '\0';
   const piece *x = &q->items[i];
   switch (x->kind) {
-  case PIECE_LIT: return *s == x->c && match_seq(q, i + 1, s + 1, k);
+  case PIECE_LIT: return *s == x->c && match_seq(q, i + 1, s + 1, k, h);
   case PIECE_STAR:
     for (const char *t = s;; t++) {
-      if (match_seq(q, i + 1, t, k)) return true;
+      if (match_seq(q, i + 1, t, k, h)) return true;
       if (!*t) return false;
     }
   case PIECE_RANGE: {
@@ -256,38 +290,46 @@ static bool match_seq(const seq *q, size_t i, const char *s, const cont *k) {
     for (size_t n = 0; is_digit(s[n]) && n < MAX_DIGITS; n++) {
       if (n == 1 && s[0] == '0') break;
       v = v * 10 + (s[n] - '0');
-      if (v >= x->lo && v <= x->hi && match_seq(q, i + 1, s + n + 1, k)) return true;
+      if (v >= x->lo && v <= x->hi && match_seq(q, i + 1, s + n + 1, k, h)) {
+        record_hit(h, x, v);
+        return true;
+      }
     }
     return false;
   }
   case PIECE_ALT: {
     cont after = {q, i + 1, k};
     for (size_t j = 0; j < x->n_alts; j++)
-      if (match_seq(&x->alts[j], 0, s, &after)) return true;
+      if (match_seq(&x->alts[j], 0, s, &after, h)) return true;
     return false;
   }
   }
   return false;
 }
 
-/* Glob segments [gi, g->n) match path segments [pi, np) entirely. */
+/* Glob segments [gi, g->n) match path segments [pi, np) entirely. A
+ * segment that matched before a later one failed drops its range hits. */
 static bool match_from(const slapo__glob *g, size_t gi, const char *const *path, size_t pi,
-                       size_t np) {
+                       size_t np, range_hits *h) {
   if (gi == g->n) return pi == np;
   const glob_seg *s = &g->segs[gi];
   if (s->globstar) {
     for (size_t skip = pi; skip <= np; skip++)
-      if (match_from(g, gi + 1, path, skip, np)) return true;
+      if (match_from(g, gi + 1, path, skip, np, h)) return true;
     return false;
   }
-  return pi < np && match_seq(&s->pat, 0, path[pi], NULL) &&
-         match_from(g, gi + 1, path, pi + 1, np);
+  size_t mark = h ? h->n : 0;
+  if (pi < np && match_seq(&s->pat, 0, path[pi], NULL, h) &&
+      match_from(g, gi + 1, path, pi + 1, np, h))
+    return true;
+  if (h) h->n = mark;
+  return false;
 }
 
 /* The first k glob segments alone match the whole path. */
 static bool match_prefix(const slapo__glob *g, size_t k, const char *const *path, size_t np) {
   slapo__glob head = {k, g->segs};
-  return match_from(&head, 0, path, 0, np);
+  return match_from(&head, 0, path, 0, np, NULL);
 }
 
 /* ---- selection ---- */
@@ -297,6 +339,7 @@ typedef struct walk {
   const char **names; /* [depth] segment names from the start node */
   size_t cap_names;
   slapo_sched_list *out;
+  range_hits hits;    /* of the matches so far */
   slapo_sched *best;  /* nearest existing prefix so far */
   size_t best_k;      /* how many glob segments it matches */
   size_t best_depth;
@@ -315,7 +358,7 @@ static slapo_status list_push(slapo_sched_list *l, slapo_sched *s) {
 }
 
 static slapo_status visit(walk *w, slapo_sched *s, size_t depth) {
-  if (match_from(w->g, 0, w->names, 0, depth)) SLAPO_TRY(list_push(w->out, s));
+  if (match_from(w->g, 0, w->names, 0, depth, &w->hits)) SLAPO_TRY(list_push(w->out, s));
   if (w->out->n == 0) {
     /* Track the nearest prefix only while nothing matched (for the message):
      * the longest leading run of glob segments matched, then the shallowest
@@ -342,6 +385,93 @@ static slapo_status visit(walk *w, slapo_sched *s, size_t depth) {
   return SLAPO_OK;
 }
 
+/* ---- every index of a range ---- */
+
+static int cmp_i64(const void *a, const void *b) {
+  int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* The distinct indices the matches used for range x, sorted, into v (room
+ * for h->n); returns how many. */
+static size_t range_values(const range_hits *h, const piece *x, int64_t *v) {
+  size_t n = 0;
+  for (size_t i = 0; i < h->n; i++)
+    if (h->items[i].x == x) v[n++] = h->items[i].v;
+  qsort(v, n, sizeof *v, cmp_i64);
+  size_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (!m || v[m - 1] != v[i]) v[m++] = v[i];
+  return m;
+}
+
+/* Appends "a" or "a..b" to buf (cap bytes, NUL-terminated), after ", "
+ * unless buf is empty; a full buffer keeps what fits. */
+static void append_run(char *buf, size_t cap, int64_t a, int64_t b) {
+  size_t n = strlen(buf);
+  const char *sep = n ? ", " : "";
+  if (a == b) snprintf(buf + n, cap - n, "%s%lld", sep, (long long)a);
+  else snprintf(buf + n, cap - n, "%s%lld..%lld", sep, (long long)a, (long long)b);
+}
+
+/* The first range of seq q (alternatives included) that some index of
+ * matched nothing, or NULL; v and *nv hold the indices that matched. */
+static const piece *short_range(const seq *q, const range_hits *h, int64_t *v, size_t *nv) {
+  for (size_t i = 0; i < q->n; i++) {
+    const piece *x = &q->items[i];
+    if (x->kind == PIECE_RANGE) {
+      *nv = range_values(h, x, v);
+      if ((uint64_t)*nv < (uint64_t)(x->hi - x->lo) + 1) return x;
+    }
+    for (size_t j = 0; x->kind == PIECE_ALT && j < x->n_alts; j++) {
+      const piece *r = short_range(&x->alts[j], h, v, nv);
+      if (r) return r;
+    }
+  }
+  return NULL;
+}
+
+/* A range is a promise of each of its indices, as a literal path is: an
+ * overshooting {0..9} on 4 layers silently meant {0..3} while {4..9} alone
+ * was an error. The error names the indices missed and those that match.
+ * `below` is the start node's path ("" at the root). */
+static slapo_status check_ranges(const slapo__glob *g, const char *glob, const char *below,
+                                 const range_hits *h) {
+  if (h->nomem) return slapo_error(SLAPO_NOMEM, "select: out of memory");
+  int64_t *v = slapo_malloc((h->n ? h->n : 1) * sizeof *v);
+  if (!v) return slapo_error(SLAPO_NOMEM, "select: out of memory");
+  const piece *x = NULL;
+  size_t nv = 0;
+  for (size_t i = 0; !x && i < g->n; i++) x = short_range(&g->segs[i].pat, h, v, &nv);
+  if (!x) {
+    slapo_free(v);
+    return SLAPO_OK;
+  }
+  char missed[256] = "", has[256] = "";
+  int64_t next = x->lo; /* the first index not yet accounted for */
+  for (size_t i = 0; i <= nv; i++) {
+    int64_t end = i < nv ? v[i] - 1 : x->hi; /* a gap [next, end] before v[i] */
+    if (end >= next) append_run(missed, sizeof missed, next, end);
+    if (i == nv) break;
+    size_t j = i; /* the run of consecutive matched indices from v[i] */
+    while (j + 1 < nv && v[j + 1] == v[j] + 1) j++;
+    append_run(has, sizeof has, v[i], v[j]);
+    next = v[j] + 1, i = j;
+  }
+  /* What matches, in the glob's own words: the range replaced by its hits. */
+  char shown[768] = "no index of it matches";
+  if (nv)
+    snprintf(shown, sizeof shown, "the model has '%.*s%s%s%s%s'", (int)x->open, glob,
+             nv > 1 ? "{" : "", has, nv > 1 ? "}" : "", glob + x->close + 1);
+  slapo_free(v);
+  return slapo_error(SLAPO_NO_MATCH,
+                     "no module matches '%s'%s%s%s at %s %s of the range {%lld..%lld}: %s "
+                     "(every index of a range must match a module)",
+                     glob, below[0] ? " below '" : "", below, below[0] ? "'" : "",
+                     strpbrk(missed, ".,") ? "indices" : "index", missed, (long long)x->lo,
+                     (long long)x->hi, shown);
+}
+
 void slapo_sched_list_deinit(slapo_sched_list *list) {
   if (!list) return;
   slapo_free(list->items);
@@ -359,6 +489,7 @@ slapo_status slapo_sched_select(slapo_sched *s, const char *glob, slapo_sched_li
     st = slapo_error(SLAPO_PARSE, "glob '%s': column %d: %s", glob, err.col, err.msg);
   walk w = {.g = g, .out = out, .best = s};
   if (st == SLAPO_OK) st = visit(&w, s, 0);
+  if (st == SLAPO_OK && out->n > 0) st = check_ranges(g, glob, s->path, &w.hits);
   if (st == SLAPO_OK && out->n == 0) {
     char kids[768];
     slapo__sched_children_text(w.best, kids, sizeof kids);
@@ -382,6 +513,7 @@ slapo_status slapo_sched_select(slapo_sched *s, const char *glob, slapo_sched_li
                      kids);
   }
   slapo_free(w.names);
+  slapo_free(w.hits.items);
   slapo_arena_free(a);
   if (st != SLAPO_OK) slapo_sched_list_deinit(out);
   return st;

@@ -63,7 +63,8 @@ run "verify bisect and final-only" 2 "$SLAPO" verify --schedule "$FA" --bisect -
 check "verify bisect and final-only" err "give one of them"
 
 run "help glob" 0 "$SLAPO" help glob
-check "help glob" out "{0..5}   an integer in the range, inclusive"
+check "help glob" out "{0..5}   each integer in the range, inclusive"
+check "help glob: every index" out "every index must match a module"
 run "help pattern" 0 "$SLAPO" help pattern
 check "help pattern" out "let a = add(x, y); mul(a, a)"
 
@@ -136,6 +137,11 @@ check "replace with a subgraph module" err "'FusedLinear' is a subgraph module"
 printf 'transformer.h.9 checkpoint\n' >"$TMP/nomatch.sched"
 run "show glob without match" 1 "$SLAPO" show --config tiny --schedule "$TMP/nomatch.sched"
 check_re "show glob without match: message" err "^slapo: no_match: $TMP/nomatch\.sched:1: .*transformer\.h\.9"
+# A range that overshoots in part fails as one that matches nothing does
+# (it silently trained the 4 layers that exist).
+printf 'bert.encoder.layer.{0..9} trace\n' >"$TMP/overshoot.sched"
+run "range overshoot" 1 "$SLAPO" verify --model bert --config tiny --schedule "$TMP/overshoot.sched"
+check "range overshoot: message" err "overshoot.sched:1: no module matches 'bert.encoder.layer.{0..9}' at indices 4..9 of the range {0..9}: the model has 'bert.encoder.layer.{0..3}'"
 
 # ---- verify ----
 run "verify checkpoint" 0 "$SLAPO" verify --schedule "$CK"

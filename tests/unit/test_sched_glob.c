@@ -1,7 +1,8 @@
 /* tests/unit/test_sched_glob.c - glob selection over GPT-2 tiny (4 blocks):
  * '*', '**', '{a,b}', '{0..5}' and literals, alone and combined; results in
  * tree pre-order without duplicates; the NO_MATCH message naming the
- * nearest existing prefix; malformed globs with their columns. */
+ * nearest existing prefix, or the indices of a range that match nothing;
+ * malformed globs with their columns. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -60,8 +61,8 @@ static void test_range_and_alternatives(void **state) {
          "transformer.h.0.ln_2", "transformer.h.3.ln_1", "transformer.h.3.ln_2");
   /* Alternatives are a set: order and repeats in the glob do not matter. */
   EXPECT(f->sch, "transformer.h.{3,0,3}.ln_1", "transformer.h.0.ln_1", "transformer.h.3.ln_1");
-  /* A range past the end just matches what exists. */
-  EXPECT(f->sch, "transformer.h.{2..100}", "transformer.h.2", "transformer.h.3");
+  /* A range that ends at the last block. */
+  EXPECT(f->sch, "transformer.h.{2..3}", "transformer.h.2", "transformer.h.3");
   /* Pieces combine inside a segment; alternatives hold stars. */
   EXPECT(f->sch, "transformer.h.0.mlp.c_{fc,proj}", "transformer.h.0.mlp.c_fc",
          "transformer.h.0.mlp.c_proj");
@@ -128,6 +129,18 @@ static void test_no_match(void **state) {
   no_match(f->sch, "transformer.h.{4..9}.attn",
            "no module matches 'transformer.h.{4..9}.attn': the nearest existing prefix is "
            "'transformer.h' (matching 'transformer.h'), which has children 0, 1, 2, 3");
+  /* A range that overshoots in part is an error too (it silently matched
+   * the blocks that exist), naming the indices missed and those that match. */
+  no_match(f->sch, "transformer.h.{2..100}",
+           "no module matches 'transformer.h.{2..100}' at indices 4..100 of the range "
+           "{2..100}: the model has 'transformer.h.{2..3}' (every index of a range must match "
+           "a module)");
+  no_match(f->sch, "transformer.h.{0..4}.mlp",
+           "no module matches 'transformer.h.{0..4}.mlp' at index 4 of the range {0..4}: the "
+           "model has 'transformer.h.{0..3}.mlp' (every index of a range must match a module)");
+  no_match(f->sch, "**.{3..5}.attn.c_proj",
+           "no module matches '**.{3..5}.attn.c_proj' at indices 4..5 of the range {3..5}: the "
+           "model has '**.3.attn.c_proj' (every index of a range must match a module)");
   no_match(f->sch, "decoder.**",
            "no module matches 'decoder.**': the nearest existing prefix is '.', which has "
            "children transformer, lm_head");
@@ -136,6 +149,9 @@ static void test_no_match(void **state) {
            "'transformer.h.0.mlp.c_fc' (matching '**.c_fc'), which has no children");
   slapo_sched *h;
   OK(slapo_sched_at(f->sch, "transformer.h", &h));
+  no_match(h, "{1..5}.ln_1",
+           "no module matches '{1..5}.ln_1' below 'transformer.h' at indices 4..5 of the range "
+           "{1..5}: the model has '{1..3}.ln_1' (every index of a range must match a module)");
   no_match(h, "*.mlp.fc",
            "no module matches '*.mlp.fc' below 'transformer.h': the nearest existing prefix "
            "is 'transformer.h.0.mlp' (matching '*.mlp'), which has children c_fc, act, c_proj, "

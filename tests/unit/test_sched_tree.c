@@ -247,6 +247,44 @@ static void test_wide_list(void **state) {
   assert_int_equal(sel.n, 250);
   assert_string_equal(slapo_sched_path(sel.items[249]), "259");
   slapo_sched_list_deinit(&sel);
+  /* A range is checked at every index however wide. */
+  assert_int_equal(slapo_sched_select(s, "{250..100000}", &sel), SLAPO_NO_MATCH);
+  assert_string_equal(slapo_last_error(), "no module matches '{250..100000}' at indices "
+                                          "300..100000 of the range {250..100000}: the model "
+                                          "has '{250..299}' (every index of a range must "
+                                          "match a module)");
+  slapo_sched_free(s);
+  slapo_module_free(l);
+}
+
+/* Indices missing inside a range: the message lists each gap and each run
+ * of indices that match. */
+static void test_range_gaps(void **state) {
+  (void)state;
+  slapo_module *l;
+  OK(slapo_modulelist_new(&l));
+  for (int i = 0; i < 8; i++) {
+    if (i == 2 || i == 5 || i == 6) continue;
+    slapo_module *r;
+    char name[16];
+    OK(slapo_relu_new(&r));
+    snprintf(name, sizeof name, "%d", i);
+    OK(slapo_module_add_child(l, name, r));
+  }
+  slapo_sched *s;
+  OK(slapo_sched_create(l, &s));
+  slapo_sched_list sel;
+  OK(slapo_sched_select(s, "{3..4}", &sel));
+  assert_int_equal(sel.n, 2);
+  slapo_sched_list_deinit(&sel);
+  assert_int_equal(slapo_sched_select(s, "{1..9}", &sel), SLAPO_NO_MATCH);
+  assert_string_equal(slapo_last_error(), "no module matches '{1..9}' at indices 2, 5..6, 8..9 "
+                                          "of the range {1..9}: the model has '{1, 3..4, 7}' "
+                                          "(every index of a range must match a module)");
+  assert_int_equal(slapo_sched_select(s, "{1..2}", &sel), SLAPO_NO_MATCH);
+  assert_string_equal(slapo_last_error(), "no module matches '{1..2}' at index 2 of the range "
+                                          "{1..2}: the model has '1' (every index of a range "
+                                          "must match a module)");
   slapo_sched_free(s);
   slapo_module_free(l);
 }
@@ -306,6 +344,7 @@ int main(void) {
       SCHED_TEST(test_rebuild_missing_module),
       SCHED_TEST(test_print),
       cmocka_unit_test(test_wide_list),
+      cmocka_unit_test(test_range_gaps),
       SCHED_TEST(test_nomem),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
