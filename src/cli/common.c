@@ -151,6 +151,18 @@ static const char *schedule_dir(void) {
   return d && *d ? d : SLAPO_SCHEDULE_DIR;
 }
 
+int cli_schedule_resolve(const slapo_model_family *f, const char *name, const char *cmd, char *path,
+                         size_t cap, const char **out) {
+  *out = name;
+  if (!*name || !strcmp(name, "none")) *out = NULL;
+  if (strcmp(name, "default")) return 0;
+  if (!f->default_schedule)
+    return cli_usage_error(cmd, "model '%s' has no default schedule", f->name);
+  snprintf(path, cap, "%s/%s", schedule_dir(), f->default_schedule);
+  *out = path;
+  return 0;
+}
+
 int cli_model_finish(cli_model_opts *m, const char *cmd) {
   if (!m->model) m->model = slapo_model_at(0)->name;
   if (slapo_model_find(m->model, &m->family) != SLAPO_OK)
@@ -159,14 +171,13 @@ int cli_model_finish(cli_model_opts *m, const char *cmd) {
   slapo_model_dims d;
   if (m->family->dims(m->config, &d) != SLAPO_OK)
     return cli_usage_error(cmd, "%s", slapo_last_error());
-  if (m->n_disabled && !m->schedule) return cli_usage_error(cmd, "%s", "--disable needs --schedule");
-  if (m->schedule && !strcmp(m->schedule, "default")) {
-    if (!m->family->default_schedule)
-      return cli_usage_error(cmd, "model '%s' has no default schedule", m->model);
-    snprintf(m->schedule_path, sizeof m->schedule_path, "%s/%s", schedule_dir(),
-             m->family->default_schedule);
-    m->schedule = m->schedule_path;
+  if (m->schedule) {
+    int rc = cli_schedule_resolve(m->family, m->schedule, cmd, m->schedule_path,
+                                  sizeof m->schedule_path, &m->schedule);
+    if (rc) return rc;
   }
+  if (m->n_disabled && !m->schedule)
+    return cli_usage_error(cmd, "%s", "--disable needs --schedule");
   slapo_status s = slapo_dist_init(m->tp ? (int)m->tp : 1);
   if (s != SLAPO_OK) return cli_fail(s);
   /* Rank 0 alone reports; errors still reach stderr from any rank. */
@@ -196,7 +207,8 @@ void cli_model_usage(FILE *f, const char *default_config) {
     for (const char *const *c = fam->configs; *c; c++) fprintf(f, "%s%s", *c, c[1] ? ", " : "\n");
   }
   fprintf(f, "  --schedule FILE     a .sched file applied to the model ('default': the\n"
-             "                      family's default schedule, schedules/<family>.sched)\n"
+             "                      family's default schedule, schedules/<family>.sched;\n"
+             "                      'none' or '': no schedule)\n"
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
              "                      --schedule', e.g. 2,5)\n"
              "  --tp K              tensor-parallel group size under mpirun -np N (N = K x\n"

@@ -49,8 +49,8 @@ bool cli_parse_list(const char *s, size_t **out, size_t *n);
 void cli_fmt_duration(double s, char *buf, size_t cap);
 
 /* The model options. After cli_model_finish: family resolved, config set
- * (the family's default when not given), schedule resolved ("default" names
- * the family's default schedule file). */
+ * (the family's default when not given), schedule resolved
+ * (cli_schedule_resolve: NULL for none). */
 typedef struct cli_model_opts {
   const char *model, *config, *schedule;
   int64_t tp;       /* --tp: tensor-parallel group size (0: 1)          */
@@ -65,6 +65,13 @@ typedef struct cli_model_opts {
       {"schedule", required_argument, 0, OPT_SCHEDULE},                                       \
       {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP}
 
+/* A schedule as --schedule and each side of profile --compare name it:
+ * "default" is family f's default schedule (its path written into path, of
+ * cap bytes), "" and "none" the unscheduled model (*out NULL), anything
+ * else a .sched file's path (*out = name). Returns 0, or the usage error's
+ * exit code 2 when f has no default schedule. */
+int cli_schedule_resolve(const slapo_model_family *f, const char *name, const char *cmd, char *path,
+                         size_t cap, const char **out);
 /* Takes option `o` with value `arg` if it is a model option: 1 taken, 0 not
  * a model option, -1 a bad value. */
 int cli_model_option(cli_model_opts *m, int o, const char *arg);

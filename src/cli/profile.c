@@ -10,13 +10,13 @@
 typedef struct profile_args {
   cli_model_opts mo;
   int64_t batch, seq, steps, depth, seed;
-  const char *compare; /* "A.sched,B.sched" or NULL */
+  const char *compare; /* "A,B" or NULL */
 } profile_args;
 
 static void profile_usage(void) {
   printf("usage: slapo profile [--model NAME] [--config NAME] [--schedule FILE [--disable LIST]]\n"
          "                     [--batch B] [--seq T] [--steps K] [--depth N] [--seed S]\n"
-         "       slapo profile --compare A.sched,B.sched [options]\n\n"
+         "       slapo profile --compare A,B [options]\n\n"
          "Builds the model (random init), applies the schedule, runs one warm-up and K\n"
          "measured training steps (forward, backward, AdamW) on random token batches\n"
          "[B, T] with per-node timing, and prints per module: forward and backward ms\n"
@@ -32,7 +32,9 @@ static void profile_usage(void) {
          "  --depth N           module levels kept below the root's children (a list\n"
          "                      index stays on its list's level) [2]\n"
          "  --seed S            weights, batches and dropout [1337]\n"
-         "  --compare A,B       two schedule files, profiled one after the other\n");
+         "  --compare A,B       two schedules, profiled one after the other; each is\n"
+         "                      what --schedule takes ('default', 'none' or empty: no\n"
+         "                      schedule, or a .sched file)\n");
 }
 
 static const double MiB = 1024.0 * 1024.0;
@@ -131,8 +133,10 @@ static const slapo_profile_row *find_row(const slapo_profile *p, const char *pat
   return NULL;
 }
 
-static void ratio(double b, double a) {
-  if (a > 0) printf(" %7.2fx", b / a);
+/* B/A, or '-' where a side has no such row (a module only one schedule
+ * has: 0.00x read as B being free) or A's figure is 0. */
+static void ratio(bool both, double b, double a) {
+  if (both && a > 0) printf(" %7.2fx", b / a);
   else printf(" %8s", "-");
 }
 
@@ -153,21 +157,22 @@ static void compare_line(int w, const char *name, const slapo_profile_row *ra,
   group(ra, total_only);
   group(rb, total_only);
   printf(" |");
-  ratio(rb ? rb->fwd_ms + rb->bwd_ms : 0, ra ? ra->fwd_ms + ra->bwd_ms : 0);
+  bool both = ra && rb;
+  ratio(both, both ? rb->fwd_ms + rb->bwd_ms : 0, both ? ra->fwd_ms + ra->bwd_ms : 0);
   if (total_only) printf(" %8s", "");
-  else ratio(rb ? (double)rb->act_nbytes : 0, ra ? (double)ra->act_nbytes : 0);
+  else ratio(both, both ? (double)rb->act_nbytes : 0, both ? (double)ra->act_nbytes : 0);
   printf("\n");
 }
 
 static void print_compare(const profile_args *a, const char *sa, const char *sb, int64_t seq,
                           const slapo_profile *pa, const slapo_profile *pb) {
   char what[8400];
-  snprintf(what, sizeof what, "compare A=%s B=%s", sa, sb);
+  snprintf(what, sizeof what, "compare A=%s B=%s", sa ? sa : "none", sb ? sb : "none");
   print_header(a, seq, what);
   printf("step graphs: A %d nodes, B %d nodes; last loss A %.4f, B %.4f\n\n", pa->n_nodes,
          pb->n_nodes, pa->loss, pb->loss);
   int w = path_width(pa, pb);
-  printf("%-*s | %-36s | %-36s | B/A (- : A has none)\n", w, "", "A", "B");
+  printf("%-*s | %-36s | %-36s | B/A (- : A or B has none)\n", w, "", "A", "B");
   printf("%-*s | %8s %8s %9s %8s | %8s %8s %9s %8s | %8s %8s\n", w, "module", "fwd ms", "bwd ms",
          "total ms", "act MiB", "fwd ms", "bwd ms", "total ms", "act MiB", "time", "memory");
   for (int i = 0; i < pa->n_rows; i++)
@@ -190,8 +195,8 @@ static void print_compare(const profile_args *a, const char *sa, const char *sb,
   printf("%-*s | %8.2f %8.2f %9.2f %8.2f | %8.2f %8.2f %9.2f %8.2f |", w,
          "total (measured step)", ta.fwd_ms, ta.bwd_ms, pa->step_ms, (double)ta.act_nbytes / MiB,
          tb.fwd_ms, tb.bwd_ms, pb->step_ms, (double)tb.act_nbytes / MiB);
-  ratio(pb->step_ms, pa->step_ms);
-  ratio((double)pb->live_peak_nbytes, (double)pa->live_peak_nbytes);
+  ratio(true, pb->step_ms, pa->step_ms);
+  ratio(true, (double)pb->live_peak_nbytes, (double)pa->live_peak_nbytes);
   printf("\n\nplanned activation arena (with fragmentation): A %.2f MiB, B %.2f MiB\n",
          (double)pa->planned_peak_nbytes / MiB, (double)pb->planned_peak_nbytes / MiB);
   for (int k = 0; k < 2; k++) {
@@ -203,17 +208,20 @@ static void print_compare(const profile_args *a, const char *sa, const char *sb,
   }
 }
 
-/* Splits "A,B" into two non-empty paths (malloc'd copy in *buf). */
+/* Splits "A,B" into two schedule names (malloc'd copy in *buf); either
+ * may be empty, the unscheduled model. */
 static bool split_compare(const char *s, char **buf, const char **a, const char **b) {
   *buf = strdup(s);
   if (!*buf) return false;
   char *c = strchr(*buf, ',');
-  if (!c || c == *buf || !c[1] || strchr(c + 1, ',')) return false;
+  if (!c || strchr(c + 1, ',')) return false;
   *c = '\0';
   *a = *buf, *b = c + 1;
   return true;
 }
 
+/* Profiles a->mo's schedule or, with --compare, schedules ca and cb (NULL:
+ * none). */
 static slapo_status profile(profile_args *a, const char *ca, const char *cb) {
   slapo_model_dims d;
   SLAPO_TRY(a->mo.family->dims(a->mo.config, &d));
@@ -225,7 +233,7 @@ static slapo_status profile(profile_args *a, const char *ca, const char *cb) {
   SLAPO_TRY(slapo_models_init());
   slapo_profile pa = {0}, pb = {0};
   slapo_status s;
-  if (!ca) {
+  if (!a->compare) {
     s = run_one(a, a->mo.schedule, a->mo.disabled, a->mo.n_disabled, seq, &pa);
     if (s == SLAPO_OK) print_one(a, a->mo.schedule, seq, &pa);
   } else {
@@ -258,7 +266,7 @@ int cmd_profile(int argc, char **argv) {
       {"seed", required_argument, 0, OPT_SEED}, {"compare", required_argument, 0, OPT_COMPARE},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   profile_args a = {.batch = 4, .seq = 0, .steps = 5, .depth = 2, .seed = 1337};
-  char *buf = NULL;
+  char *buf = NULL, path_a[4096], path_b[4096];
   const char *ca = NULL, *cb = NULL;
   int o, rc = -1;
   opterr = 0;
@@ -274,8 +282,14 @@ int cmd_profile(int argc, char **argv) {
     rc = cli_usage_error("profile", "%s", "--compare A,B names both schedules: drop --schedule "
                                           "and --disable");
   if (rc < 0 && a.compare && !split_compare(a.compare, &buf, &ca, &cb))
-    rc = cli_usage_error("profile", "--compare wants two schedule files A,B, got '%s'", a.compare);
-  if (rc < 0 && (rc = cli_model_finish(&a.mo, "profile")) == 0) {
+    rc = cli_usage_error("profile", "--compare wants two schedules A,B, got '%s'", a.compare);
+  bool ready = rc < 0 && (rc = cli_model_finish(&a.mo, "profile")) == 0;
+  if (ready && a.compare) { /* each side as --schedule takes it */
+    rc = cli_schedule_resolve(a.mo.family, ca, "profile", path_a, sizeof path_a, &ca);
+    if (!rc) rc = cli_schedule_resolve(a.mo.family, cb, "profile", path_b, sizeof path_b, &cb);
+    ready = rc == 0;
+  }
+  if (ready) {
     slapo_status s = profile(&a, ca, cb);
     rc = s == SLAPO_OK ? 0 : cli_fail(s);
   }

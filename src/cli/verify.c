@@ -151,8 +151,14 @@ int cmd_verify(int argc, char **argv) {
                          "--bisect checks prefixes of the schedule; --final-only checks only the "
                          "whole: give one of them");
   if (rc < 0 && (rc = cli_model_finish(&v.mo, "verify")) == 0) {
-    slapo_status s = verify(&v);
-    rc = s == SLAPO_OK ? 0 : cli_fail(s);
+    if (!v.mo.schedule) { /* resolved from 'none' or '' */
+      rc = cli_usage_error("verify", "%s",
+                           "--schedule none leaves nothing to verify; give a "
+                           ".sched file or 'default'");
+    } else {
+      slapo_status s = verify(&v);
+      rc = s == SLAPO_OK ? 0 : cli_fail(s);
+    }
   }
   cli_model_opts_deinit(&v.mo);
   return rc;

@@ -251,7 +251,21 @@ check "profile row" out "transformer.h.0.attn"
 check "profile optimizer" out "optimizer (AdamW)"
 check "profile total" out "total (measured step)"
 run "profile compare" 2 "$SLAPO" profile --config tiny --compare only_one.sched
-check "profile compare" err "--compare wants two schedule files A,B"
+check "profile compare" err "--compare wants two schedules A,B"
+# --compare takes each side as --schedule does ('default' was read as a
+# file); a module only A has gets '-' for B/A (it printed 0.00x).
+run "profile compare default,none" 0 "$SLAPO" profile --config tiny --steps 1 --depth 3 \
+  --compare default,none
+check_re "profile compare default,none: names" out "compare A=.*/gpt2\.sched B=none "
+check "profile compare default,none: legend" out "B/A (- : A or B has none)"
+check_re "profile compare: B has none" out "^transformer\.h\.0\.FusedBiasGeLU_0 .*\| +- +-$"
+lacks "profile compare: no 0.00x" out "Fused[A-Za-z]+_[0-9]+ .*0\.00x"
+run "profile compare ,default" 0 "$SLAPO" profile --config tiny --steps 1 --compare ,default
+check_re "profile compare ,default: names" out "compare A=none B=.*/gpt2\.sched "
+run "show schedule none" 0 "$SLAPO" show --config tiny --schedule none
+lacks "show schedule none: no steps" out "^schedule "
+run "verify schedule none" 2 "$SLAPO" verify --config tiny --schedule none
+check "verify schedule none" err "--schedule none leaves nothing to verify"
 run "profile steps" 2 "$SLAPO" profile --config tiny --steps 0
 check "profile steps" err "--steps: bad value '0'"
 run "profile seq" 1 "$SLAPO" profile --config tiny --seq 65
