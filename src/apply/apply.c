@@ -1,6 +1,7 @@
 /* apply/apply.c - applying a schedule file's expanded steps to a model.
  * Layer: apply. */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/assert.h"
 #include "slapo/apply.h"
@@ -9,6 +10,22 @@ static bool is_disabled(size_t number, const size_t *disabled, size_t n) {
   for (size_t i = 0; i < n; i++)
     if (disabled[i] == number) return true;
   return false;
+}
+
+/* A step that fails after disabled ones may fail because of them (a fuse
+ * whose trace was disabled): the message lists those before it. */
+static slapo_status name_disabled(slapo_status s, size_t number, const size_t *disabled,
+                                  size_t n) {
+  char list[256] = "";
+  size_t len = 0;
+  for (size_t i = 0; i < n && len < sizeof list - 24; i++)
+    if (disabled[i] < number)
+      len += (size_t)snprintf(list + len, sizeof list - len, "%s%zu", len ? ", " : "", disabled[i]);
+  if (!len) return s;
+  char msg[1024];
+  snprintf(msg, sizeof msg, "%s", slapo_last_error());
+  return slapo_error(s, "%s (this step may need disabled step%s %s)", msg,
+                     strchr(list, ',') ? "s" : "", list);
 }
 
 slapo_status slapo_apply_schedule(slapo_sched *root, const slapo_sched_log *log,
@@ -41,6 +58,7 @@ slapo_status slapo_apply_schedule(slapo_sched *root, const slapo_sched_log *log,
     slapo_sched_entry e = *st->entry;
     e.path = st->path;
     s = slapo_primitive_apply(node, &e);
+    if (s != SLAPO_OK) s = name_disabled(s, st->number, disabled, n_disabled);
     if (s == SLAPO_OK && n_applied) (*n_applied)++;
   }
   slapo_sched_steps_deinit(&steps);

@@ -4,6 +4,7 @@
  * --graph PATH, the stored graph of the traced module PATH instead (text, or
  * Graphviz DOT written atomically with --dot FILE). Layer: cli. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "cli/common.h"
 #include "slapo/apply.h"
@@ -82,8 +83,10 @@ static slapo_status show_graph(slapo_module *m, const char *path, const char *do
       free(bp);
       return s;
     }
-    return slapo_error(SLAPO_PRECOND, "%s is not traced; add '%s trace' to the schedule", path,
-                       path);
+    bool list = !strcmp(t->type->name, "ModuleList"); /* traced through its items */
+    return slapo_error(SLAPO_PRECOND, "%s is not traced; add '%s%s trace' to the schedule%s",
+                       path, path, list ? ".*" : "",
+                       list ? " (a ModuleList is traced through its items) and show one item" : "");
   }
   const slapo_trace_opts *o = slapo_module_trace_options(t);
   printf("graph of %s (%s), traced flatten=%s", *path ? path : ".", t->type->name,

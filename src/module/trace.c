@@ -565,8 +565,12 @@ static slapo_status capture(slapo_module *root, slapo_module *m, const char *pat
       s = slapo_error(slapo_ctx_status(ctx), "trace: %s: building the model on its example "
                       "inputs failed before reaching it: %s", path, slapo_ctx_message(ctx));
     else
-      s = slapo_error(SLAPO_PRECOND, "trace: %s: the model's forward never calls this module "
-                      "on its example inputs", path);
+      s = !strcmp(m->type->name, "ModuleList")
+              ? slapo_error(SLAPO_PRECOND, "trace: %s is a ModuleList, a container its parent "
+                            "iterates over without calling it: trace its items ('%s.* trace')",
+                            path, path)
+              : slapo_error(SLAPO_PRECOND, "trace: %s: the model's forward never calls this "
+                            "module on its example inputs", path);
   }
   slapo_map_free(bs.param_nodes);
   slapo_map_free(bs.param_objs);

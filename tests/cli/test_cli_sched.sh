@@ -91,6 +91,10 @@ check_re "show --disable: step 5 applied" "$TMP/applied" "^transformer\.h +check
 lacks "show --disable: step 1 skipped" "$TMP/applied" "^transformer\.h\.0\.attn +replace"
 lacks "show --disable: step 2 skipped" "$TMP/applied" "^transformer\.h\.1\.attn +replace"
 check_re "show --disable: h.0-1 keep GPT2Attention" "$TMP/applied" "\(attn\): GPT2Attention\("
+# A step that fails after a disabled one says which it may need.
+printf 'transformer.h.0 trace flatten=true\ntransformer.h.0 fuse pattern="gelu(add(x, b))" compiler=none name=F\n' >"$TMP/needs_trace.sched"
+run "disabled trace" 1 "$SLAPO" show --config tiny --schedule "$TMP/needs_trace.sched" --disable 1
+check "disabled trace: names it" err "(this step may need disabled step 1)"
 
 printf '# bad\ntransformer.h checkpoint ratio=0.5.1\n' >"$TMP/malformed.sched"
 run "show malformed" 1 "$SLAPO" show --config tiny --schedule "$TMP/malformed.sched"
@@ -201,6 +205,12 @@ run "show --graph untraced" 1 "$SLAPO" show --graph transformer.h.1 --config tin
   --schedule "$TMP/trace_flat.sched"
 check_re "show --graph untraced: message" err \
   "^slapo: precond: transformer\.h\.1 is not traced; add 'transformer\.h\.1 trace' to the schedule$"
+# A ModuleList is never called (its parent iterates over it): its items are.
+run "show --graph list" 1 "$SLAPO" show --graph transformer.h --config tiny
+check "show --graph list: message" err "add 'transformer.h.* trace' to the schedule (a ModuleList"
+printf 'transformer.h trace\n' > "$TMP/trace_list.sched"
+run "trace a list" 1 "$SLAPO" show --config tiny --schedule "$TMP/trace_list.sched"
+check "trace a list: message" err "transformer.h is a ModuleList, a container its parent iterates over without calling it: trace its items ('transformer.h.* trace')"
 run "show --graph inlined" 1 "$SLAPO" show --graph transformer.h.0.mlp --config tiny \
   --schedule "$TMP/trace_flat.sched"
 check_re "show --graph inlined: names the trace" err "inlined into the flattened trace of transformer\.h\.0"
