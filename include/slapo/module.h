@@ -378,8 +378,9 @@ slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *con
 slapo_status slapo_runner_grad_sumsq(const slapo_runner *r, double *replicated, double *sharded);
 /* The activation peak (bytes) slapo_step would plan for these inputs and
  * mode, computed without allocating anything: the model may still be meta
- * and `in` may be meta tensors (only dtypes and shapes are read). The step
- * is not cached. Errors: those of building and planning. */
+ * (its parameters are named, as slapo_module_name_params does) and `in`
+ * may be meta tensors (only dtypes and shapes are read). The step is not
+ * cached. Errors: those of building and planning, NOMEM. */
 slapo_status slapo_runner_estimate(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                                    slapo_step_mode mode, size_t *peak_nbytes);
 /* Planned activation peak of the most recent step, in bytes. */

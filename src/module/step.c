@@ -339,6 +339,8 @@ slapo_status slapo_runner_estimate(slapo_runner *r, int n_in, const slapo_tensor
   *peak_nbytes = 0;
   if (n_in < 0 || n_in > 8)
     return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
+  /* A meta model's parameters get their paths, which building needs. */
+  SLAPO_TRY(slapo_module_name_params(r->root));
   built_step b;
   return build(r, n_in, in, mode, &b, peak_nbytes);
 }

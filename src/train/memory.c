@@ -51,7 +51,6 @@ slapo_status slapo_memory_estimate_train(slapo_module *model, int64_t batch, int
   size_t state = (size_t)slapo_module_numel(model) * sizeof(float);
   out->weights = out->grads = state;
   out->optimizer = 2 * state;
-  SLAPO_TRY(slapo_module_name_params(model));
   slapo_runner *r;
   SLAPO_TRY(slapo_runner_new(model, NULL, &r));
   slapo_status s = step_peak(r, SLAPO_STEP_TRAIN, 2, batch, seq, &out->train_activations);

@@ -2,8 +2,8 @@
  * outside the vocabulary (module/index_check.c) instead of returning the
  * plausible loss the kernels would give (a zero embedding row, a skipped
  * target): the message names the input, the value, its element and the
- * reader; an ignored target (-100) passes, as do views of the ids; the
- * model's state is untouched by a refused step. */
+ * reader; an ignored target (-100) passes, and strided ids are checked
+ * element by element. Also: slapo_runner_estimate on a meta model. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -110,11 +110,34 @@ static void test_strided_ids(void **state) {
   slapo_tensor_free(t);
 }
 
+/* A meta model estimates its step without a name_params call first, and
+ * the id check leaves meta inputs alone. */
+static void test_estimate_meta_model(void **state) {
+  (void)state;
+  slapo_gpt2_config cfg;
+  slapo_module *m;
+  slapo_runner *r;
+  assert_ok(slapo_gpt2_config_named("tiny", &cfg));
+  assert_ok(slapo_gpt2_new(&cfg, &m));
+  assert_ok(slapo_runner_new(m, NULL, &r));
+  int64_t shape[2] = {2, 8};
+  slapo_tensor *x;
+  assert_ok(slapo_tensor_new_meta(SLAPO_DTYPE_I32, 2, shape, &x));
+  const slapo_tensor *in[2] = {x, x};
+  size_t peak = 0;
+  assert_ok(slapo_runner_estimate(r, 2, in, SLAPO_STEP_TRAIN, &peak));
+  assert_true(peak > 0);
+  slapo_tensor_free(x);
+  slapo_runner_free(r);
+  slapo_module_free(m);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_ids_outside_vocabulary, setup, teardown),
       cmocka_unit_test_setup_teardown(test_targets_outside_vocabulary, setup, teardown),
       cmocka_unit_test_setup_teardown(test_strided_ids, setup, teardown),
+      cmocka_unit_test(test_estimate_meta_model),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
