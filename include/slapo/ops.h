@@ -48,7 +48,9 @@ slapo_status slapo_ctx_fail(slapo_ctx *ctx, slapo_status s, const char *fmt, ...
  * recompute): it belongs to the path's latest call and changes no count.
  * A random op's stream is slapo_rng_stream(path, call ordinal, its index
  * among the random ops drawn in that call), so it depends on nothing else in
- * the graph. Errors (enter/push): SLAPO_NOMEM, recorded on the ctx. */
+ * the graph. Errors (enter/push): SLAPO_NOMEM, recorded on the ctx; a
+ * failed enter/push opens no frame, so pop only after one that returned
+ * SLAPO_OK (popping more frames than were opened is an internal error). */
 slapo_status slapo_ctx_enter_call(slapo_ctx *ctx, const char *path);
 slapo_status slapo_ctx_push_origin(slapo_ctx *ctx, const char *path);
 void slapo_ctx_pop_origin(slapo_ctx *ctx);

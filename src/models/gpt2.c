@@ -152,7 +152,9 @@ static slapo_node *model_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   /* Positions P..P+T-1 are rows of wpe: a slice, not a gather. */
   slapo_module *wpe = slapo_module_child(self, "wpe");
   SLAPO_ASSERT(wpe);
-  slapo_ctx_push_origin(ctx, "transformer.wpe");
+  /* Pop only a frame that was pushed: a failed push (out of memory) leaves
+   * the stack as it was, and popping would take the caller's frame. */
+  if (slapo_ctx_push_origin(ctx, "transformer.wpe") != SLAPO_OK) return NULL;
   slapo_node *pos = slapo_slice(ctx, slapo_weight(ctx, wpe, "weight"), 0, P, P + T); /* [T, C] */
   slapo_ctx_pop_origin(ctx);
   slapo_node *x = slapo_call1(ctx, self, "drop", slapo_add(ctx, tok, pos));
