@@ -597,7 +597,9 @@ slapo_status slapo_find(slapo_module *m, const slapo_pattern *p, slapo_matches *
 slapo_status slapo_find_in(slapo_module *m, slapo_graph *g, const slapo_pattern *p,
                            slapo_matches *out) {
   memset(out, 0, sizeof *out);
-  matcher mt;
+  /* Zeroed here, not only in matcher_init: matcher_free below also runs
+   * when store_init failed before matcher_init. */
+  matcher mt = {0};
   match_store st;
   slapo_status s = store_init(&st);
   if (s == SLAPO_OK) s = matcher_init(&mt, m, p, g);
