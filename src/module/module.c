@@ -16,9 +16,12 @@ slapo_status slapo_module_new(const slapo_module_type *type, void *config, slapo
   if (!m || !name) {
     slapo_free(m);
     slapo_free(name);
+    /* The message first: `type` may live inside `config` (a fused module's
+     * type does), so it is gone once the config is freed. */
+    slapo_status s = slapo_error(SLAPO_NOMEM, "module: out of memory creating a %s", type->name);
     if (type->free_config) type->free_config(config);
     else slapo_free(config);
-    return slapo_error(SLAPO_NOMEM, "module: out of memory creating a %s", type->name);
+    return s;
   }
   m->type = type;
   m->name = name;
