@@ -176,8 +176,9 @@ slapo_status slapo_module_add_child(slapo_module *m, const char *name, slapo_mod
  * The old child is detached (parent NULL) and handed to the caller in *old
  * (owned; free it with slapo_module_free), or freed when `old` is NULL;
  * parameters the new child ties from it stay alive through their refcount.
+ * Allocates nothing, so replacing back always undoes it.
  * Errors: SLAPO_NOT_FOUND (m has no child `name`; message lists m's
- * children), SLAPO_INVALID_ARG (child NULL), NOMEM; on error m is unchanged. */
+ * children), SLAPO_INVALID_ARG (child NULL); on error m is unchanged. */
 slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo_module *child,
                                         slapo_module **old);
 /* Removes m's child `name` and frees it (undoing an add_child of a failed

@@ -121,17 +121,15 @@ slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo
                        "module: a %s has no child '%s' to replace; its children: %s",
                        m->type->name, name, m->n_children ? kids : "(none)");
   }
-  char *n = slapo_strdup(name);
-  if (!n) {
-    slapo_module_free(child);
-    return slapo_error(SLAPO_NOMEM, "module: out of memory replacing child '%s'", name);
-  }
   slapo_module *prev = m->children[at];
   if (!child->n_syncs) { /* syncs belong to the position (the original's hooks carry over) */
     child->syncs = prev->syncs, child->n_syncs = prev->n_syncs;
     prev->syncs = NULL, prev->n_syncs = 0;
   }
-  slapo_free(child->name);
+  /* The two swap name strings instead of copying `name`: nothing is
+   * allocated, so a caller can always undo a replace by replacing back. */
+  char *n = prev->name;
+  prev->name = child->name;
   child->name = n;
   child->parent = m;
   m->children[at] = child;

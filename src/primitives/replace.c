@@ -54,11 +54,12 @@ slapo_status slapo__prim_swap(slapo_sched *node, slapo_module *mod) {
   SLAPO_TRY(slapo_module_replace_child(parent, name, mod, &old));
   slapo_status s = slapo_sched_rebuild(node);
   if (s != SLAPO_OK) {
-    /* Put the old module back so the failed primitive changes nothing. */
+    /* Put the old module back so the failed primitive changes nothing. A
+     * replace allocates nothing, so this cannot fail; a failed rebuild left
+     * the node's subtree as it was, over the old module, so none is needed. */
     slapo_module *mine = NULL;
     SLAPO_ASSERT(slapo_module_replace_child(parent, name, old, &mine) == SLAPO_OK);
     slapo_module_free(mine);
-    SLAPO_ASSERT(slapo_sched_rebuild(node) == SLAPO_OK);
     return s;
   }
   slapo_module_free(old);
