@@ -183,13 +183,15 @@ static slapo_status max_diff(const slapo_tensor *a, const slapo_tensor *b, doubl
 static slapo_status check_tied(const load_state *st, const char *copy, const char *kept_path) {
   const slapo__hf_layout *l = st->layout;
   slapo_tensor *a = NULL, *b = NULL, *meta = NULL;
-  if (slapo_safetensors_get(st->f, copy, &a) != SLAPO_OK) {
+  slapo_status s = slapo_safetensors_get(st->f, copy, &a);
+  if (s == SLAPO_NOT_FOUND) {
     slapo_error_clear();
     return SLAPO_OK;
   }
+  SLAPO_TRY(s); /* out of memory is not an absent copy: the check must run */
   mark_used(st, copy); /* checked below: equal, or the load fails */
   char kept[NAME_CAP];
-  slapo_status s = file_name(st, kept_path, kept, &meta);
+  s = file_name(st, kept_path, kept, &meta);
   slapo_tensor_free(meta);
   if (s == SLAPO_OK) s = slapo_safetensors_get(st->f, kept, &b);
   else if (s == SLAPO_NOT_FOUND) s = SLAPO_OK, slapo_error_clear(); /* the load names it */
