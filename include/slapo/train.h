@@ -108,6 +108,10 @@ void slapo_dataset_free(slapo_dataset *d);
 int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
 /* Largest token id + 1 seen in the data. */
 int64_t slapo_dataset_vocab(const slapo_dataset *d);
+/* True for an llm.c token file: its version 1 holds GPT-2 BPE token ids
+ * (llm.c's dev/data scripts), which mean other tokens to another family's
+ * tokenizer; false for text read as bytes. */
+bool slapo_dataset_gpt2_tokens(const slapo_dataset *d);
 
 /* Fills idx and targets [B, T] i32 (targets = idx shifted by one) with B
  * windows whose start positions are drawn with Philox from (seed, step), so

@@ -18,6 +18,7 @@
 struct slapo_dataset {
   int32_t *tokens; /* [n] */
   int64_t n, n_train, vocab;
+  bool gpt2_tokens; /* an llm.c token file (GPT-2's tokenizer), not bytes */
 };
 
 /* Appends the bytes of `path` to (*buf, *len, *cap). */
@@ -150,6 +151,7 @@ slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dat
         if (d->tokens[i] + 1 > d->vocab) d->vocab = d->tokens[i] + 1;
       }
       d->n = ntok;
+      d->gpt2_tokens = true;
     }
   } else if (s == SLAPO_OK) {
     /* Byte-level tokenizer: token id = byte value (vocabulary 256). */
@@ -182,6 +184,8 @@ int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val) {
 }
 
 int64_t slapo_dataset_vocab(const slapo_dataset *d) { return d->vocab; }
+
+bool slapo_dataset_gpt2_tokens(const slapo_dataset *d) { return d->gpt2_tokens; }
 
 slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed, int64_t step,
                                  slapo_tensor *idx, slapo_tensor *targets) {

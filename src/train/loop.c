@@ -269,6 +269,11 @@ static slapo_status load_data(trainer *t) {
         "token ids; give an llm.c token file for its tokenizer, or use a byte-level config "
         "(vocabulary 256; slapo models lists them)", c->data, t->fam->name, c->model_config,
         (long long)t->dims.vocab_size);
+  if (slapo_dataset_gpt2_tokens(t->data) && strcmp(t->fam->name, "gpt2"))
+    say(t->cb, t->ud, "note: %s is an llm.c token file of GPT-2 token ids; %s reads them as ids "
+        "of its own vocabulary, where they stand for other tokens%s", c->data, t->fam->name,
+        t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM ? " (and may collide with its special "
+                                                         "ids, such as [MASK])" : "");
   if (t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM) {
     slapo_mlm_config mc = mlm_config(t);
     say(t->cb, t->ud, "objective: masked LM: %.0f %% of positions chosen (%lld of each sequence "

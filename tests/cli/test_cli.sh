@@ -239,6 +239,12 @@ check "save as an optimizer file" err "ends in .optim.safetensors, the name of a
 run "init-from" 0 "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 --sample 0 \
   --val-batches 1 --threads 1 --data "$TEXT" --init-from "$TMP/ckpt.safetensors"
 check "init-from" out "init: weights from $TMP/ckpt.safetensors"
+# An llm.c token file holds GPT-2 ids: another family is told so.
+perl -e 'print pack("l<256", 20240520, 1, 400, (0) x 253), pack("S<400", map { $_ * 3 % 250 } 0 .. 399)' \
+  > "$TMP/gpt2_ids.bin"
+run "llm.c file into bert" 0 "$SLAPO" train --model bert --config tiny --steps 1 --batch 1 --seq 8 \
+  --val-batches 1 --threads 1 --data "$TMP/gpt2_ids.bin"
+check "llm.c file into bert" out "is an llm.c token file of GPT-2 token ids; bert reads them as ids of its own vocabulary"
 run "init-from another family" 1 "$SLAPO" train --model llama --config tiny --steps 1 \
   --data "$TEXT" --init-from "$TMP/ckpt.safetensors"
 check "init-from another family" err "ckpt.safetensors was saved from gpt2 tiny; this run is llama tiny"

@@ -479,6 +479,7 @@ static void test_dataset_text(void **state) {
   assert_int_equal(slapo_dataset_tokens(d, false), 900);
   assert_int_equal(slapo_dataset_tokens(d, true), 100);
   assert_int_equal(slapo_dataset_vocab(d), 256);
+  assert_false(slapo_dataset_gpt2_tokens(d));
   /* Each row is a window of the bytes; targets are the next bytes. */
   slapo_tensor *x = i32_2d(3, 20), *y = i32_2d(3, 20);
   for (int val = 0; val < 2; val++) {
@@ -536,6 +537,7 @@ static void test_dataset_llmc(void **state) {
   assert_int_equal(slapo_dataset_tokens(d, false), N);
   assert_int_equal(slapo_dataset_tokens(d, true), 0);
   assert_int_equal(slapo_dataset_vocab(d), 60001);
+  assert_true(slapo_dataset_gpt2_tokens(d));
   slapo_tensor *x = i32_2d(4, 16), *y = i32_2d(4, 16);
   assert_int_equal(slapo_dataset_batch(d, false, 1, 0, x, y), SLAPO_OK);
   const int32_t *xs = slapo_tensor_data(x), *ys = slapo_tensor_data(y);
