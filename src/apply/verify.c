@@ -268,6 +268,8 @@ slapo_status slapo_verify(slapo_model_builder build, void *ud, const slapo_sched
                           const slapo_verify_opts *opts, slapo_verify_cb cb, void *cb_ud,
                           size_t *first_bad) {
   *first_bad = 0;
+  SLAPO_NEED(build, "verify");
+  SLAPO_NEED(log, "verify");
   /* Expand against a throw-away copy of the model to number the steps. */
   slapo_module *m = NULL;
   slapo_sched *root = NULL;

@@ -12,6 +12,14 @@ _Noreturn void slapo__assert_fail(const char *expr, const char *file, int line);
 #define SLAPO_UNUSED(x) ((void)(x))
 #define SLAPO_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* A public entry point's required pointer argument: NULL is the caller's
+ * error, reported as SLAPO_INVALID_ARG naming the function and argument,
+ * never a crash: `SLAPO_NEED(path, "sched_at");` */
+#define SLAPO_NEED(ptr, fn)                                                    \
+  do {                                                                         \
+    if (!(ptr)) return slapo_error(SLAPO_INVALID_ARG, "%s: %s is NULL", fn, #ptr); \
+  } while (0)
+
 /* Propagates a non-OK status: `SLAPO_TRY(slapo_foo(...));` */
 #define SLAPO_TRY(expr)                                                        \
   do {                                                                         \

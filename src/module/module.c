@@ -243,6 +243,8 @@ slapo_parameter *slapo_module_param_at(const slapo_module *m, const char *path) 
 
 slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_module **out) {
   *out = NULL;
+  SLAPO_NEED(m, "module_at");
+  SLAPO_NEED(path, "module_at");
   const slapo_module *cur = m;
   const char *p = path;
   char seg[256];

@@ -272,6 +272,10 @@ slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *con
                               slapo_step_mode mode, const slapo_kernel_env *env, float loss_scale,
                               unsigned grads, const slapo_tensor **out) {
   if (out) *out = NULL;
+  SLAPO_NEED(r, "step");
+  if (n_in > 0) SLAPO_NEED(in, "step");
+  for (int i = 0; i < n_in && i < 8; i++)
+    if (!in[i]) return slapo_error(SLAPO_INVALID_ARG, "step: input %d is NULL", i);
   if (grads & ~(unsigned)(SLAPO_ACC_WRITE | SLAPO_ACC_MEASURE))
     return slapo_error(SLAPO_INVALID_ARG, "step: unknown gradient flags 0x%x", grads);
   if (n_in < 0 || n_in > 8)

@@ -290,6 +290,8 @@ static slapo_status fuse_impl(slapo_sched *node, const slapo_pattern *p, const c
 
 slapo_status slapo_fuse(slapo_sched *node, const slapo_pattern *p, const char *compiler,
                         const char *name, const slapo_compile_opts *opts, bool all) {
+  SLAPO_NEED(node, "fuse");
+  SLAPO_NEED(p, "fuse");
   return fuse_impl(node, p, compiler, name, opts, all, NULL);
 }
 

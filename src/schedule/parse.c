@@ -293,6 +293,7 @@ static slapo_status parse_line(line_parser *lp, slapo_sched_log *log) {
 
 slapo_status slapo_sched_parse(const char *text, const char *filename, slapo_sched_log **out) {
   *out = NULL;
+  SLAPO_NEED(text, "sched_parse");
   slapo_sched_log *log;
   SLAPO_TRY(slapo_sched_log_new(&log));
   slapo_arena *a;
@@ -341,6 +342,7 @@ slapo_status slapo_sched_parse(const char *text, const char *filename, slapo_sch
 
 slapo_status slapo_sched_parse_file(const char *path, slapo_sched_log **out) {
   *out = NULL;
+  SLAPO_NEED(path, "sched_parse_file");
   FILE *f = fopen(path, "rb");
   if (!f) return slapo_error(SLAPO_IO, "cannot read schedule file '%s': %s", path, strerror(errno));
   char *text = NULL;

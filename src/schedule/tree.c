@@ -155,6 +155,8 @@ static slapo_status not_found(const slapo_sched *s, const char *path, const slap
 
 slapo_status slapo_sched_at(slapo_sched *s, const char *path, slapo_sched **out) {
   *out = NULL;
+  SLAPO_NEED(s, "sched_at");
+  SLAPO_NEED(path, "sched_at");
   if (!path[0] || !strcmp(path, ".")) {
     *out = s;
     return SLAPO_OK;

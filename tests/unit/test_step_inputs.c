@@ -3,7 +3,8 @@
  * plausible loss the kernels would give (a zero embedding row, a skipped
  * target): the message names the input, the value, its element and the
  * reader; an ignored target (-100) passes, and strided ids are checked
- * element by element. Also: slapo_runner_estimate on a meta model. */
+ * element by element. Also: slapo_runner_estimate on a meta model, and
+ * NULL arguments of the public entry points as INVALID_ARG. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -14,6 +15,8 @@
 #include <string.h>
 
 #include "slapo/models.h"
+#include "slapo/primitives.h"
+#include "slapo/schedule.h"
 
 #define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
@@ -132,12 +135,36 @@ static void test_estimate_meta_model(void **state) {
   slapo_module_free(m);
 }
 
+/* NULL where a pointer is required is the caller's error, named, never a
+ * crash. */
+static void test_null_arguments(void **state) {
+  fixture *f = *state;
+  slapo_module *m;
+  slapo_sched_log *log;
+  slapo_sched *tree, *node;
+  assert_int_equal(slapo_module_at(f->m, NULL, &m), SLAPO_INVALID_ARG);
+  expect_msg("module_at: path is NULL");
+  assert_int_equal(slapo_sched_parse(NULL, "x.sched", &log), SLAPO_INVALID_ARG);
+  expect_msg("sched_parse: text is NULL");
+  assert_int_equal(slapo_sched_parse_file(NULL, &log), SLAPO_INVALID_ARG);
+  assert_ok(slapo_sched_create(f->m, &tree));
+  assert_int_equal(slapo_sched_at(tree, NULL, &node), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_fuse(tree, NULL, "none", "F", NULL, false), SLAPO_INVALID_ARG);
+  expect_msg("fuse: p is NULL");
+  slapo_sched_free(tree);
+  const slapo_tensor *in[2] = {f->x, NULL};
+  assert_int_equal(slapo_step(f->r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL), SLAPO_INVALID_ARG);
+  expect_msg("step: input 1 is NULL");
+  assert_int_equal(slapo_step(f->r, 2, NULL, SLAPO_STEP_TRAIN, NULL, NULL), SLAPO_INVALID_ARG);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_ids_outside_vocabulary, setup, teardown),
       cmocka_unit_test_setup_teardown(test_targets_outside_vocabulary, setup, teardown),
       cmocka_unit_test_setup_teardown(test_strided_ids, setup, teardown),
       cmocka_unit_test(test_estimate_meta_model),
+      cmocka_unit_test_setup_teardown(test_null_arguments, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
