@@ -36,10 +36,14 @@ typedef enum slapo_group {
  * Errors: SLAPO_INVALID_ARG (tp does not divide the world size:
  * names both), SLAPO_STATE (already initialized with another tp; MPI
  * failed to start or lacks MPI_THREAD_FUNNELED), NOMEM. tp < 0 is
- * SLAPO_INVALID_ARG. */
+ * SLAPO_INVALID_ARG, and so is a $SLAPO_COMM_TIMEOUT that is not seconds.
+ * Before MPI_Init it sets Open MPI's algorithm choices slapo measured
+ * faster (OMPI_MCA_* variables, docs/PERFORMANCE.md), each only where the
+ * environment has no value for it: a user's own setting is kept. */
 slapo_status slapo_dist_init(int tp);
-/* Ends MPI if slapo_dist_init started it (MPI_Finalize); groups are back to
- * one rank. Safe to call when not initialized. */
+/* Ends MPI if slapo_dist_init started it (MPI_Finalize, skipped after a
+ * collective timed out); groups are back to one rank. Safe to call when
+ * not initialized. */
 void slapo_dist_finalize(void);
 /* True when MPI runs (launched by mpirun). */
 bool slapo_dist_active(void);
@@ -55,13 +59,33 @@ void slapo_dist_describe(char *buf, size_t cap);
  * waiting in a collective and would otherwise hang. Never returns. */
 _Noreturn void slapo_dist_abort(int code);
 
+/* The communication timeout, seconds: a collective (host-side or a graph
+ * kernel) still pending after this long fails with SLAPO_COMM "no progress
+ * in <call> (<group> group) for N s (peer ranks ...)", so a lost link or a
+ * stopped peer ends the job instead of hanging it (PyTorch's and NCCL's
+ * collective timeout). Default SLAPO_DIST_TIMEOUT_DEFAULT_S, or
+ * $SLAPO_COMM_TIMEOUT (read by slapo_dist_init; a value that is not
+ * seconds > 0 makes it fail with SLAPO_INVALID_ARG); a call here wins over
+ * both. It bounds the wait for the slowest rank too, so it must exceed the
+ * longest time one rank computes between two collectives (a step, a
+ * validation pass, a save). After a timeout the runtime is unusable: every
+ * later collective fails at once with that message, slapo_dist_finalize
+ * skips MPI_Finalize (it would wait for the lost peer), and the caller
+ * should end the job with slapo_dist_abort. Errors: SLAPO_INVALID_ARG
+ * (seconds not > 0 or not finite). */
+#define SLAPO_DIST_TIMEOUT_DEFAULT_S 300.0
+slapo_status slapo_dist_set_timeout(double seconds);
+/* The timeout in force, seconds. */
+double slapo_dist_timeout(void);
+
 /* ------------------------------------------------------------------------ */
 /* Host-side collectives (outside graphs; all ranks of g must call them in   */
 /* the same order with the same sizes).                                      */
 /* ------------------------------------------------------------------------ */
 
 /* buf [n] f32 <- sum over the ranks of g, in place. Errors: SLAPO_STATE
- * (MPI failed; message names the call). */
+ * (MPI failed; message names the call), SLAPO_COMM (timed out, see
+ * slapo_dist_set_timeout; so for every collective below). */
 slapo_status slapo_dist_all_reduce_f32(slapo_group g, float *buf, int64_t n);
 /* buf [n] f64 <- sum over the ranks of g, in place (token counts, norms). */
 slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n);
@@ -111,7 +135,8 @@ extern const slapo_op slapo_dist_op_vocab_parallel_cross_entropy;
 extern const slapo_op slapo_dist_op_vocab_parallel_cross_entropy_backward;
 
 /* SLAPO_OK, or SLAPO_STATE naming the first MPI call of a collective
- * kernel that failed since the last call (kernels cannot return errors;
+ * kernel that failed since the last call (SLAPO_COMM: it timed out, see
+ * slapo_dist_set_timeout) (kernels cannot return errors;
  * the trainer checks this after each step), which it then clears. */
 slapo_status slapo_dist_kernel_status(void);
 

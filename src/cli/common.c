@@ -59,6 +59,7 @@ static const char *expected(int o) {
     return "an integer >= 0";
   case OPT_DEPTH: return "an integer from 0 to 64";
   case OPT_TP: return "an integer from 1 to 4096";
+  case OPT_COMM_TIMEOUT: return "seconds > 0";
   case OPT_LR: case OPT_TEMP: case OPT_ATOL: case OPT_RTOL: return "a number > 0";
   case OPT_MIN_LR: case OPT_WD: case OPT_CLIP: return "a number >= 0";
   case OPT_DROPOUT: return "a probability in [0, 1)";
@@ -140,6 +141,8 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
   case OPT_SCHEDULE: m->schedule = arg; return 1;
   case OPT_DISABLE: return cli_parse_list(arg, &m->disabled, &m->n_disabled) ? 1 : -1;
   case OPT_TP: return cli_parse_i64(arg, &m->tp) && m->tp >= 1 && m->tp <= 4096 ? 1 : -1;
+  case OPT_COMM_TIMEOUT:
+    return cli_parse_f(arg, &m->comm_timeout) && m->comm_timeout > 0 ? 1 : -1;
   default: return 0;
   }
 }
@@ -178,7 +181,8 @@ int cli_model_finish(cli_model_opts *m, const char *cmd) {
   }
   if (m->n_disabled && !m->schedule)
     return cli_usage_error(cmd, "%s", "--disable needs --schedule");
-  slapo_status s = slapo_dist_init(m->tp ? (int)m->tp : 1);
+  slapo_status s = m->comm_timeout > 0 ? slapo_dist_set_timeout(m->comm_timeout) : SLAPO_OK;
+  if (s == SLAPO_OK) s = slapo_dist_init(m->tp ? (int)m->tp : 1);
   if (s != SLAPO_OK) return cli_fail(s);
   /* Rank 0 alone reports; errors still reach stderr from any rank. */
   if (slapo_dist_rank(SLAPO_GROUP_WORLD) != 0 && !freopen("/dev/null", "w", stdout))
@@ -212,5 +216,8 @@ void cli_model_usage(FILE *f, const char *default_config) {
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
              "                      --schedule', e.g. 2,5)\n"
              "  --tp K              tensor-parallel group size under mpirun -np N (N = K x\n"
-             "                      data-parallel size) [1]\n");
+             "                      data-parallel size) [1]\n"
+             "  --comm-timeout S    under mpirun, end the job when a collective waits longer\n"
+             "                      than S seconds (a lost link or a stopped rank); also\n"
+             "                      $SLAPO_COMM_TIMEOUT [300]\n");
 }

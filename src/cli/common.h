@@ -20,7 +20,7 @@ enum {
   OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
   OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
-  OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP
+  OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP, OPT_COMM_TIMEOUT
 };
 
 /* "slapo: <status>: <message>" on stderr; returns exit code 1. Under
@@ -54,6 +54,7 @@ void cli_fmt_duration(double s, char *buf, size_t cap);
 typedef struct cli_model_opts {
   const char *model, *config, *schedule;
   int64_t tp;       /* --tp: tensor-parallel group size (0: 1)          */
+  double comm_timeout; /* --comm-timeout seconds (0: not given)        */
   size_t *disabled; /* malloc'd */
   size_t n_disabled;
   const slapo_model_family *family;
@@ -63,7 +64,8 @@ typedef struct cli_model_opts {
 #define CLI_MODEL_OPTIONS                                                                       \
   {"model", required_argument, 0, OPT_MODEL}, {"config", required_argument, 0, OPT_CONFIG},     \
       {"schedule", required_argument, 0, OPT_SCHEDULE},                                       \
-      {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP}
+      {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP},   \
+      {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT}
 
 /* A schedule as --schedule and each side of profile --compare name it:
  * "default" is family f's default schedule (its path written into path, of
@@ -76,7 +78,8 @@ int cli_schedule_resolve(const slapo_model_family *f, const char *name, const ch
  * a model option, -1 a bad value. */
 int cli_model_option(cli_model_opts *m, int o, const char *arg);
 /* Resolves the family and defaults and forms the process groups
- * (slapo_dist_init with --tp; under mpirun only rank 0 keeps stdout); 0, or
+ * (slapo_dist_init with --tp and --comm-timeout; under mpirun only rank 0
+ * keeps stdout); 0, or
  * a usage error's exit code 2, or 1 when the groups cannot be formed. */
 int cli_model_finish(cli_model_opts *m, const char *cmd);
 void cli_model_opts_deinit(cli_model_opts *m);

@@ -11,23 +11,21 @@
 #include "dist/internal.h"
 
 static slapo_status g_kernel_status = SLAPO_OK;
-static char g_kernel_msg[MPI_MAX_ERROR_STRING + 128];
+static char g_kernel_msg[1024];
 
-void slapo__dist_kernel_failed(int rc, const char *call) {
+void slapo__dist_kernel_failed(slapo_status s) {
   if (g_kernel_status != SLAPO_OK) return;
-  char msg[MPI_MAX_ERROR_STRING] = "";
-  int len = 0;
-  MPI_Error_string(rc, msg, &len);
-  snprintf(g_kernel_msg, sizeof g_kernel_msg, "%s in a collective kernel failed: %s", call, msg);
-  g_kernel_status = SLAPO_STATE;
+  snprintf(g_kernel_msg, sizeof g_kernel_msg, "%s", slapo_last_error());
+  g_kernel_status = s;
 }
 
 bool slapo__dist_kernel_ok(void) { return g_kernel_status == SLAPO_OK; }
 
 slapo_status slapo_dist_kernel_status(void) {
-  if (g_kernel_status == SLAPO_OK) return SLAPO_OK;
+  slapo_status s = g_kernel_status;
+  if (s == SLAPO_OK) return SLAPO_OK;
   g_kernel_status = SLAPO_OK;
-  return slapo_error(SLAPO_STATE, "%s", g_kernel_msg);
+  return slapo_error(s, "%s", g_kernel_msg);
 }
 
 int slapo__dist_group_of(const slapo_node *n) {
@@ -39,9 +37,12 @@ static int group_size(const slapo_node *n) {
 }
 
 /* The communicator a kernel uses, or MPI_COMM_NULL when it must not call
- * MPI (one rank, or an earlier kernel failed: then the output is zeroed). */
+ * MPI (one rank, or an earlier kernel or collective failed: then the
+ * output is zeroed). */
 static MPI_Comm kernel_comm(const slapo_node *n, slapo_tensor *out) {
   if (group_size(n) == 1) return MPI_COMM_NULL;
+  slapo_status s = slapo__dist_usable();
+  if (s != SLAPO_OK) slapo__dist_kernel_failed(s);
   if (!slapo__dist_kernel_ok()) {
     memset(slapo_tensor_data(out), 0, slapo_tensor_nbytes(out));
     return MPI_COMM_NULL;
@@ -49,10 +50,15 @@ static MPI_Comm kernel_comm(const slapo_node *n, slapo_tensor *out) {
   return slapo__dist_comm(slapo__dist_group_of(n));
 }
 
-#define KERNEL_MPI(call, name)                       \
-  do {                                               \
-    int rc_ = (call);                                \
-    if (rc_ != MPI_SUCCESS) slapo__dist_kernel_failed(rc_, name); \
+/* Starts nonblocking collective `call` (its last argument the request) of
+ * node n's group and waits for it with the communication timeout; a
+ * failure or timeout is recorded for slapo_dist_kernel_status. */
+#define KERNEL_MPI(n, call, name)                                                   \
+  do {                                                                              \
+    MPI_Request req_;                                                               \
+    int rc_ = (call);                                                               \
+    slapo_status s_ = slapo__dist_wait(rc_, &req_, slapo__dist_group_of(n), name);  \
+    if (s_ != SLAPO_OK) slapo__dist_kernel_failed(s_);                              \
   } while (0)
 
 /* ---- shape inference ---- */
@@ -112,8 +118,9 @@ static void all_reduce_kernel(const slapo_node *node, const slapo_tensor *const 
   copy_in(in[0], out);
   MPI_Comm c = kernel_comm(node, out);
   if (c != MPI_COMM_NULL)
-    KERNEL_MPI(MPI_Allreduce(MPI_IN_PLACE, slapo_tensor_data(out), count_of(out), MPI_FLOAT,
-                             MPI_SUM, c), "MPI_Allreduce");
+    KERNEL_MPI(node, MPI_Iallreduce(MPI_IN_PLACE, slapo_tensor_data(out), count_of(out),
+                                    MPI_FLOAT, MPI_SUM, c, &req_),
+               "MPI_Iallreduce (all_reduce kernel)");
 }
 
 static void copy_kernel(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
@@ -128,9 +135,9 @@ static void all_gather_kernel(const slapo_node *node, const slapo_tensor *const 
   MPI_Comm c = kernel_comm(node, out);
   if (group_size(node) == 1) copy_in(in[0], out);
   if (c != MPI_COMM_NULL)
-    KERNEL_MPI(MPI_Allgather(slapo_tensor_data(in[0]), count_of(in[0]), MPI_FLOAT,
-                             slapo_tensor_data(out), count_of(in[0]), MPI_FLOAT, c),
-               "MPI_Allgather");
+    KERNEL_MPI(node, MPI_Iallgather(slapo_tensor_data(in[0]), count_of(in[0]), MPI_FLOAT,
+                                    slapo_tensor_data(out), count_of(in[0]), MPI_FLOAT, c, &req_),
+               "MPI_Iallgather (all_gather kernel)");
 }
 
 static void reduce_scatter_kernel(const slapo_node *node, const slapo_tensor *const *in,
@@ -139,9 +146,9 @@ static void reduce_scatter_kernel(const slapo_node *node, const slapo_tensor *co
   MPI_Comm c = kernel_comm(node, out);
   if (group_size(node) == 1) copy_in(in[0], out);
   if (c != MPI_COMM_NULL)
-    KERNEL_MPI(MPI_Reduce_scatter_block(slapo_tensor_data(in[0]), slapo_tensor_data(out),
-                                        count_of(out), MPI_FLOAT, MPI_SUM, c),
-               "MPI_Reduce_scatter_block");
+    KERNEL_MPI(node, MPI_Ireduce_scatter_block(slapo_tensor_data(in[0]), slapo_tensor_data(out),
+                                               count_of(out), MPI_FLOAT, MPI_SUM, c, &req_),
+               "MPI_Ireduce_scatter_block (reduce_scatter kernel)");
 }
 
 static void scatter_kernel(const slapo_node *node, const slapo_tensor *const *in,

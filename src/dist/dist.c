@@ -2,10 +2,12 @@
  * tensor-parallel / data-parallel groups (MPI_Comm_split), and host-side
  * collectives. Without a launcher nothing here touches MPI: every group has
  * one rank and collectives are copies. Layer: dist. */
+#include <math.h>
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "dist/internal.h"
 
@@ -16,6 +18,17 @@ static struct {
   int size[SLAPO_GROUP_COUNT], rank[SLAPO_GROUP_COUNT];
   MPI_Comm comm[SLAPO_GROUP_COUNT];
 } g_dist = {.size = {1, 1, 1}};
+
+/* The communication timeout: set by slapo_dist_set_timeout (kept across
+ * finalize), else $SLAPO_COMM_TIMEOUT, else the default. `stalled` holds
+ * the message of the first collective that timed out: its request is still
+ * pending on a buffer MPI may yet write, and its peers are lost, so every
+ * later collective fails at once with it and finalize skips MPI_Finalize. */
+static struct {
+  double seconds;
+  bool set;
+  char stalled[512];
+} g_timeout = {SLAPO_DIST_TIMEOUT_DEFAULT_S, false, ""};
 
 /* Launched by mpirun / srun / a PMI launcher? */
 static bool launched(void) {
@@ -38,10 +51,42 @@ static slapo_status mpi_error(int rc, const char *call) {
     if (rc_ != MPI_SUCCESS) return mpi_error(rc_, name); \
   } while (0)
 
+/* Open MPI 4.1's own choices, measured on 2 local ranks (docs/PERFORMANCE.md,
+ * 2026-12-04): the nonblocking all-reduce slapo waits on picks a binomial
+ * tree (reduce to one rank, then broadcast) for an in-place buffer on fewer
+ * than 4 ranks; the ring moves each byte once each way. Applied through
+ * Open MPI's environment before MPI_Init, each only where the user set no
+ * value of their own, so `mpirun -x OMPI_MCA_...` or an exported one wins. */
+static const struct {
+  const char *name, *value;
+} k_mca_defaults[] = {
+    {"OMPI_MCA_coll_libnbc_iallreduce_algorithm", "1"}, /* ring */
+};
+
+static slapo_status set_mca_defaults(void) {
+  for (size_t i = 0; i < sizeof k_mca_defaults / sizeof *k_mca_defaults; i++)
+    if (setenv(k_mca_defaults[i].name, k_mca_defaults[i].value, 0) != 0)
+      return slapo_error(SLAPO_NOMEM, "cannot set %s in the environment", k_mca_defaults[i].name);
+  return SLAPO_OK;
+}
+
+/* $SLAPO_COMM_TIMEOUT, unless slapo_dist_set_timeout chose already. */
+static slapo_status timeout_from_env(void) {
+  const char *v = getenv("SLAPO_COMM_TIMEOUT");
+  if (g_timeout.set || !v || !*v) return SLAPO_OK;
+  char *end;
+  double s = strtod(v, &end);
+  if (*end || !(s > 0) || !isfinite(s))
+    return slapo_error(SLAPO_INVALID_ARG, "SLAPO_COMM_TIMEOUT='%s': expected seconds > 0", v);
+  g_timeout.seconds = s;
+  return SLAPO_OK;
+}
+
 static slapo_status start_mpi(void) {
   int started = 0, provided = 0;
   MPI_Initialized(&started);
   if (!started) {
+    SLAPO_TRY(set_mca_defaults());
     int rc = MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided);
     if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Init_thread");
     g_dist.mpi = true;
@@ -88,6 +133,7 @@ slapo_status slapo_dist_init(int tp) {
                        g_dist.tp, tp);
   }
   SLAPO_TRY(slapo_dist_register_ops());
+  SLAPO_TRY(timeout_from_env());
   if (!launched()) {
     if (tp > 1)
       return slapo_error(SLAPO_INVALID_ARG, "--tp %d needs %d processes; this is one process "
@@ -108,7 +154,11 @@ slapo_status slapo_dist_init(int tp) {
 void slapo_dist_finalize(void) {
   for (int i = SLAPO_GROUP_TP; i < SLAPO_GROUP_COUNT; i++) /* the groups formed */
     if (g_dist.comm[i] && g_dist.comm[i] != MPI_COMM_NULL) MPI_Comm_free(&g_dist.comm[i]);
-  if (g_dist.mpi) MPI_Finalize();
+  /* MPI_Finalize waits for every rank (a fence): after a timeout, for a
+   * peer that may never come. The job then ends as a rank that exits
+   * without finalizing does: mpirun stops the others. */
+  if (g_dist.mpi && !g_timeout.stalled[0]) MPI_Finalize();
+  g_timeout.stalled[0] = '\0';
   memset(&g_dist, 0, sizeof g_dist);
   for (int i = 0; i < SLAPO_GROUP_COUNT; i++) g_dist.size[i] = 1;
 }
@@ -129,9 +179,96 @@ _Noreturn void slapo_dist_abort(int code) {
   exit(code);
 }
 
+slapo_status slapo_dist_set_timeout(double seconds) {
+  if (!(seconds > 0) || !isfinite(seconds))
+    return slapo_error(SLAPO_INVALID_ARG, "communication timeout %g s: expected seconds > 0",
+                       seconds);
+  g_timeout.seconds = seconds;
+  g_timeout.set = true;
+  return SLAPO_OK;
+}
+
+double slapo_dist_timeout(void) { return g_timeout.seconds; }
+
 MPI_Comm slapo__dist_comm(int g) {
   return g >= 0 && g < SLAPO_GROUP_COUNT && slapo_dist_active() ? g_dist.comm[g]
                                                                   : MPI_COMM_NULL;
+}
+
+/* ---- waiting with a deadline ---- */
+
+static const char *group_name(int g) {
+  return g == SLAPO_GROUP_TP ? "tensor-parallel" : g == SLAPO_GROUP_DP ? "data-parallel" : "world";
+}
+
+/* ", "-separated world ranks of group g other than this one (the ranks a
+ * stalled collective waits on; which of them is lost MPI cannot say). */
+static void peer_ranks(int g, char *buf, size_t cap) {
+  MPI_Group world, group;
+  int n = slapo_dist_size((slapo_group)g), me = slapo_dist_rank((slapo_group)g), used = 0;
+  buf[0] = '\0';
+  if (MPI_Comm_group(MPI_COMM_WORLD, &world) != MPI_SUCCESS) return;
+  if (MPI_Comm_group(g_dist.comm[g], &group) != MPI_SUCCESS) {
+    MPI_Group_free(&world);
+    return;
+  }
+  for (int r = 0; r < n && used < (int)cap; r++) {
+    int w = r;
+    if (r == me || MPI_Group_translate_ranks(group, 1, &r, world, &w) != MPI_SUCCESS) continue;
+    if (used > (int)cap - 16) { /* room left for ", ..." only */
+      snprintf(buf + used, cap - (size_t)used, ", ...");
+      break;
+    }
+    used += snprintf(buf + used, cap - (size_t)used, "%s%d", used ? ", " : "", w);
+  }
+  MPI_Group_free(&group);
+  MPI_Group_free(&world);
+}
+
+static slapo_status stalled(int g, const char *what, double waited_s) {
+  char peers[160];
+  peer_ranks(g, peers, sizeof peers);
+  snprintf(g_timeout.stalled, sizeof g_timeout.stalled,
+           "no progress in %s on the %s group for %.0f s (peer ranks %s); a peer is lost, "
+           "stopped or far slower (--comm-timeout, SLAPO_COMM_TIMEOUT)",
+           what, group_name(g), waited_s, peers);
+  return slapo_error(SLAPO_COMM, "%s", g_timeout.stalled);
+}
+
+slapo_status slapo__dist_usable(void) {
+  if (!g_timeout.stalled[0]) return SLAPO_OK;
+  return slapo_error(SLAPO_COMM, "an earlier collective timed out: %s", g_timeout.stalled);
+}
+
+/* Spin on MPI_Test for this long (Open MPI progresses a nonblocking
+ * collective only inside MPI calls, and a transfer between two busy ranks
+ * takes up to a few ms), then sleep between tests, doubling up to
+ * SLEEP_MAX_NS: a rank waiting seconds for a slower one leaves its core to
+ * others instead of spinning at 100 % the way MPI's blocking calls do. */
+enum { SPIN_NS = 2000000, SLEEP_MIN_NS = 20000, SLEEP_MAX_NS = 1000000 };
+
+static double now_s(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+slapo_status slapo__dist_wait(int rc, MPI_Request *req, int g, const char *what) {
+  if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+  double t0 = now_s();
+  long sleep_ns = SLEEP_MIN_NS;
+  for (;;) {
+    int done = 0;
+    rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) return mpi_error(rc, what);
+    if (done) return SLAPO_OK;
+    double waited = now_s() - t0;
+    if (waited >= g_timeout.seconds) return stalled(g, what, waited);
+    if (waited * 1e9 < SPIN_NS) continue;
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+    sleep_ns = sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : sleep_ns * 2;
+  }
 }
 
 /* ---- host-side collectives ---- */
@@ -143,19 +280,22 @@ static slapo_status reduce_sum(slapo_group g, void *buf, int64_t n, MPI_Datatype
                                const char *what) {
   MPI_Comm c = slapo__dist_comm(g);
   if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
   for (int64_t i = 0; i < n; i += CHUNK) {
     int k = (int)(n - i < CHUNK ? n - i : CHUNK);
-    MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, (char *)buf + (size_t)i * el, k, t, MPI_SUM, c), what);
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + (size_t)i * el, k, t, MPI_SUM, c, &req);
+    SLAPO_TRY(slapo__dist_wait(rc, &req, g, what));
   }
   return SLAPO_OK;
 }
 
 slapo_status slapo_dist_all_reduce_f32(slapo_group g, float *buf, int64_t n) {
-  return reduce_sum(g, buf, n, MPI_FLOAT, sizeof(float), "MPI_Allreduce (f32)");
+  return reduce_sum(g, buf, n, MPI_FLOAT, sizeof(float), "MPI_Iallreduce (f32 sum)");
 }
 
 slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n) {
-  return reduce_sum(g, buf, n, MPI_DOUBLE, sizeof(double), "MPI_Allreduce (f64)");
+  return reduce_sum(g, buf, n, MPI_DOUBLE, sizeof(double), "MPI_Iallreduce (f64 sum)");
 }
 
 enum { BUCKET_FLOATS = 8 << 20 }; /* 32 MiB */
@@ -208,8 +348,10 @@ slapo_status slapo_dist_max_f64(slapo_group g, double *buf, int64_t n) {
   MPI_Comm c = slapo__dist_comm(g);
   if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) return SLAPO_OK;
   if (n > CHUNK) return slapo_error(SLAPO_LIMIT, "max of %lld values: at most 2^30", (long long)n);
-  MPI_TRY(MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, c), "MPI_Allreduce (max)");
-  return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
+  MPI_Request req;
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_DOUBLE, MPI_MAX, c, &req);
+  return slapo__dist_wait(rc, &req, g, "MPI_Iallreduce (f64 max)");
 }
 
 slapo_status slapo_dist_gather_shards(slapo_group g, const slapo_shard *s,
@@ -250,16 +392,21 @@ slapo_status slapo_dist_all_gather_f32(slapo_group g, const float *in, float *ou
   }
   if (n > CHUNK) return slapo_error(SLAPO_LIMIT, "all_gather of %lld floats: at most 2^30 a "
                                     "rank", (long long)n);
-  MPI_TRY(MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c), "MPI_Allgather");
-  return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
+  MPI_Request req;
+  int rc = MPI_Iallgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, c, &req);
+  return slapo__dist_wait(rc, &req, g, "MPI_Iallgather (f32)");
 }
 
 slapo_status slapo_dist_broadcast(slapo_group g, void *buf, int64_t nbytes, int root) {
   MPI_Comm c = slapo__dist_comm(g);
   if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
   for (int64_t i = 0; i < nbytes; i += CHUNK) {
     int k = (int)(nbytes - i < CHUNK ? nbytes - i : CHUNK);
-    MPI_TRY(MPI_Bcast((char *)buf + i, k, MPI_BYTE, root, c), "MPI_Bcast");
+    MPI_Request req;
+    int rc = MPI_Ibcast((char *)buf + i, k, MPI_BYTE, root, c, &req);
+    SLAPO_TRY(slapo__dist_wait(rc, &req, g, "MPI_Ibcast"));
   }
   return SLAPO_OK;
 }
@@ -267,6 +414,8 @@ slapo_status slapo_dist_broadcast(slapo_group g, void *buf, int64_t nbytes, int 
 slapo_status slapo_dist_barrier(slapo_group g) {
   MPI_Comm c = slapo__dist_comm(g);
   if (c == MPI_COMM_NULL) return SLAPO_OK;
-  MPI_TRY(MPI_Barrier(c), "MPI_Barrier");
-  return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
+  MPI_Request req;
+  int rc = MPI_Ibarrier(c, &req);
+  return slapo__dist_wait(rc, &req, g, "MPI_Ibarrier");
 }

@@ -73,8 +73,13 @@ static slapo_status infer_fwd(slapo_node *node) {
 static void all_reduce_rows(const slapo_node *node, float *buf, int64_t n, MPI_Op op) {
   int g = slapo__dist_group_of(node);
   if (slapo_dist_size((slapo_group)g) == 1 || !slapo__dist_kernel_ok()) return;
-  int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, slapo__dist_comm(g));
-  if (rc != MPI_SUCCESS) slapo__dist_kernel_failed(rc, "MPI_Allreduce (vocab-parallel loss)");
+  slapo_status s = slapo__dist_usable();
+  if (s == SLAPO_OK) {
+    MPI_Request req;
+    int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, slapo__dist_comm(g), &req);
+    s = slapo__dist_wait(rc, &req, g, "MPI_Iallreduce (vocab-parallel loss)");
+  }
+  if (s != SLAPO_OK) slapo__dist_kernel_failed(s);
 }
 
 static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,

@@ -3,8 +3,9 @@
 # of schedules/gpt2_tp.sched (2 ranks; 4 ranks as TP 2 x DP 2), training with
 # TP 2 matching one process exactly, a gathered checkpoint resumed at
 # another TP size, a world size the schedule or the model cannot use (6
-# heads over 4 ranks), and a failing rank ending the whole job within 30 s
-# with its "slapo: rank R:" message.
+# heads over 4 ranks), a failing rank ending the whole job within 30 s
+# with its "slapo: rank R:" message, and a stopped rank ending it after
+# --comm-timeout with "no progress in ...".
 # Usage: test_cli_dist.sh path/to/slapo path/to/repo
 set -u
 
@@ -110,5 +111,57 @@ run "failing rank" nonzero timeout 30 $MPIRUN -np 1 "$SLAPO" $COMMON --tp 2 --sc
 check "failing rank message" err "slapo: rank 1: io:"
 elapsed=$(($(date +%s) - start))
 if [ "$elapsed" -le 30 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL failing rank: took ${elapsed}s"; fi
+
+# A rank that stops answering (SIGSTOP: to its peers it looks like a lost
+# link) ends the job: rank 0, waiting on it in a collective, reports "no
+# progress in ..." once --comm-timeout (5 s) passes and aborts the job.
+# Rank 0 sleeps while it waits (under 50 % of a core), unlike MPI's blocking
+# calls. stall NAME ARGS... : trains under mpirun -np 2 with ARGS, stops rank
+# 1 after step 10.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+stall() {
+  local name=$1
+  shift
+  rm -f "$TMP"/pid.*
+  timeout 60 $MPIRUN -np 2 --bind-to none sh -c 'echo $$ >"$0.$OMPI_COMM_WORLD_RANK"; exec "$@"' \
+    "$TMP/pid" "$SLAPO" $COMMON --steps 100000 --comm-timeout 5 "$@" >"$OUT" 2>"$ERR" &
+  local job=$! i
+  for i in $(seq 300); do
+    grep -q "^step 10/" "$OUT" && [ -s "$TMP/pid.0" ] && [ -s "$TMP/pid.1" ] && break
+    sleep 0.2
+  done
+  local p0 p1 t0 c0 c1 rc took
+  p0=$(cat "$TMP/pid.0" 2>/dev/null) p1=$(cat "$TMP/pid.1" 2>/dev/null)
+  kill -STOP "$p1"
+  t0=$(date +%s)
+  sleep 1
+  c0=$(cpu_ticks "$p0")
+  sleep 2
+  c1=$(cpu_ticks "$p0")
+  wait $job
+  rc=$?
+  took=$(($(date +%s) - t0))
+  kill -KILL "$p1" 2>/dev/null
+  rc_ok=1
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || [ "$took" -lt 4 ] || [ "$took" -gt 30 ]; then
+    rc_ok=0
+    failed=$((failed + 1))
+    echo "FAIL $name: exit $rc after ${took}s (want non-zero within 5-30 s)"
+    echo "  stderr: $(head -c 600 "$ERR")"
+  fi
+  check "$name message" err "slapo: rank 0: comm: no progress in "
+  check "$name peers" err "for 5 s (peer ranks 1)"
+  # 2 s of waiting at 100 ticks/s: a spinning rank uses ~200 ticks.
+  if [ "$rc_ok" -eq 1 ] && [ $((c1 - c0)) -ge 100 ]; then
+    failed=$((failed + 1))
+    echo "FAIL $name: rank 0 used $((c1 - c0)) ticks of CPU in 2 s of waiting"
+  elif [ "$rc_ok" -eq 1 ]; then passed=$((passed + 1)); fi
+}
+stall "stalled rank (dp2)" --batch 1
+stall "stalled rank (tp2)" --tp 2 --schedule "$TP_SCHED"
+run "comm timeout bad value" 2 "$SLAPO" $COMMON --comm-timeout 0
+check "comm timeout bad value" err "--comm-timeout: bad value '0'; expected seconds > 0"
+SLAPO_COMM_TIMEOUT=soon run "SLAPO_COMM_TIMEOUT bad value" 1 "$SLAPO" $COMMON
+check "SLAPO_COMM_TIMEOUT bad value" err "SLAPO_COMM_TIMEOUT='soon': expected seconds > 0"
 
 summary
