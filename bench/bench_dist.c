@@ -9,7 +9,11 @@
  * step, step ms, the ms in tensor-parallel collectives and in the
  * data-parallel all-reduce (each the maximum over ranks of the rank's
  * median), compute = the rest, the planned activation peak and the peak
- * resident memory of the largest rank. Inputs are random token ids. */
+ * resident memory of the largest rank. The step's dp all-reduce time
+ * includes waiting for the slower rank; with data parallelism a second
+ * line times the gradient all-reduce alone (after a barrier) against a
+ * memcpy of the same bytes on the same rank, medians of 7. Inputs are
+ * random token ids. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,6 +60,44 @@ static double collective_ms(const slapo_runner *r) {
   for (slapo_node *n = slapo_graph_first(slapo_runner_graph(r)); n; n = n->next)
     if (n->kind == SLAPO_NODE_CALL_OP && is_collective(n)) ms += slapo_plan_node_ms(p, n);
   return ms;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* ms of the gradient all-reduce alone and of copying the same bytes into
+ * one buffer, medians over reps, the maximum over ranks; *mb the size. */
+static void time_grad_all_reduce(slapo_module *model, double *ar_ms, double *copy_ms,
+                                 double *mb) {
+  enum { REPS = 7 };
+  slapo_tensor **g;
+  int n;
+  CHECK(slapo_module_grads(model, &g, &n));
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += slapo_tensor_nbytes(g[i]);
+  char *scratch = malloc(total);
+  if (!scratch) die("malloc");
+  memset(scratch, 0, total); /* first touch outside the timing */
+  double ar[REPS], cp[REPS];
+  for (int r = 0; r < REPS; r++) {
+    CHECK(slapo_dist_barrier(SLAPO_GROUP_WORLD));
+    double t0 = bench_now_s();
+    CHECK(slapo_dist_all_reduce_tensors(SLAPO_GROUP_DP, n, g, NULL));
+    ar[r] = 1e3 * (bench_now_s() - t0);
+    t0 = bench_now_s();
+    for (size_t i = 0, at = 0; i < (size_t)n; at += slapo_tensor_nbytes(g[i]), i++)
+      memcpy(scratch + at, slapo_tensor_data(g[i]), slapo_tensor_nbytes(g[i]));
+    cp[r] = 1e3 * (bench_now_s() - t0);
+  }
+  qsort(ar, REPS, sizeof *ar, cmp_double);
+  qsort(cp, REPS, sizeof *cp, cmp_double);
+  double m[2] = {ar[REPS / 2], cp[REPS / 2]};
+  CHECK(slapo_dist_max_f64(SLAPO_GROUP_WORLD, m, 2));
+  *ar_ms = m[0], *copy_ms = m[1], *mb = (double)total / 1e6;
+  free(scratch);
+  slapo_free(g);
 }
 
 int main(int argc, char **argv) {
@@ -119,6 +161,13 @@ int main(int argc, char **argv) {
            layout, config, (long long)B, (long long)T, tokens / (m[0] / 1e3), m[0],
            m[0] - m[1] - m[2], m[1], m[2], 100 * (m[1] + m[2]) / m[0], m[4], m[3],
            schedule ? ", schedule " : "", schedule ? schedule : "");
+  }
+  if (D > 1) {
+    double ar, cp, mb;
+    time_grad_all_reduce(model, &ar, &cp, &mb);
+    if (rank == 0)
+      printf("bench_dist: gradient all-reduce alone %.2f ms for %.1f MB = %.2fx a memcpy of the "
+             "same bytes (%.2f ms)\n", ar, mb, ar / cp, cp);
   }
   free(step), free(tpc), free(dpc);
   bench_model_free(&bm);

@@ -39,7 +39,9 @@ typedef enum slapo_group {
  * SLAPO_INVALID_ARG, and so is a $SLAPO_COMM_TIMEOUT that is not seconds.
  * Before MPI_Init it sets Open MPI's algorithm choices slapo measured
  * faster (OMPI_MCA_* variables, docs/PERFORMANCE.md), each only where the
- * environment has no value for it: a user's own setting is kept. */
+ * environment has no value for it: a user's own setting is kept. With
+ * data parallelism on one node it maps a 32 MiB shared-memory window a
+ * rank for the gradient all-reduce (slapo_dist_all_reduce_tensors). */
 slapo_status slapo_dist_init(int tp);
 /* Ends MPI if slapo_dist_init started it (MPI_Finalize, skipped after a
  * collective timed out); groups are back to one rank. Safe to call when
@@ -90,10 +92,14 @@ slapo_status slapo_dist_all_reduce_f32(slapo_group g, float *buf, int64_t n);
 /* buf [n] f64 <- sum over the ranks of g, in place (token counts, norms). */
 slapo_status slapo_dist_all_reduce_f64(slapo_group g, double *buf, int64_t n);
 /* Sums each of the n f32 contiguous tensors ts over the ranks of g, in
- * place, packed into buckets of about 32 MiB (in order: PyTorch DDP's
- * scheme, 25 MiB there) so many small gradients take a few large
- * all-reduces; a tensor larger than a bucket goes alone. *seconds (may be
- * NULL) receives the wall time. Errors: NOMEM, those of MPI. */
+ * place. When g is the data-parallel group and all its ranks share one
+ * node, through a shared-memory window formed by slapo_dist_init (two
+ * 16 MiB buckets a rank: each rank sums its slice of a bucket over every
+ * rank's copy in place; every rank gets the same bits); otherwise packed
+ * into buckets of about 32 MiB (in order: PyTorch DDP's scheme, 25 MiB
+ * there) so many small gradients take a few large all-reduces, a tensor
+ * larger than a bucket going alone. *seconds (may be NULL) receives the
+ * wall time. Errors: NOMEM, those of MPI, SLAPO_COMM (timeout). */
 slapo_status slapo_dist_all_reduce_tensors(slapo_group g, int n, slapo_tensor *const *ts,
                                            double *seconds);
 /* buf [n] f64 <- the maximum over the ranks of g, in place. */

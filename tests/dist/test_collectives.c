@@ -344,6 +344,53 @@ static void test_shard_layout_errors(void **state) {
   assert_non_null(strstr(slapo_last_error(), "parts"));
 }
 
+/* The gradient all-reduce: tensors of 3, 5 Mi (larger than a bucket of the
+ * shared-memory path, 4 Mi floats, and straddling two), 7 and 3 Mi + 1
+ * floats, element i of tensor t on rank r = r + 8 t + (i mod 1024) (exact
+ * in f32), summed over the ranks; twice, so both alternating buckets and
+ * a second call are used, then the sum of sums. */
+static void test_all_reduce_tensors(void **state) {
+  (void)state;
+  const int64_t sizes[] = {3, 5 << 20, 7, (3 << 20) + 1};
+  enum { NT = 4 };
+  slapo_tensor *ts[NT];
+  for (int t = 0; t < NT; t++) {
+    assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 1, &sizes[t], &ts[t]), SLAPO_OK);
+    float *d = slapo_tensor_data(ts[t]);
+    for (int64_t i = 0; i < sizes[t]; i++) d[i] = (float)(R + 8 * t + i % 1024);
+  }
+  for (int call = 1; call <= 2; call++) {
+    double sec = -1;
+    assert_int_equal(slapo_dist_all_reduce_tensors(SLAPO_GROUP_DP, NT, ts, &sec), SLAPO_OK);
+    assert_true(sec >= 0);
+    /* after call c: N^(c-1) * (sum_r r + N (8 t + i mod 1024)) */
+    double scale = call == 1 ? 1 : N;
+    for (int t = 0; t < NT; t++) {
+      const float *d = slapo_tensor_data(ts[t]);
+      for (int64_t i = 0; i < sizes[t]; i++) {
+        double want = scale * (N * (N - 1) / 2.0 + N * (8.0 * t + (double)(i % 1024)));
+        if (d[i] != (float)want) {
+          fail_msg("call %d tensor %d element %lld: %g, want %g", call, t, (long long)i,
+                   (double)d[i], want);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < NT; t++) slapo_tensor_free(ts[t]);
+}
+
+/* The timeout's own checks (no collective needed). */
+static void test_timeout_setting(void **state) {
+  (void)state;
+  double before = slapo_dist_timeout();
+  assert_true(before > 0);
+  assert_int_equal(slapo_dist_set_timeout(0), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_dist_set_timeout(-1), SLAPO_INVALID_ARG);
+  assert_int_equal(slapo_dist_set_timeout(INFINITY), SLAPO_INVALID_ARG);
+  assert_true(slapo_dist_timeout() == before);
+  assert_int_equal(slapo_dist_set_timeout(before), SLAPO_OK);
+}
+
 int main(void) {
   if (slapo_dist_init(1) != SLAPO_OK) {
     fprintf(stderr, "dist init: %s\n", slapo_last_error());
@@ -363,6 +410,8 @@ int main(void) {
       cmocka_unit_test(test_shard_layout_parts),
       cmocka_unit_test(test_shard_padding),
       cmocka_unit_test(test_shard_layout_errors),
+      cmocka_unit_test(test_all_reduce_tensors),
+      cmocka_unit_test(test_timeout_setting),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   slapo_dist_finalize();
