@@ -13,7 +13,7 @@ MPI_Comm slapo__dist_comm(int g);
 
 /* Completes the nonblocking collective `what` (MPI_I..., its name for
  * messages) on group g that returned rc and, when rc is MPI_SUCCESS,
- * request *req: MPI_Test until done, spinning for 100 ms and then
+ * request *req: MPI_Test until done, spinning for 1 s and then
  * sleeping between tests (a waiting rank leaves its core free). Errors:
  * SLAPO_STATE (rc or MPI_Test failed; names the call), SLAPO_COMM ("no
  * progress in <what> (<group> group) for N s (peer ranks ...)": pending
