@@ -249,7 +249,8 @@ slapo_status slapo__dist_usable(void) {
 /* Spin on MPI_Test for 1 s, as MPI's blocking calls do (Open MPI
  * progresses a nonblocking collective only inside MPI calls, and a rank
  * that sleeps on a loaded machine waits for a time slice to come back:
- * with a 2 ms spin, TP 2 of `tiny` lost a third of its speed to wake-ups),
+ * TP 2 of `tiny` ran at 0.29x its old speed with a 2 ms spin, 0.76x with
+ * 100 ms; docs/PERFORMANCE.md),
  * then sleep between tests, doubling up to SLEEP_MAX_NS: a rank waiting
  * longer for a slow or lost one leaves its core to others instead of
  * spinning at 100 % until the timeout. */
