@@ -6,10 +6,12 @@
  * inputs (each rank knows every rank's inputs: they are functions of the
  * rank). */
 #include <math.h>
+#include <mpi.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -391,6 +393,39 @@ static void test_timeout_setting(void **state) {
   assert_int_equal(slapo_dist_set_timeout(before), SLAPO_OK);
 }
 
+/* Open MPI's value of MCA variable `name` (an int) in this process, through
+ * the MPI tool interface; -1 when it has none. */
+static int mca_int(const char *name) {
+  int provided, n, value = -1;
+  assert_int_equal(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided), MPI_SUCCESS);
+  MPI_T_cvar_get_num(&n);
+  for (int i = 0; i < n && value < 0; i++) {
+    char var[256], desc[1024];
+    int nlen = sizeof var, dlen = sizeof desc, verbosity, bind, scope, count;
+    MPI_Datatype type;
+    MPI_T_enum enumtype;
+    MPI_T_cvar_get_info(i, var, &nlen, &verbosity, &type, &enumtype, desc, &dlen, &bind, &scope);
+    if (strcmp(var, name) || type != MPI_INT || bind != MPI_T_BIND_NO_OBJECT) continue;
+    MPI_T_cvar_handle h;
+    MPI_T_cvar_handle_alloc(i, NULL, &h, &count);
+    MPI_T_cvar_read(h, &value);
+    MPI_T_cvar_handle_free(&h);
+  }
+  MPI_T_finalize();
+  return value;
+}
+
+/* slapo_dist_init chose libnbc's ring all-reduce (1) before MPI_Init,
+ * where the environment named no algorithm (CTest's names none); a value
+ * of the user's own is kept, and MPI runs with what the variable says. */
+static void test_mca_default(void **state) {
+  (void)state;
+  if (!slapo_dist_active()) skip();
+  const char *v = getenv("OMPI_MCA_coll_libnbc_iallreduce_algorithm");
+  assert_non_null(v);
+  assert_int_equal(mca_int("coll_libnbc_iallreduce_algorithm"), atoi(v));
+}
+
 int main(void) {
   if (slapo_dist_init(1) != SLAPO_OK) {
     fprintf(stderr, "dist init: %s\n", slapo_last_error());
@@ -412,6 +447,7 @@ int main(void) {
       cmocka_unit_test(test_shard_layout_errors),
       cmocka_unit_test(test_all_reduce_tensors),
       cmocka_unit_test(test_timeout_setting),
+      cmocka_unit_test(test_mca_default),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   slapo_dist_finalize();
