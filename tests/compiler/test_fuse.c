@@ -397,7 +397,7 @@ static void preconditions(void **state) {
 }
 
 /* Processes filling one cache at once: each builds and loads the object;
- * the cache ends with one object and no temporary files. */
+ * the cache ends with one object, its digest, and no temporary files. */
 static void concurrent_cache_fill(void **state) {
   (void)state;
   char dir[300];
@@ -420,13 +420,15 @@ static void concurrent_cache_fill(void **state) {
     assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   }
   char cmd[1024], out[64] = "";
-  snprintf(cmd, sizeof cmd, "ls '%s' | grep -c '\\.so$'; ls '%s' | grep -c tmp", dir, dir);
+  snprintf(cmd, sizeof cmd,
+           "ls '%s' | grep -c '\\.so$'; ls '%s' | grep -c '\\.so\\.xxh3$'; ls '%s' | grep -c tmp",
+           dir, dir, dir);
   FILE *p = popen(cmd, "r");
   assert_non_null(p);
   size_t n = fread(out, 1, sizeof out - 1, p);
   pclose(p);
   out[n] = '\0';
-  assert_string_equal(out, "1\n0\n");
+  assert_string_equal(out, "1\n1\n0\n");
   setenv("SLAPO_CACHE_DIR", g_cache, 1);
 }
 
