@@ -24,7 +24,8 @@
  * current pair is complete, so at most two pairs are on disk (the current
  * and the new while writing; the current and the previous after), and a
  * failed save leaves the current pair as named. Rank 0 alone writes and
- * renames; the other ranks take part in the writers' gathers. Layer: train. */
+ * renames; the other ranks take part in the writers' gathers, and rank 0's
+ * outcome is broadcast so every rank returns the same error. Layer: train. */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -301,24 +302,56 @@ static const char *space_cause(const char *msg) {
   return "";
 }
 
-/* Step 1, on every rank: both files to the .new names. On failure rank 0
- * removes what was written and says which file failed and what is kept. */
+/* Step 1, on every rank: both files to the .new names. Every rank runs
+ * both writers even when rank 0's first write failed: their gathers are
+ * collectives the other ranks are already in. On failure rank 0 removes
+ * what was written and says which file failed and what is kept. */
 static slapo_status write_new(const slapo__ckpt_paths *p, const pair_state *st, int k,
                               int64_t step, slapo__ckpt_write_fn write, void *ud) {
   char pair[64];
   snprintf(pair, sizeof pair, "%lld-%016llx", (long long)step, (unsigned long long)nonce());
+  char cause[1200];
   int file = 0;
   slapo_status s = write(0, p->new_w, pair, ud);
-  if (s == SLAPO_OK) s = write(file = 1, p->new_o, pair, ud);
+  if (s != SLAPO_OK) snprintf(cause, sizeof cause, "%s", slapo_last_error());
+  if (s == SLAPO_OK || slapo_dist_size(SLAPO_GROUP_WORLD) > 1) {
+    slapo_status s1 = write(1, p->new_o, pair, ud);
+    if (s == SLAPO_OK && s1 != SLAPO_OK) {
+      s = s1, file = 1;
+      snprintf(cause, sizeof cause, "%s", slapo_last_error());
+    }
+  }
   if (s == SLAPO_OK || slapo_dist_rank(SLAPO_GROUP_WORLD) != 0) return s;
-  char cause[1200], kept[SLAPO__CKPT_PATH * 3 + 128];
-  snprintf(cause, sizeof cause, "%s", slapo_last_error());
+  char kept[SLAPO__CKPT_PATH * 3 + 128];
   (void)unlink(p->new_w);
   (void)unlink(p->new_o);
   kept_pair(p, st, k, kept, sizeof kept);
   return slapo_error(s, "train: saving checkpoint %s at step %lld failed writing its %s (%s): "
                      "%s%s; %s", p->w, (long long)step, file ? "optimizer state" : "weights",
                      file ? p->o : p->w, cause, space_cause(cause), kept);
+}
+
+/* Rank 0's outcome (status and message) to every rank, so all of them
+ * fail together with the cause rather than the others waiting in their
+ * next collective. A rank whose own part (a gather) failed keeps its own
+ * error. */
+static slapo_status share_outcome(slapo_status own) {
+  if (slapo_dist_size(SLAPO_GROUP_WORLD) == 1) return own;
+  struct {
+    int32_t status;
+    char msg[2048];
+  } o = {0};
+  bool root = slapo_dist_rank(SLAPO_GROUP_WORLD) == 0;
+  if (root && own != SLAPO_OK) {
+    o.status = (int32_t)own;
+    snprintf(o.msg, sizeof o.msg, "%s", slapo_last_error());
+  }
+  char mine[2048] = "";
+  if (own != SLAPO_OK) snprintf(mine, sizeof mine, "%s", slapo_last_error());
+  slapo_status b = slapo_dist_broadcast(SLAPO_GROUP_WORLD, &o, sizeof o, 0);
+  if (own != SLAPO_OK) return slapo_error(own, "%s", mine);
+  if (b != SLAPO_OK) return b;
+  return o.status ? slapo_error((slapo_status)o.status, "%s", o.msg) : SLAPO_OK;
 }
 
 slapo_status slapo__ckpt_save(const char *weights, int64_t step, slapo__ckpt_write_fn write,
@@ -344,5 +377,5 @@ slapo_status slapo__ckpt_save(const char *weights, int64_t step, slapo__ckpt_wri
   if (s == SLAPO_OK && writer) s = commit(p, k);
   slapo_free(p);
   slapo_free(st);
-  return s;
+  return share_outcome(s);
 }
