@@ -261,13 +261,14 @@ static void kept_pair(const slapo__ckpt_paths *p, const pair_state *st, int k, c
     snprintf(buf, cap, "there was no complete checkpoint before it");
     return;
   }
-  const saved *w = &st->w[ORDER[k][0]];
+  /* The optimizer file's step: a weights file from elsewhere has none. */
+  const saved *o = &st->o[ORDER[k][1]];
   if (k == 0)
     snprintf(buf, cap, "the previous checkpoint (step %lld) is kept as it was: --resume %s",
-             (long long)w->step, p->w);
+             (long long)o->step, p->w);
   else
     snprintf(buf, cap, "the last complete pair (step %lld, %s and %s) is kept: --resume %s "
-             "finds it", (long long)w->step, ORDER[k][0] ? p->prev_w : p->w,
+             "finds it", (long long)o->step, ORDER[k][0] ? p->prev_w : p->w,
              ORDER[k][1] ? p->prev_o : p->o, p->w);
 }
 

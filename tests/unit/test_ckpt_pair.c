@@ -284,6 +284,22 @@ static void test_same_step_other_save(void **state) {
   char want[700];
   snprintf(want, sizeof want, "resume: %s at step 1\n", n.pw);
   if (!strstr(r.text, want)) fail_msg("no '%s' in:\n%s", want, r.text);
+  /* A save from this state that fails names the mixed pairing it keeps,
+   * and leaves it resumable. */
+  names probe = names_of("probe");
+  train_to("probe", 1, 1337);
+  c.save = n.w;
+  limit_file_size((rlim_t)(file_size(probe.w) + 8192));
+  slapo_status s = slapo_train(&c, NULL, NULL);
+  unlimit_file_size();
+  assert_int_equal(s, SLAPO_IO);
+  char kept[1600];
+  snprintf(kept, sizeof kept, "the last complete pair (step 1, %s and %s) is kept", n.pw, n.o);
+  expect_msg(kept);
+  c.save = NULL;
+  record r2 = {{0}};
+  train_ok(&c, &r2);
+  if (!strstr(r2.text, want)) fail_msg("no '%s' in:\n%s", want, r2.text);
   /* Without the previous pair: refused, naming both files. */
   assert_int_equal(unlink(n.pw), 0);
   assert_int_equal(unlink(n.po), 0);
