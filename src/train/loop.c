@@ -145,14 +145,15 @@ static slapo_status eval_loss(const trainer *t, double *out) {
   return SLAPO_OK;
 }
 
-/* One file of a checkpoint pair (slapo__ckpt_write_fn): the weights in the
- * family's Hugging Face layout with what check_saved reads, or the
- * optimizer state in the same layout; both carry the pair id. */
+/* What write_pair_file needs: the run and the step being saved. */
 typedef struct pair_writer {
   const trainer *t;
   int64_t step;
 } pair_writer;
 
+/* One file of a checkpoint pair (slapo__ckpt_write_fn): the weights in the
+ * family's Hugging Face layout with what check_saved reads, or the
+ * optimizer state in the same layout; both carry the pair id. */
 static slapo_status write_pair_file(int file, const char *path, const char *pair, void *ud) {
   const pair_writer *pw = ud;
   const trainer *t = pw->t;
