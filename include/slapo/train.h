@@ -61,6 +61,13 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path));
 slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path));
+/* slapo_adamw_save with `n_meta` (0 to 15) more metadata pairs beside
+ * "step" (the training loop's checkpoint pair id, slapo_pair). Keys and
+ * values are copied. Errors: those of slapo_adamw_save; SLAPO_INVALID_ARG
+ * for a count out of range, a NULL key or value, or the key "step". */
+slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
+                                   bool (*transposed)(const char *param_path), int n_meta,
+                                   const char *const *keys, const char *const *values);
 
 /* Data parallelism: sums every parameter's gradient over the data-parallel
  * group (the micro-batches' weights already divide by the global token

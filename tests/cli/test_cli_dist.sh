@@ -67,6 +67,23 @@ run "train tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" -
 check "train tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
 check "train tp2 parameters per rank" out "parameters on each of 2 tensor-parallel ranks"
 check "train tp2 same loss" out "$want"
+# A full disk at the next save (each rank limited by ulimit -f so the
+# weights file fits and the optimizer file does not: EFBIG, SIGXFSZ
+# ignored): rank 0, the writer, fails naming the file and the cause, every
+# rank returns its message and the job ends,
+# and the step-12 pair is left byte for byte (the resume below reads it).
+sum_before=$(cat "$TMP/tp2.safetensors" "$TMP/tp2.optim.safetensors" | cksum)
+kib=$(( ($(stat -c %s "$TMP/tp2.safetensors") + 8192) / 1024 ))
+run "tp2 save on a full disk" nonzero timeout 60 $MPIRUN -np 2 bash -c "trap '' XFSZ; ulimit -f $kib; \
+  exec $SLAPO $COMMON --steps 14 --tp 2 --schedule $TP_SCHED --resume $TMP/tp2.safetensors \
+  --save $TMP/tp2.safetensors"
+# Every rank gets rank 0's message; whichever aborts first prints it.
+check_re "tp2 save on a full disk" err "slapo: rank [01]: io: train: saving checkpoint $TMP/tp2.safetensors at step 14 failed writing its optimizer state"
+check "tp2 save on a full disk: cause" err "File too large [EFBIG"
+check "tp2 save on a full disk: kept" err "the previous checkpoint (step 12) is kept as it was"
+if [ "$(cat "$TMP/tp2.safetensors" "$TMP/tp2.optim.safetensors" | cksum)" = "$sum_before" ] &&
+  [ ! -e "$TMP/tp2.new.safetensors" ] && [ ! -e "$TMP/tp2.new.optim.safetensors" ]; then
+  passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL tp2 save on a full disk: the pair changed"; fi
 # The gathered checkpoint holds unsharded tensors (it loads on one process)
 # and resumes at another tensor-parallel size.
 run "resume tp2 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp2.safetensors"
