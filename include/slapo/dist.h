@@ -113,7 +113,7 @@ typedef struct slapo_dist_field {
   uint64_t digest;
   const char *shown;
 } slapo_dist_field;
-enum { SLAPO_DIST_AGREE_MAX = 64, SLAPO_DIST_FIELD_NAME = 24, SLAPO_DIST_FIELD_SHOWN = 48 };
+enum { SLAPO_DIST_AGREE_MAX = 64, SLAPO_DIST_FIELD_NAME = 24, SLAPO_DIST_FIELD_SHOWN = 104 };
 
 /* Checks that every rank of the world passed the same fields (names and
  * digests, in order): each rank's fields go into one record of a fixed
