@@ -187,6 +187,12 @@ typedef struct slapo_op {
    * for math=ref; results are within the fast kernel's tolerance of
    * cc_expr's. May return false where cc_expr does not (cc_expr is used). */
   bool (*cc_expr_fast)(const slapo_node *node, int which, char *buf, size_t cap);
+  /* Checks that need more than this rank's shapes, or NULL: called once
+   * per plan by slapo_plan_new (never by slapo_plan_estimate), in graph
+   * order, before any kernel runs; an error refuses the plan. It may
+   * communicate (a collective's layout agreed across its group): every rank
+   * of a group plans the same graphs in the same order. */
+  slapo_status (*prepare)(const slapo_node *node);
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;

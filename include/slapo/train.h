@@ -112,6 +112,13 @@ typedef struct slapo_dataset slapo_dataset;
  * and the sizes), NOMEM. *out owned. */
 slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dataset **out);
 void slapo_dataset_free(slapo_dataset *d);
+/* The identity of the data slapo_dataset_load(path) would read, without
+ * loading it: *digest = XXH3-64 chained over the bytes in 1 MiB chunks (a
+ * directory: its text files in name order, as the load reads them), over
+ * the whole content; *nbytes their total. One read of the data, a 1 MiB
+ * buffer. For ranks checking they train on the same data. Errors: SLAPO_IO
+ * (unreadable: names the path), SLAPO_NOMEM, SLAPO_INVALID_ARG (NULL). */
+slapo_status slapo_dataset_digest(const char *path, uint64_t *digest, int64_t *nbytes);
 int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
 /* Largest token id + 1 seen in the data. */
 int64_t slapo_dataset_vocab(const slapo_dataset *d);

@@ -270,3 +270,27 @@ slapo_status slapo_dist_barrier(slapo_group g) {
   MPI_TRY(MPI_Barrier(c), "MPI_Barrier");
   return SLAPO_OK;
 }
+
+slapo_status slapo_dist_all_gather_bytes(slapo_group g, const void *in, void *out,
+                                         int64_t nbytes) {
+  MPI_Comm c = slapo__dist_comm(g);
+  if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) {
+    memmove(out, in, (size_t)nbytes);
+    return SLAPO_OK;
+  }
+  if (nbytes > CHUNK)
+    return slapo_error(SLAPO_LIMIT, "all_gather of %lld bytes: at most 2^30 a rank",
+                       (long long)nbytes);
+  MPI_TRY(MPI_Allgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, c),
+          "MPI_Allgather (records)");
+  return SLAPO_OK;
+}
+
+/* MPI on the world alone, for slapo_dist_agree before the groups are
+ * formed by arguments the ranks may not share. */
+slapo_status slapo_dist_start(void) {
+  if (!launched() || slapo_dist_active()) return SLAPO_OK;
+  SLAPO_TRY(start_mpi());
+  MPI_Comm_size(MPI_COMM_WORLD, &g_dist.size[SLAPO_GROUP_WORLD]);
+  return SLAPO_OK;
+}

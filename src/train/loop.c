@@ -352,6 +352,26 @@ static slapo_status check_saved(const trainer *t, const char *path, bool any_con
   return s;
 }
 
+static void count_sharded(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  *(int64_t *)ud += p->shard != NULL;
+}
+
+/* Tensor-parallel ranks whose schedule shards nothing each run the whole
+ * model: the same work tp times, correct but with nothing gained. */
+static slapo_status warn_unsharded(const trainer *t, int tp) {
+  if (tp < 2) return SLAPO_OK;
+  int64_t sharded = 0;
+  SLAPO_TRY(slapo_module_visit_params(t->model, count_sharded, &sharded));
+  if (sharded == 0)
+    say(t->cb, t->ud, "warning: --tp %d but no parameter is sharded (schedule: %s): each of "
+        "the %d tensor-parallel ranks runs the whole model, the same work %d times; give a "
+        "schedule that shards (e.g. schedules/%s_tp.sched) or use the ranks for data "
+        "parallelism (--tp 1)", tp, t->c.schedule ? t->c.schedule : "none", tp, tp,
+        t->fam->name);
+  return SLAPO_OK;
+}
+
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config, c->dropout, &t->model));
@@ -370,6 +390,7 @@ static slapo_status build_model(trainer *t) {
         "micro-batches)", layout);
   }
   int tp = slapo_dist_size(SLAPO_GROUP_TP), dp = slapo_dist_size(SLAPO_GROUP_DP);
+  SLAPO_TRY(warn_unsharded(t, tp));
   char per_rank[64] = "";
   if (tp > 1) snprintf(per_rank, sizeof per_rank, " on each of %d tensor-parallel ranks", tp);
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters%s", t->fam->name, c->model_config,
