@@ -82,10 +82,11 @@ bool slapo_ctx_shapeless(const slapo_ctx *ctx);
  * capture of a module's inputs, while a schedule is half applied). Returns
  * the previous setting. */
 bool slapo_ctx_set_copy_rng(slapo_ctx *ctx, bool on);
+/* The current setting (off for a new ctx). */
 bool slapo_ctx_copy_rng(const slapo_ctx *ctx);
 
-/* Tensor-parallel layouts (ops/layout.c, DESIGN.md §3). The layout a node
- * gets from its inputs' under its op's rule (op->layout, else the built-in
+/* Tensor-parallel layouts (ops/layout.c, DESIGN.md §3). Sets node->layout:
+ * the layout a node gets from its inputs' under its op's rule (op->layout, else the built-in
  * table: elementwise ops keep a slice, reshape/permute/slice/matmul/linear
  * map it where the mapping is exact, a Linear whose weight is split on its
  * input axis gives a partial sum, an Embedding whose table is split gives
@@ -93,7 +94,8 @@ bool slapo_ctx_copy_rng(const slapo_ctx *ctx);
  * building after shape inference; returns an op's refusal (a fused cc region
  * drawing random numbers on a shard). */
 slapo_status slapo_layout_infer(slapo_node *node);
-/* "split axis 2 [0, 64) of 128", "replicated", ... into buf [cap]. */
+/* The layout in words ("replicated", "a partial sum", "unknown", "split on
+ * axis 2 (this rank: from 64 of 128)") into buf [cap]; returns buf. */
 const char *slapo_layout_str(const slapo_layout *l, char *buf, size_t cap);
 /* The elementwise rule alone (for run-time ops that are elementwise
  * regions, e.g. fused cc ops): slices of one axis placed alike stay, a
