@@ -75,6 +75,14 @@ for fam in gpt2 llama bert; do
     check "verify $sched small dropout ok" out "verify: ok"
   done
 done
+# Four ranks: TP 2 x DP 2 (each data-parallel rank's dropout step), and TP
+# 4 (one head a rank).
+run "verify gpt2_tp_composite tp2 x dp2 dropout" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 2 \
+  --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --dropout 0.1 --final-only
+check "verify gpt2_tp_composite tp2 x dp2 dropout ok" out "verify: ok"
+run "verify gpt2_tp_composite tp4 dropout" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 4 \
+  --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --dropout 0.1 --final-only
+check "verify gpt2_tp_composite tp4 dropout ok" out "verify: ok"
 # Training with the composite attention at TP 2 equals one process: the
 # losses of 3 steps, dropout 0.1, to 1e-6 (they drifted by 8e-4 when the
 # flattened attention's dropout drew as if replicated).
