@@ -83,23 +83,25 @@ check "verify gpt2_tp_composite tp2 x dp2 dropout ok" out "verify: ok"
 run "verify gpt2_tp_composite tp4 dropout" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 4 \
   --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --dropout 0.1 --final-only
 check "verify gpt2_tp_composite tp4 dropout ok" out "verify: ok"
-# Training with the composite attention at TP 2 equals one process: the
-# losses of 3 steps, dropout 0.1, to 1e-6 (they drifted by 8e-4 when the
-# flattened attention's dropout drew as if replicated).
+# Training with the composite attention at TP 2 equals one process, every
+# family: the losses of 3 steps, dropout 0.1, to 1e-6 (GPT-2's drifted by
+# 8e-4 when the flattened attention's dropout drew as if replicated).
 DROP="train --config tiny --data $TEXT --steps 3 --batch 2 --seq 32 --sample 0 --dropout 0.1"
-run "train dropout 1 process" 0 "$SLAPO" $DROP --metrics "$TMP/drop1.jsonl"
-run "train dropout tp2 composite" 0 $MPIRUN -np 2 "$SLAPO" $DROP --tp 2 \
-  --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --metrics "$TMP/drop2.jsonl"
 losses() { grep -o '"loss": [-0-9.e+]*' "$1" | cut -d' ' -f2; }
-if [ "$(losses "$TMP/drop1.jsonl" | wc -l)" -eq 3 ] &&
-  paste <(losses "$TMP/drop1.jsonl") <(losses "$TMP/drop2.jsonl") |
-  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad }'; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-  echo "FAIL train dropout tp2 composite: losses $(losses "$TMP/drop2.jsonl" | tr '\n' ' ')" \
-    "vs one process $(losses "$TMP/drop1.jsonl" | tr '\n' ' ')"
-fi
+for fam in gpt2 llama bert; do
+  run "train $fam dropout 1 process" 0 "$SLAPO" $DROP --model $fam --metrics "$TMP/$fam.1.jsonl"
+  run "train $fam dropout tp2 composite" 0 $MPIRUN -np 2 "$SLAPO" $DROP --model $fam --tp 2 \
+    --schedule "$ROOT/schedules/${fam}_tp_composite.sched" --metrics "$TMP/$fam.2.jsonl"
+  if [ "$(losses "$TMP/$fam.1.jsonl" | wc -l)" -eq 3 ] &&
+    paste <(losses "$TMP/$fam.1.jsonl") <(losses "$TMP/$fam.2.jsonl") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad }'; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL train $fam dropout tp2 composite: losses $(losses "$TMP/$fam.2.jsonl" | tr '\n' ' ')" \
+      "vs one process $(losses "$TMP/$fam.1.jsonl" | tr '\n' ' ')"
+  fi
+done
 
 # Tensor parallelism changes no number beyond rounding: the same run on one
 # process and on two ranks reaches the same validation loss (4 decimals).
