@@ -291,6 +291,12 @@ static slapo_node *example(slapo_ctx *ctx) {
   return slapo_dist_vocab_parallel_cross_entropy(ctx, x, t, 0, 7, -100, SLAPO_GROUP_WORLD);
 }
 
+/* The loss and the row statistics are all-reduced: the same on every rank. */
+static slapo_status layout_fwd(slapo_node *node) {
+  node->layout = (slapo_layout){.kind = SLAPO_LAYOUT_REPLICATED};
+  return SLAPO_OK;
+}
+
 const slapo_op slapo_dist_op_vocab_parallel_cross_entropy = {
     .name = "vocab_parallel_cross_entropy",
     .n_inputs = 2,
@@ -298,6 +304,7 @@ const slapo_op slapo_dist_op_vocab_parallel_cross_entropy = {
     .ref = fwd_kernel,
     .backward = fwd_backward,
     .prepare = prepare_fwd,
+    .layout = layout_fwd,
     .contiguous_inputs = true,
     .doc = "mean cross-entropy of logits [.., Vl] holding classes [vocab_start, vocab_start + "
            "Vl) of a vocabulary split across `group` (Megatron-LM); packed output [2 + 3R]: "
