@@ -211,7 +211,8 @@ slapo_status slapo_write_atomic(const char *path, const char *op, slapo_write_fn
 
 /* Whether slapo_write_atomic can write `path`, checked before the work that
  * produces the contents (a training run before its checkpoint): the
- * directory is writable, and `path`, if it exists, is a regular file or a
+ * directory exists, is a directory (not a regular file: `afile/ckpt`) and
+ * is writable, and `path`, if it exists, is a regular file or a
  * link to one. A directory, device or FIFO is refused: the rename would
  * replace it (as root, /dev/full became a regular file) instead of writing
  * into it. Errors: SLAPO_INVALID_ARG (empty path), SLAPO_IO (naming the

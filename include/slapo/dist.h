@@ -116,6 +116,50 @@ slapo_status slapo_dist_all_gather_f32(slapo_group g, const float *in, float *ou
 slapo_status slapo_dist_broadcast(slapo_group g, void *buf, int64_t nbytes, int root);
 /* Waits until every rank of g got here. */
 slapo_status slapo_dist_barrier(slapo_group g);
+/* out [size(g) * nbytes] <- every rank's record in [nbytes] in rank order
+ * (fixed-size byte records: layouts, argument digests). Every rank must
+ * pass the same nbytes (at most 2^30). Errors: SLAPO_LIMIT, those of MPI,
+ * SLAPO_COMM (timeout). */
+slapo_status slapo_dist_all_gather_bytes(slapo_group g, const void *in, void *out,
+                                         int64_t nbytes);
+
+/* ------------------------------------------------------------------------ */
+/* Ranks agreeing on their arguments (src/dist/agree.c)                      */
+/* ------------------------------------------------------------------------ */
+
+/* Starts MPI under a launcher (as slapo_dist_init does) without forming the
+ * tensor- and data-parallel groups: the world can then check that its
+ * ranks were given the same arguments (slapo_dist_agree) before
+ * slapo_dist_init(tp) splits it by them. Without a launcher it does
+ * nothing. Idempotent. Reads $SLAPO_COMM_TIMEOUT and sets Open MPI's
+ * algorithm choices as slapo_dist_init does. Errors: SLAPO_STATE (MPI
+ * failed to start or lacks MPI_THREAD_FUNNELED), SLAPO_INVALID_ARG (a
+ * $SLAPO_COMM_TIMEOUT that is not seconds > 0). */
+slapo_status slapo_dist_start(void);
+
+/* One value every rank must be given alike: `name` as the user wrote it
+ * ("--seq"), a 64-bit digest of the whole value (XXH3; for a file, of its
+ * content), and a short printable form for messages. Both strings are cut
+ * to SLAPO_DIST_FIELD_NAME / SLAPO_DIST_FIELD_SHOWN - 1 bytes. */
+typedef struct slapo_dist_field {
+  const char *name;
+  uint64_t digest;
+  const char *shown;
+} slapo_dist_field;
+enum { SLAPO_DIST_AGREE_MAX = 64, SLAPO_DIST_FIELD_NAME = 24, SLAPO_DIST_FIELD_SHOWN = 104 };
+
+/* Checks that every rank of the world passed the same fields (names and
+ * digests, in order): each rank's fields go into one record of a fixed
+ * size (SLAPO_DIST_AGREE_MAX entries, whatever n is), all-gathered over the
+ * world, so the check's own collective cannot be mismatched by the
+ * arguments it checks; every rank then reaches the same verdict. Run it
+ * before any collective whose size depends on the arguments. One process:
+ * SLAPO_OK at once. Errors: SLAPO_INVALID_ARG (a field differs: names it,
+ * rank 0's value and the first differing rank's, "--seq: rank 0 has 32,
+ * rank 1 has 64"; returned on every rank alike, so no rank is left
+ * waiting), SLAPO_LIMIT (n > SLAPO_DIST_AGREE_MAX), SLAPO_NOMEM, those of
+ * MPI (SLAPO_STATE). */
+slapo_status slapo_dist_agree(const slapo_dist_field *fields, int n);
 
 /* ------------------------------------------------------------------------ */
 /* Collectives as graph ops (src/dist/collectives.c)                         */

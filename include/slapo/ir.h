@@ -52,6 +52,29 @@ slapo_attr slapo_attr_float(const char *key, double v);
 slapo_attr slapo_attr_str(const char *key, const char *v);
 slapo_attr slapo_attr_ints(const char *key, int n, const int64_t *v);
 
+/* Tensor-parallel layout of a value: which piece of the unsharded model's
+ * value this rank's tensor holds (DESIGN.md §3). Set by the ops layer when a
+ * node is built (ops/layout.c): parameters from their shard records, every
+ * op by its rule; zero-initialized = REPLICATED (graph inputs). Random ops
+ * draw the unsharded model's numbers for their part from it. */
+typedef enum slapo_layout_kind {
+  SLAPO_LAYOUT_REPLICATED = 0, /* every rank holds the whole value            */
+  SLAPO_LAYOUT_SPLIT,          /* a slice along one axis (below)              */
+  SLAPO_LAYOUT_PARTIAL,        /* a partial sum: the value is the sum over    */
+                               /*   the ranks (row-parallel before all-reduce) */
+  SLAPO_LAYOUT_UNKNOWN         /* sharded in a way no rule follows            */
+} slapo_layout_kind;
+
+/* SPLIT: axis `axis` (local size L) is `parts` equal blocks (c_attn's q|k|v
+ * before the split), each of unsharded size full / parts; in every block
+ * this rank holds the elements [start, start + L / parts). parts = 1 is one
+ * contiguous slice [start, start + L) of an axis of unsharded size `full`. */
+typedef struct slapo_layout {
+  slapo_layout_kind kind;
+  int axis, parts;
+  int64_t start, full;
+} slapo_layout;
+
 struct slapo_op;    /* descriptor, defined by the ops layer */
 struct slapo_graph; /* opaque */
 typedef struct slapo_graph slapo_graph;
@@ -82,6 +105,7 @@ typedef struct slapo_node {
   int recompute;               /* > 0: id of the activation-checkpointing  */
                                /*   region it belongs to (autograd re-emits */
                                /*   the region before its backward)        */
+  slapo_layout layout;         /* tensor-parallel layout (ops/layout.c)    */
   int id;                      /* position (0-based), see slapo_graph_renumber */
   void *aux;                   /* scratch for passes; not preserved        */
   struct slapo_node *prev, *next;

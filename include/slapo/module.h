@@ -83,6 +83,11 @@ int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape);
  * group's ranks hold different values: norms and checkpoints combine them);
  * false for a replicated or unsharded parameter. */
 bool slapo_parameter_is_sharded(const slapo_parameter *p);
+/* The tensor-parallel layout of p's value (slapo/ir.h): SPLIT along the
+ * shard's axis with its parts, this rank's start in each block and the
+ * padded unsharded size; REPLICATED when p is not sharded (or in shards of
+ * one). Parameter nodes get it when built (slapo_weight). */
+slapo_layout slapo_parameter_layout(const slapo_parameter *p);
 
 /* ------------------------------------------------------------------------ */
 /* Module types                                                              */

@@ -74,17 +74,36 @@ int slapo_ctx_region(const slapo_ctx *ctx);
 void slapo_ctx_set_shapeless(slapo_ctx *ctx, bool on);
 bool slapo_ctx_shapeless(const slapo_ctx *ctx);
 
-/* Tensor parallelism: random ops built while a shard view is set (dim >=
- * 0) draw as the slice [start, start + n) along `dim` of a value whose size
- * there is `full` (attributes shard_dim, shard_start, shard_full), so a
- * rank holding some attention heads drops exactly what the unsharded model
- * drops in those heads (DESIGN.md §3: masks keyed by global coordinates).
- * dim < 0 clears. The previous view is written to prev [3] (may be NULL)
- * for restoring. */
-void slapo_ctx_set_rng_shard(slapo_ctx *ctx, int64_t dim, int64_t start, int64_t full,
-                             int64_t prev[3]);
-/* The current view {dim, start, full}; dim -1 when none. Borrowed. */
-const int64_t *slapo_ctx_rng_shard(const slapo_ctx *ctx);
+/* While on, random ops take their shard attributes from the caller instead
+ * of deriving them from their input's tensor-parallel layout: backward
+ * building (slapo_backward sets it, recompute included; the backward rule
+ * copies the forward's attributes, and a gradient's layout is not the
+ * value's) and builds that only discover shapes and never run (trace's
+ * capture of a module's inputs, while a schedule is half applied). Returns
+ * the previous setting. */
+bool slapo_ctx_set_copy_rng(slapo_ctx *ctx, bool on);
+/* The current setting (off for a new ctx). */
+bool slapo_ctx_copy_rng(const slapo_ctx *ctx);
+
+/* Tensor-parallel layouts (ops/layout.c, DESIGN.md §3). Sets node->layout:
+ * the layout a node gets from its inputs' under its op's rule (op->layout, else the built-in
+ * table: elementwise ops keep a slice, reshape/permute/slice/matmul/linear
+ * map it where the mapping is exact, a Linear whose weight is split on its
+ * input axis gives a partial sum, an Embedding whose table is split gives
+ * one; any other op on a sharded input gives UNKNOWN). Called by op
+ * building after shape inference; returns an op's refusal (a fused cc region
+ * drawing random numbers on a shard). */
+slapo_status slapo_layout_infer(slapo_node *node);
+/* The layout in words ("replicated", "a partial sum", "unknown", "split on
+ * axis 2 (this rank: from 64 of 128)") into buf [cap]; returns buf. */
+const char *slapo_layout_str(const slapo_layout *l, char *buf, size_t cap);
+/* The elementwise rule alone (for run-time ops that are elementwise
+ * regions, e.g. fused cc ops): slices of one axis placed alike stay, a
+ * replicated input must broadcast along it; partial sums pass through ops
+ * linear in them. Sets node->layout; returns SLAPO_OK. */
+slapo_status slapo_layout_elementwise(slapo_node *node);
+/* True for a non-replicated layout (split, partial or unknown). */
+bool slapo_layout_sharded(const slapo_layout *l);
 
 /* Upper layers (module/) attach their own state here. */
 void slapo_ctx_set_user(slapo_ctx *ctx, void *user);
@@ -163,6 +182,10 @@ typedef struct slapo_op {
                             /*   storage): the planner gives it input 0's    */
                             /*   buffer when this node is its last reader    */
   bool random;              /* draws from Philox (dropout)                   */
+  /* Tensor-parallel layout of the result from the inputs' (node->inputs[i]
+   * ->layout) and the attributes, into node->layout; NULL: the built-in
+   * table of ops/layout.c. May refuse (status + message). */
+  slapo_status (*layout)(slapo_node *node);
   bool commutative;         /* two inputs that may be swapped (add, mul): the */
                             /*   pattern matcher tries both orders            */
   bool elementwise;         /* output element i from element i of each      */
@@ -187,6 +210,12 @@ typedef struct slapo_op {
    * for math=ref; results are within the fast kernel's tolerance of
    * cc_expr's. May return false where cc_expr does not (cc_expr is used). */
   bool (*cc_expr_fast)(const slapo_node *node, int which, char *buf, size_t cap);
+  /* Checks that need more than this rank's shapes, or NULL: called once
+   * per plan by slapo_plan_new (never by slapo_plan_estimate), in graph
+   * order, before any kernel runs; an error refuses the plan. It may
+   * communicate (a collective's layout agreed across its group): every rank
+   * of a group plans the same graphs in the same order. */
+  slapo_status (*prepare)(const slapo_node *node);
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;

@@ -61,6 +61,13 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path));
 slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path));
+/* slapo_adamw_save with `n_meta` (0 to 15) more metadata pairs beside
+ * "step" (the training loop's checkpoint pair id, slapo_pair). Keys and
+ * values are copied. Errors: those of slapo_adamw_save; SLAPO_INVALID_ARG
+ * for a count out of range, a NULL key or value, or the key "step". */
+slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
+                                   bool (*transposed)(const char *param_path), int n_meta,
+                                   const char *const *keys, const char *const *values);
 
 /* Data parallelism: sums every parameter's gradient over the data-parallel
  * group (the micro-batches' weights already divide by the global token
@@ -105,6 +112,13 @@ typedef struct slapo_dataset slapo_dataset;
  * and the sizes), NOMEM. *out owned. */
 slapo_status slapo_dataset_load(const char *path, double val_fraction, slapo_dataset **out);
 void slapo_dataset_free(slapo_dataset *d);
+/* The identity of the data slapo_dataset_load(path) would read, without
+ * loading it: *digest = XXH3-64 chained over the bytes in 1 MiB chunks (a
+ * directory: its text files in name order, as the load reads them), over
+ * the whole content; *nbytes their total. One read of the data, a 1 MiB
+ * buffer. For ranks checking they train on the same data. Errors: SLAPO_IO
+ * (unreadable: names the path), SLAPO_NOMEM, SLAPO_INVALID_ARG (NULL). */
+slapo_status slapo_dataset_digest(const char *path, uint64_t *digest, int64_t *nbytes);
 int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
 /* Largest token id + 1 seen in the data. */
 int64_t slapo_dataset_vocab(const slapo_dataset *d);

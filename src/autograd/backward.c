@@ -278,8 +278,8 @@ static slapo_status check_args(slapo_ctx *ctx, slapo_graph *g, slapo_node *y, sl
   return SLAPO_OK;
 }
 
-slapo_status slapo_backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
-                            slapo_node *const *wrt, slapo_node **grads) {
+static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
+                             slapo_node *const *wrt, slapo_node **grads) {
   SLAPO_ASSERT(ctx);
   for (int i = 0; i < n_wrt && grads; i++) grads[i] = NULL;
   if (slapo_ctx_status(ctx) != SLAPO_OK) return slapo_ctx_status(ctx);
@@ -398,4 +398,16 @@ out:
     return slapo_ctx_status(ctx);
   }
   return SLAPO_OK;
+}
+
+/* Random ops built from here on (backward rules, recomputed regions) copy
+ * the forward's shard attributes rather than derive them from the layouts
+ * of gradients (ops.h: slapo_ctx_set_copy_rng). */
+slapo_status slapo_backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
+                            slapo_node *const *wrt, slapo_node **grads) {
+  SLAPO_ASSERT(ctx);
+  bool prev = slapo_ctx_set_copy_rng(ctx, true);
+  slapo_status s = backward(ctx, y, dy, n_wrt, wrt, grads);
+  slapo_ctx_set_copy_rng(ctx, prev);
+  return s;
 }

@@ -19,6 +19,14 @@ int cli_fail(slapo_status s) {
   slapo_dist_abort(1);
 }
 
+int cli_fail_together(slapo_status s) {
+  if (!slapo_dist_active()) return cli_fail(s);
+  fprintf(stderr, "slapo: rank %d: %s: %s\n", slapo_dist_rank(SLAPO_GROUP_WORLD),
+          slapo_status_name(s), slapo_last_error());
+  fflush(stderr);
+  return 1;
+}
+
 int cli_getopt(int argc, char **argv, const struct option *opts) {
   int o = getopt_long(argc, argv, ":h", opts, NULL);
   return o == 'h' ? OPT_HELP : o;
@@ -166,7 +174,7 @@ int cli_schedule_resolve(const slapo_model_family *f, const char *name, const ch
   return 0;
 }
 
-int cli_model_finish(cli_model_opts *m, const char *cmd) {
+int cli_model_resolve(cli_model_opts *m, const char *cmd) {
   if (!m->model) m->model = slapo_model_at(0)->name;
   if (slapo_model_find(m->model, &m->family) != SLAPO_OK)
     return cli_usage_error(cmd, "%s", slapo_last_error());
@@ -181,14 +189,58 @@ int cli_model_finish(cli_model_opts *m, const char *cmd) {
   }
   if (m->n_disabled && !m->schedule)
     return cli_usage_error(cmd, "%s", "--disable needs --schedule");
+  return 0;
+}
+
+/* The model options every rank must share: the command, family, config,
+ * the schedule's content (the file --schedule resolves to), --disable and
+ * --tp (it decides how the world is split into groups). */
+static void model_fields(cli_fields *a, const cli_model_opts *m, const char *cmd) {
+  cli_fields_str(a, "command", cmd);
+  cli_fields_str(a, "--model", m->model);
+  cli_fields_str(a, "--config", m->config);
+  cli_fields_file(a, "--schedule", m->schedule);
+  char list[SLAPO_DIST_FIELD_SHOWN] = "(none)";
+  size_t len = 0;
+  for (size_t i = 0; i < m->n_disabled && len < sizeof list; i++) {
+    int w = snprintf(list + len, sizeof list - len, "%s%zu", i ? "," : "", m->disabled[i]);
+    if (w < 0) break;
+    len += (size_t)w;
+  }
+  cli_fields_digest(a, "--disable", list,
+                    slapo_hash64(m->disabled, m->n_disabled * sizeof *m->disabled, 0));
+  cli_fields_i64(a, "--tp", m->tp ? m->tp : 1);
+}
+
+int cli_model_start(cli_model_opts *m, const char *cmd, cli_fields_fn extra, const void *ud) {
+  /* Under mpirun the world checks its arguments before the groups are
+   * formed from --tp and before any collective sized by the arguments. */
+  /* The timeout first: the argument check is a collective too. */
   slapo_status s = m->comm_timeout > 0 ? slapo_dist_set_timeout(m->comm_timeout) : SLAPO_OK;
-  if (s == SLAPO_OK) s = slapo_dist_init(m->tp ? (int)m->tp : 1);
+  if (s == SLAPO_OK) s = slapo_dist_start();
+  if (s != SLAPO_OK) return cli_fail(s);
+  if (slapo_dist_active()) {
+    cli_fields *a = calloc(1, sizeof *a);
+    if (!a) return cli_fail(slapo_error(SLAPO_NOMEM, "out of memory"));
+    model_fields(a, m, cmd);
+    if (extra) extra(a, ud);
+    s = slapo_dist_agree(a->f, a->n);
+    free(a);
+    if (s == SLAPO_INVALID_ARG) return cli_fail_together(s);
+    if (s != SLAPO_OK) return cli_fail(s);
+  }
+  s = slapo_dist_init(m->tp ? (int)m->tp : 1);
   if (s != SLAPO_OK) return cli_fail(s);
   /* Rank 0 alone reports; errors still reach stderr from any rank. */
   if (slapo_dist_rank(SLAPO_GROUP_WORLD) != 0 && !freopen("/dev/null", "w", stdout))
     return cli_fail(slapo_error(SLAPO_IO, "cannot silence stdout of rank %d",
                                 slapo_dist_rank(SLAPO_GROUP_WORLD)));
   return 0;
+}
+
+int cli_model_finish(cli_model_opts *m, const char *cmd) {
+  int rc = cli_model_resolve(m, cmd);
+  return rc ? rc : cli_model_start(m, cmd, NULL, NULL);
 }
 
 void cli_model_opts_deinit(cli_model_opts *m) {

@@ -27,6 +27,10 @@ enum {
  * mpirun "slapo: rank R: <status>: <message>", and the whole job is
  * aborted (MPI_Abort): the other ranks may be waiting in a collective. */
 int cli_fail(slapo_status s);
+/* cli_fail for an error every rank reached alike (ranks that disagree on
+ * their arguments): each prints its line and returns 1 without aborting,
+ * so every rank's message reaches stderr and MPI ends normally. */
+int cli_fail_together(slapo_status s);
 /* "slapo: usage: <fmt with arg>" and a --help hint; returns exit code 2. */
 int cli_usage_error(const char *cmd, const char *fmt, const char *arg);
 /* The usage error for getopt_long's result `o` (':' missing value, '?'
@@ -77,10 +81,40 @@ int cli_schedule_resolve(const slapo_model_family *f, const char *name, const ch
 /* Takes option `o` with value `arg` if it is a model option: 1 taken, 0 not
  * a model option, -1 a bad value. */
 int cli_model_option(cli_model_opts *m, int o, const char *arg);
-/* Resolves the family and defaults and forms the process groups
- * (slapo_dist_init with --tp and --comm-timeout; under mpirun only rank 0
- * keeps stdout); 0, or
- * a usage error's exit code 2, or 1 when the groups cannot be formed. */
+/* The values every rank of an MPI job must be given alike, checked before
+ * the process groups are formed (cli/agree.c; slapo_dist_agree): each
+ * field is a name as the user writes it, a digest of the whole value and a
+ * short printable form. Filled only under mpirun (cli_model_start). */
+typedef struct cli_fields {
+  slapo_dist_field f[SLAPO_DIST_AGREE_MAX];
+  char shown[SLAPO_DIST_AGREE_MAX][SLAPO_DIST_FIELD_SHOWN];
+  int n;
+} cli_fields;
+void cli_fields_i64(cli_fields *a, const char *name, int64_t v);
+void cli_fields_f64(cli_fields *a, const char *name, double v);
+/* A string compared as written; NULL is "(none)". */
+void cli_fields_str(cli_fields *a, const char *name, const char *s);
+/* A file compared by its whole content (path shown); NULL is "(none)", an
+ * unreadable file compares by its error. */
+void cli_fields_file(cli_fields *a, const char *name, const char *path);
+/* A file compared by path and size (large checkpoints); NULL is "(none)". */
+void cli_fields_file_size(cli_fields *a, const char *name, const char *path);
+/* A value shown as given with its own digest (data sets). */
+void cli_fields_digest(cli_fields *a, const char *name, const char *shown, uint64_t digest);
+/* Adds a command's own fields to those of the model options. */
+typedef void (*cli_fields_fn)(cli_fields *a, const void *ud);
+
+/* Resolves the family and defaults; 0 or a usage error's exit code 2. */
+int cli_model_resolve(cli_model_opts *m, const char *cmd);
+/* Under mpirun first checks that every rank was given the same command,
+ * model options and the fields `extra` adds (NULL: none), on the world
+ * before anything else communicates: a mismatch ends every rank with
+ * "slapo: rank R: invalid_arg: ..." and exit code 1. Then forms the
+ * process groups (slapo_dist_init with --tp; only rank 0 keeps stdout).
+ * --comm-timeout (slapo_dist_set_timeout) applies from the check on.
+ * 0, or 1 when the ranks disagree or the groups cannot be formed. */
+int cli_model_start(cli_model_opts *m, const char *cmd, cli_fields_fn extra, const void *ud);
+/* cli_model_resolve then cli_model_start without extra fields. */
 int cli_model_finish(cli_model_opts *m, const char *cmd);
 void cli_model_opts_deinit(cli_model_opts *m);
 /* The help lines of the model options, for a command's usage. */

@@ -39,6 +39,24 @@ static void profile_usage(void) {
 
 static const double MiB = 1024.0 * 1024.0;
 
+static void count_sharded(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  *(int64_t *)ud += p->shard != NULL;
+}
+
+/* As train: --tp K over a model the schedule shards nothing of runs the
+ * whole model K times (rank 0 prints). */
+static slapo_status warn_unsharded(slapo_module *m, const char *schedule) {
+  int tp = slapo_dist_size(SLAPO_GROUP_TP);
+  int64_t sharded = 0;
+  if (tp < 2) return SLAPO_OK;
+  SLAPO_TRY(slapo_module_visit_params(m, count_sharded, &sharded));
+  if (!sharded)
+    printf("warning: --tp %d but no parameter is sharded (schedule: %s): each of the %d "
+           "tensor-parallel ranks runs the whole model\n", tp, schedule ? schedule : "none", tp);
+  return SLAPO_OK;
+}
+
 /* Builds the model as `slapo train` does: meta, scheduled, materialized. */
 static slapo_status run_one(const profile_args *a, const char *schedule, const size_t *disabled,
                             size_t n_disabled, int64_t seq, slapo_profile *out) {
@@ -50,6 +68,7 @@ static slapo_status run_one(const profile_args *a, const char *schedule, const s
   slapo_status s = f->create(a->mo.config, -1, &m);
   if (s == SLAPO_OK && schedule)
     s = slapo_schedule_file_apply(m, schedule, disabled, n_disabled, &run);
+  if (s == SLAPO_OK) s = warn_unsharded(m, schedule);
   if (s == SLAPO_OK) s = slapo_module_materialize(m, (uint64_t)a->seed);
   if (s == SLAPO_OK) {
     slapo_profile_opts po = {a->batch, seq, d.vocab_size, (int)a->steps, (int)a->depth,
@@ -258,6 +277,23 @@ static bool profile_option(profile_args *a, int o, const char *v) {
   }
 }
 
+typedef struct profile_ctx {
+  const profile_args *a;
+  const char *const *compare; /* the two resolved schedules, or NULL */
+} profile_ctx;
+
+/* What every rank must share beyond the model options: what is built and
+ * run (and so the collectives). --depth only groups the printed rows. */
+static void profile_fields(cli_fields *f, const void *ud) {
+  const profile_ctx *pc = ud;
+  cli_fields_i64(f, "--batch", pc->a->batch);
+  cli_fields_i64(f, "--seq", pc->a->seq);
+  cli_fields_i64(f, "--steps", pc->a->steps);
+  cli_fields_i64(f, "--seed", pc->a->seed);
+  cli_fields_file(f, "--compare A", pc->compare ? pc->compare[0] : NULL);
+  cli_fields_file(f, "--compare B", pc->compare ? pc->compare[1] : NULL);
+}
+
 int cmd_profile(int argc, char **argv) {
   static const struct option opts[] = {
       CLI_MODEL_OPTIONS,
@@ -283,11 +319,16 @@ int cmd_profile(int argc, char **argv) {
                                           "and --disable");
   if (rc < 0 && a.compare && !split_compare(a.compare, &buf, &ca, &cb))
     rc = cli_usage_error("profile", "--compare wants two schedules A,B, got '%s'", a.compare);
-  bool ready = rc < 0 && (rc = cli_model_finish(&a.mo, "profile")) == 0;
+  bool ready = rc < 0 && (rc = cli_model_resolve(&a.mo, "profile")) == 0;
   if (ready && a.compare) { /* each side as --schedule takes it */
     rc = cli_schedule_resolve(a.mo.family, ca, "profile", path_a, sizeof path_a, &ca);
     if (!rc) rc = cli_schedule_resolve(a.mo.family, cb, "profile", path_b, sizeof path_b, &cb);
     ready = rc == 0;
+  }
+  if (ready) {
+    const char *sides[2] = {ca, cb};
+    profile_ctx pc = {&a, a.compare ? sides : NULL};
+    ready = (rc = cli_model_start(&a.mo, "profile", profile_fields, &pc)) == 0;
   }
   if (ready) {
     slapo_status s = profile(&a, ca, cb);

@@ -153,6 +153,48 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   }
 }
 
+/* What every rank must share beyond the model options (README "What may
+ * differ between ranks"): everything that shapes a step, the numbers it
+ * computes or the collectives it calls. Not here: --threads (speed; each
+ * rank's results stay within rounding), --metrics and --plot (rank 0 alone
+ * writes them). The data by the digest of its whole content, checkpoints
+ * to resume or start from by path and size. */
+static void train_fields(cli_fields *a, const void *ud) {
+  const slapo_train_config *c = ud;
+  uint64_t h = 0;
+  int64_t nbytes = 0;
+  char shown[SLAPO_DIST_FIELD_SHOWN];
+  if (slapo_dataset_digest(c->data, &h, &nbytes) == SLAPO_OK) {
+    size_t n = strlen(c->data), cap = sizeof shown - 24;
+    snprintf(shown, sizeof shown, "%s%s (%lld bytes)", n > cap ? "..." : "",
+             n > cap ? c->data + n - (cap - 3) : c->data, (long long)nbytes);
+  } else { /* unreadable here: a difference unless every rank says so */
+    snprintf(shown, sizeof shown, "%s (unreadable)", c->data);
+    h = slapo_hash_str(slapo_last_error());
+  }
+  cli_fields_digest(a, "--data", shown, h);
+  cli_fields_i64(a, "--steps", c->steps);
+  cli_fields_i64(a, "--batch", c->batch);
+  cli_fields_i64(a, "--seq", c->seq);
+  cli_fields_i64(a, "--grad-accum", c->grad_accum);
+  cli_fields_f64(a, "--lr", c->lr);
+  cli_fields_f64(a, "--min-lr", c->min_lr);
+  cli_fields_i64(a, "--warmup", c->warmup);
+  cli_fields_f64(a, "--weight-decay", c->weight_decay);
+  cli_fields_f64(a, "--grad-clip", c->grad_clip);
+  cli_fields_f64(a, "--dropout", c->dropout);
+  cli_fields_i64(a, "--seed", (int64_t)c->seed);
+  cli_fields_i64(a, "--val-every", c->val_every);
+  cli_fields_i64(a, "--val-batches", c->val_batches);
+  cli_fields_str(a, "--save", c->save);
+  cli_fields_i64(a, "--save-every", c->save_every);
+  cli_fields_file_size(a, "--resume", c->resume);
+  cli_fields_file_size(a, "--init-from", c->init_from);
+  cli_fields_i64(a, "--sample", c->sample_tokens);
+  cli_fields_f64(a, "--temperature", c->temperature);
+  cli_fields_i64(a, "--top-k", c->top_k);
+}
+
 static void print_start(const slapo_train_config *c) {
   char seqs[32], cpu[256], kernels[256];
   if (c->seq) snprintf(seqs, sizeof seqs, "%lld", (long long)c->seq);
@@ -174,7 +216,7 @@ int cmd_train(int argc, char **argv) {
   d = c;
   cli_model_opts mo = {0};
   int o, rc = -1;
-  bool lr_set = false, min_lr_set = false;
+  bool lr_set = false, min_lr_set = false, started = false;
   opterr = 0;
   while (rc < 0 && (o = cli_getopt(argc, argv, k_opts)) != -1) {
     lr_set |= o == OPT_LR, min_lr_set |= o == OPT_MIN_LR;
@@ -184,13 +226,16 @@ int cmd_train(int argc, char **argv) {
       rc = cli_option_error("train", k_opts, o, argv);
   }
   if (rc < 0 && optind < argc) rc = cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
-  if (rc < 0 && (rc = cli_model_finish(&mo, "train")) == 0) {
+  if (rc < 0 && (rc = cli_model_resolve(&mo, "train")) == 0) {
     c.model = mo.model, c.model_config = mo.config, c.schedule = mo.schedule;
     c.disabled = mo.disabled, c.n_disabled = mo.n_disabled;
     /* A family's own learning rate (BERT's post-LN blocks want a smaller
      * one) unless the user gave one. */
     if (!lr_set && mo.family->lr > 0) c.lr = mo.family->lr;
     if (!min_lr_set && !lr_set && mo.family->lr > 0) c.min_lr = c.lr / 10;
+    started = (rc = cli_model_start(&mo, "train", train_fields, &c)) == 0;
+  }
+  if (started) {
     print_start(&c);
     /* A bar only on a terminal. Under mpirun a rank's stdout is Open MPI's
      * pty whatever mpirun's own output is (a log file), so ranks print

@@ -126,6 +126,21 @@ static bool verify_option(verify_args *v, int o, const char *a) {
   }
 }
 
+/* What every rank must share beyond the model options: every option of
+ * verify decides the batch, the checks made (and so the collectives of
+ * each) or their verdicts. */
+static void verify_fields(cli_fields *a, const void *ud) {
+  const verify_args *v = ud;
+  cli_fields_i64(a, "--batch", v->batch);
+  cli_fields_i64(a, "--seq", v->seq);
+  cli_fields_i64(a, "--seed", v->seed);
+  cli_fields_f64(a, "--dropout", v->dropout);
+  cli_fields_f64(a, "--atol", v->atol);
+  cli_fields_f64(a, "--rtol", v->rtol);
+  cli_fields_i64(a, "--bisect", v->bisect);
+  cli_fields_i64(a, "--final-only", !v->per_entry);
+}
+
 int cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {
       CLI_MODEL_OPTIONS,
@@ -150,7 +165,8 @@ int cmd_verify(int argc, char **argv) {
     rc = cli_usage_error("verify", "%s",
                          "--bisect checks prefixes of the schedule; --final-only checks only the "
                          "whole: give one of them");
-  if (rc < 0 && (rc = cli_model_finish(&v.mo, "verify")) == 0) {
+  if (rc < 0 && (rc = cli_model_resolve(&v.mo, "verify")) == 0 &&
+      (rc = cli_model_start(&v.mo, "verify", verify_fields, &v)) == 0) {
     if (!v.mo.schedule) { /* resolved from 'none' or '' */
       rc = cli_usage_error("verify", "%s",
                            "--schedule none leaves nothing to verify; give a "

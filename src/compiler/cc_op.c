@@ -186,6 +186,28 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
        env ? env->step : 0, env && env->training);
 }
 
+/* Tensor-parallel layout: the region is elementwise. Its random numbers
+ * are drawn by element index of the value at hand (cc_gen.c), i.e. as if
+ * replicated, so a region that draws them on a shard (a dropout on a
+ * column-parallel output, a partial sum) is refused when the step is
+ * built rather than given the wrong masks; such a region fuses after the
+ * all-reduce, or with compiler=none (whose ops draw by layout). */
+static slapo_status fwd_layout(slapo_node *node) {
+  const cc_op *c = of_fwd(node->op);
+  for (int i = 0; i < node->n_inputs && c->plan.n_rand > 0; i++) {
+    const slapo_node *x = node->inputs[i];
+    char ls[160], xs[128];
+    if (slapo_layout_sharded(&x->layout))
+      return slapo_error(SLAPO_UNSUPPORTED,
+                         "cc: %s draws random numbers (dropout) and its input %d (%%%s %s) is "
+                         "%s across the tensor-parallel ranks; cc draws them as if replicated: "
+                         "fuse the region after the all-reduce, or with compiler=none",
+                         node->target, i, x->name, slapo_shape_str(x->ndim, x->shape, xs, sizeof xs),
+                         slapo_layout_str(&x->layout, ls, sizeof ls));
+  }
+  return slapo_layout_elementwise(node);
+}
+
 static slapo_status describe(cc_op *c, const char *name, const char *key) {
   snprintf(c->fwd_name, sizeof c->fwd_name, "%s_%.8s", name, key);
   snprintf(c->bwd_name, sizeof c->bwd_name, "%s_backward", c->fwd_name);
@@ -195,6 +217,7 @@ static slapo_status describe(cc_op *c, const char *name, const char *key) {
       .infer = fwd_infer,
       .ref = fwd_kernel,
       .backward = fwd_backward,
+      .layout = fwd_layout,
       .contiguous_inputs = true,
       .doc = "a fused elementwise region (cc backend)",
       .test = {.exempt = "compiled at run time; tested against the none backend"},

@@ -81,6 +81,52 @@ typedef void (*slapo__cc_bwd_fn)(int64_t N, int64_t C, const float *const *in, c
 slapo_status slapo__cc_build(const char *src, slapo__cc_fwd_fn *fwd, slapo__cc_bwd_fn *bwd,
                              char key[17]);
 
+/* The kernel cache's trust rules and loading (cc_cache.c). */
+
+/* Creates the cache `dir` if it is missing (0700, missing parents too) and
+ * checks that nobody else can write it: the cache owned by the effective
+ * user and not group/other-writable, each directory above it up to $HOME
+ * (or /) owned by the user or root and not group/other-writable unless
+ * sticky. real [cap] receives the resolved path, to be used from then on.
+ * Errors: SLAPO_IO naming the path and the rule broken, or why the cache
+ * cannot be created. */
+slapo_status slapo__cc_cache_dir(const char *dir, char *real, size_t cap);
+
+/* Opens the cached file `path` without following a symbolic link and
+ * checks the descriptor (slapo__cc_cache_check_fd). *fd: the descriptor,
+ * owned, or -1 when there is no such file. Errors: SLAPO_IO (a symbolic
+ * link, not a regular file, another owner, group/other-writable, other
+ * open failures), naming the path. */
+slapo_status slapo__cc_cache_open(const char *path, int *fd);
+
+/* Whether open file fd (named path in messages) may be loaded: a regular
+ * file owned by the effective user, not writable by group or others.
+ * Errors: SLAPO_IO naming the path and the rule broken. */
+slapo_status slapo__cc_cache_check_fd(const char *path, int fd);
+
+/* Loads the checked object open as fd through /proc/self/fd/N (never by
+ * path again) and remembers it under path; fd is consumed (kept open while
+ * the object is loaded, i.e. for the process). *handle: the dlopen handle.
+ * Errors: SLAPO_IO (/proc not mounted: the descriptor cannot be named),
+ * SLAPO_COMPILE (the loader's message), SLAPO_NOMEM (loaded, but not
+ * remembered). Callers serialize. */
+slapo_status slapo__cc_cache_load(const char *path, int fd, void **handle);
+
+/* The handle of the object loaded from path by this process, or NULL. */
+void *slapo__cc_cache_loaded(const char *path);
+
+/* The digest beside each object (cc_digest.c): path.xxh3. */
+
+/* Whether open object fd (at path) matches its stored digest; *match is
+ * false when the digest is missing or differs (the object is to be
+ * recompiled). Errors: SLAPO_IO (the digest file untrusted, the object
+ * unreadable), SLAPO_NOMEM. */
+slapo_status slapo__cc_digest_check(const char *path, int fd, bool *match);
+
+/* Writes path's digest, of the content of open file fd, atomically.
+ * Errors: SLAPO_IO, SLAPO_NOMEM. */
+slapo_status slapo__cc_digest_write(const char *path, int fd);
+
 #define SLAPO_COMPILER(name) extern const slapo_compiler slapo__compiler_##name;
 #include "compiler/compilers.def"
 #undef SLAPO_COMPILER

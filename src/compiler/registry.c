@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "compiler/internal.h"
 
@@ -36,5 +37,7 @@ void slapo_compiler_cache_dir(char *buf, size_t cap) {
   if (d && d[0]) snprintf(buf, cap, "%s", d);
   else if (x && x[0]) snprintf(buf, cap, "%s/slapo", x);
   else if (h && h[0]) snprintf(buf, cap, "%s/.cache/slapo", h);
-  else snprintf(buf, cap, "/tmp/slapo-cache");
+  /* Per user, so another user cannot make it first (cc_cache.c refuses one
+   * that is not ours). */
+  else snprintf(buf, cap, "/tmp/slapo-cache-%u", (unsigned)geteuid());
 }

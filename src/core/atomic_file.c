@@ -71,6 +71,14 @@ slapo_status slapo_check_write_target(const char *path, const char *op) {
   char dir[PATH_MAX];
   if (!parent_dir(path, dir))
     return slapo_error(SLAPO_IO, "%s: %s: the directory's name is too long", op, path);
+  /* access(W_OK) passes a writable regular file: a path under a file
+   * (afile/ckpt) would otherwise fail only when mkstemp runs, after the
+   * work. */
+  struct stat st;
+  if (stat(dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    return slapo_error(SLAPO_IO, "%s: cannot write %s: %s is %s, not a directory (%s)", op,
+                       path, dir, S_ISREG(st.st_mode) ? "a regular file" : kind_of(st.st_mode),
+                       strerror(ENOTDIR));
   if (access(dir, W_OK) != 0)
     return slapo_error(SLAPO_IO, "%s: cannot write %s: directory %s: %s", op, path, dir,
                        strerror(errno));

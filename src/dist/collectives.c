@@ -213,26 +213,45 @@ static slapo_node *ex_reduce_scatter(slapo_ctx *c) {
 }
 static slapo_node *ex_scatter(slapo_ctx *c) { return example(c, &slapo_dist_op_scatter); }
 
-#define COLLECTIVE(id, infer_fn, kernel, rule, ex, text)                        \
+/* Tensor-parallel layouts (ops/layout.c): a sum or a gather over the group
+ * is the same on every rank; reduce_grad is the identity forward; a
+ * rank's block of a scatter is not followed (UNKNOWN: no random op on it). */
+static slapo_status layout_replicated(slapo_node *node) {
+  node->layout = (slapo_layout){.kind = SLAPO_LAYOUT_REPLICATED};
+  return SLAPO_OK;
+}
+static slapo_status layout_same(slapo_node *node) {
+  node->layout = node->inputs[0]->layout;
+  return SLAPO_OK;
+}
+static slapo_status layout_block(slapo_node *node) {
+  node->layout = (slapo_layout){.kind = SLAPO_LAYOUT_UNKNOWN};
+  return SLAPO_OK;
+}
+
+#define COLLECTIVE(id, infer_fn, kernel, rule, layout_fn, ex, text)             \
   const slapo_op slapo_dist_op_##id = {                                         \
       .name = #id, .n_inputs = 1, .infer = infer_fn, .ref = kernel,             \
-      .backward = rule, .contiguous_inputs = true, .doc = text,                 \
-      .test = {.example = ex}}
+      .backward = rule, .layout = layout_fn, .contiguous_inputs = true,         \
+      .doc = text, .test = {.example = ex}}
 
-COLLECTIVE(all_reduce, infer_same, all_reduce_kernel, identity_backward, ex_all_reduce,
+COLLECTIVE(all_reduce, infer_same, all_reduce_kernel, identity_backward, layout_replicated,
+           ex_all_reduce,
            "y = sum over the ranks of `group` of x (MPI_Allreduce); dx = dy, the sum being "
            "replicated (Megatron-LM's g)");
-COLLECTIVE(reduce_grad, infer_same, copy_kernel, reduce_grad_backward, ex_reduce_grad,
+COLLECTIVE(reduce_grad, infer_same, copy_kernel, reduce_grad_backward, layout_same,
+           ex_reduce_grad,
            "y = x; dx = sum over the ranks of `group` of dy (Megatron-LM's f: the input of a "
            "column-parallel region)");
-COLLECTIVE(all_gather, infer_gather, all_gather_kernel, all_gather_backward, ex_all_gather,
+COLLECTIVE(all_gather, infer_gather, all_gather_kernel, all_gather_backward, layout_replicated,
+           ex_all_gather,
            "y = every rank's x concatenated along dim 0 in rank order (MPI_Allgather); dx = "
            "own block of the summed dy (reduce=1) or of dy (reduce=0)");
-COLLECTIVE(reduce_scatter, infer_split, reduce_scatter_kernel, gather_backward,
+COLLECTIVE(reduce_scatter, infer_split, reduce_scatter_kernel, gather_backward, layout_block,
            ex_reduce_scatter,
            "y = this rank's dim-0 block of the sum over the ranks of x "
            "(MPI_Reduce_scatter_block); dx = all_gather(dy)");
-COLLECTIVE(scatter, infer_split, scatter_kernel, gather_backward, ex_scatter,
+COLLECTIVE(scatter, infer_split, scatter_kernel, gather_backward, layout_block, ex_scatter,
            "y = this rank's dim-0 block of a replicated x; dx = all_gather(dy)");
 
 slapo_status slapo_dist_register_ops(void) {

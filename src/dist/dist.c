@@ -581,3 +581,29 @@ slapo_status slapo_dist_barrier(slapo_group g) {
   int rc = MPI_Ibarrier(c, &req);
   return slapo__dist_wait(rc, &req, g, "MPI_Ibarrier");
 }
+
+slapo_status slapo_dist_all_gather_bytes(slapo_group g, const void *in, void *out,
+                                         int64_t nbytes) {
+  MPI_Comm c = slapo__dist_comm(g);
+  if (c == MPI_COMM_NULL || slapo_dist_size(g) == 1) {
+    memmove(out, in, (size_t)nbytes);
+    return SLAPO_OK;
+  }
+  if (nbytes > CHUNK)
+    return slapo_error(SLAPO_LIMIT, "all_gather of %lld bytes: at most 2^30 a rank",
+                       (long long)nbytes);
+  SLAPO_TRY(slapo__dist_usable());
+  MPI_Request req;
+  int rc = MPI_Iallgather(in, (int)nbytes, MPI_BYTE, out, (int)nbytes, MPI_BYTE, c, &req);
+  return slapo__dist_wait(rc, &req, g, "MPI_Iallgather (records)");
+}
+
+/* MPI on the world alone, for slapo_dist_agree before the groups are
+ * formed by arguments the ranks may not share. */
+slapo_status slapo_dist_start(void) {
+  if (!launched() || slapo_dist_active()) return SLAPO_OK;
+  SLAPO_TRY(timeout_from_env());
+  SLAPO_TRY(start_mpi());
+  MPI_Comm_size(MPI_COMM_WORLD, &g_dist.size[SLAPO_GROUP_WORLD]);
+  return SLAPO_OK;
+}

@@ -63,6 +63,124 @@ static slapo_status check_inputs(const slapo_node *node) {
   return SLAPO_OK;
 }
 
+/* ---- the group's class ranges, agreed once per plan ---- */
+
+/* What a rank holds: classes [start, start + V) of [0, valid). */
+typedef struct vp_range {
+  int64_t start, V, valid;
+} vp_range;
+
+/* Layouts this process already checked with its group: a rebuilt step
+ * (a new shape, SLAPO_DEBUG_STEP on some rank only) does not gather again,
+ * so ranks that rebuild at different times still call the same collectives. */
+static struct {
+  int n;
+  struct {
+    int g, size;
+    vp_range r;
+  } e[16];
+} g_agreed;
+
+static bool agreed_before(int g, const vp_range *r) {
+  for (int i = 0; i < g_agreed.n; i++)
+    if (g_agreed.e[i].g == g && g_agreed.e[i].size == slapo_dist_size((slapo_group)g) &&
+        !memcmp(&g_agreed.e[i].r, r, sizeof *r))
+      return true;
+  return false;
+}
+
+static void remember(int g, const vp_range *r) {
+  if (g_agreed.n == (int)(sizeof g_agreed.e / sizeof *g_agreed.e)) return; /* checks again */
+  g_agreed.e[g_agreed.n].g = g;
+  g_agreed.e[g_agreed.n].size = slapo_dist_size((slapo_group)g);
+  g_agreed.e[g_agreed.n++].r = *r;
+}
+
+/* "rank 0 [0, 4), rank 1 [0, 4)" (the first 16 ranks) into buf [cap]. */
+static void ranges_str(const vp_range *all, int n, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int r = 0; r < n && len < cap; r++) {
+    int w = r == 16 ? snprintf(buf + len, cap - len, ", ...")
+                    : snprintf(buf + len, cap - len, "%srank %d [%lld, %lld)", r ? ", " : "", r,
+                               (long long)all[r].start, (long long)(all[r].start + all[r].V));
+    if (w < 0 || r == 16) break;
+    len += (size_t)w;
+  }
+}
+
+static const char *group_name(int g) {
+  return g == SLAPO_GROUP_TP ? "tensor-parallel" : g == SLAPO_GROUP_DP ? "data-parallel" : "world";
+}
+
+/* Every class of [0, valid) on exactly one rank, one valid for all: else
+ * the problem (a gap, an overlap, unequal totals) into what [cap]. */
+static bool ranges_tile(const vp_range *all, int n, int *order, char *what, size_t cap) {
+  for (int r = 1; r < n; r++)
+    if (all[r].valid != all[0].valid) {
+      snprintf(what, cap, "the ranks count different vocabularies (vocab_valid %lld on rank 0, "
+               "%lld on rank %d)", (long long)all[0].valid, (long long)all[r].valid, r);
+      return false;
+    }
+  /* Walk the ranges by start (order [n]: an insertion sort of the ranks). */
+  for (int r = 0; r < n; r++) {
+    int k = r;
+    while (k > 0 && all[order[k - 1]].start > all[r].start) order[k] = order[k - 1], k--;
+    order[k] = r;
+  }
+  int64_t end = 0;
+  for (int k = 0; k < n; k++) {
+    const vp_range *x = &all[order[k]];
+    if (x->start != end) {
+      if (x->start > end)
+        snprintf(what, cap, "no rank holds classes %lld to %lld (rank %d starts at %lld)",
+                 (long long)end, (long long)x->start - 1, order[k], (long long)x->start);
+      else
+        snprintf(what, cap, "the ranges overlap at class %lld (rank %d starts at %lld)",
+                 (long long)x->start, order[k], (long long)x->start);
+      return false;
+    }
+    end = x->start + x->V;
+  }
+  if (end < all[0].valid) {
+    snprintf(what, cap, "the ranges end at class %lld, short of vocab_valid %lld",
+             (long long)end, (long long)all[0].valid);
+    return false;
+  }
+  return true;
+}
+
+/* Shape inference sees only this rank's logits; the ranges are checked
+ * across the group once per plan (slapo_op.prepare). */
+static slapo_status prepare_fwd(const slapo_node *node) {
+  int g = slapo__dist_group_of(node);
+  vp_dims d = dims_of(node);
+  vp_range mine = {d.start, d.V, d.valid};
+  if (agreed_before(g, &mine)) return SLAPO_OK;
+  int n = slapo_dist_size((slapo_group)g);
+  vp_range *all = slapo_calloc((size_t)n, sizeof *all);
+  int *order = slapo_calloc((size_t)n, sizeof *order);
+  if (!all || !order) {
+    slapo_free(all);
+    slapo_free(order);
+    return slapo_error(SLAPO_NOMEM, "%s: out of memory", node->target);
+  }
+  slapo_status s = slapo_dist_all_gather_bytes((slapo_group)g, &mine, all, sizeof mine);
+  char what[256], ranges[512];
+  if (s == SLAPO_OK && !ranges_tile(all, n, order, what, sizeof what)) {
+    ranges_str(all, n, ranges, sizeof ranges);
+    s = slapo_error(SLAPO_SHAPE,
+                    "%s: the class ranges of the %d ranks of the %s group do not split the "
+                    "vocabulary of %lld: %s; %s (each rank's logits must hold its own part "
+                    "[vocab_start, vocab_start + Vl), every class on exactly one rank)",
+                    node->target, n, group_name(g), (long long)all[0].valid, what, ranges);
+  }
+  if (s == SLAPO_OK) remember(g, &mine);
+  slapo_free(order);
+  slapo_free(all);
+  return s;
+}
+
 static slapo_status infer_fwd(slapo_node *node) {
   SLAPO_TRY(check_inputs(node));
   vp_dims d = dims_of(node);
@@ -178,12 +296,20 @@ static slapo_node *example(slapo_ctx *ctx) {
   return slapo_dist_vocab_parallel_cross_entropy(ctx, x, t, 0, 7, -100, SLAPO_GROUP_WORLD);
 }
 
+/* The loss and the row statistics are all-reduced: the same on every rank. */
+static slapo_status layout_fwd(slapo_node *node) {
+  node->layout = (slapo_layout){.kind = SLAPO_LAYOUT_REPLICATED};
+  return SLAPO_OK;
+}
+
 const slapo_op slapo_dist_op_vocab_parallel_cross_entropy = {
     .name = "vocab_parallel_cross_entropy",
     .n_inputs = 2,
     .infer = infer_fwd,
     .ref = fwd_kernel,
     .backward = fwd_backward,
+    .prepare = prepare_fwd,
+    .layout = layout_fwd,
     .contiguous_inputs = true,
     .doc = "mean cross-entropy of logits [.., Vl] holding classes [vocab_start, vocab_start + "
            "Vl) of a vocabulary split across `group` (Megatron-LM); packed output [2 + 3R]: "

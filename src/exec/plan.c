@@ -437,6 +437,13 @@ static bool env_debug_mem(void) {
   return s && atoi(s) > 0;
 }
 
+/* The ops' per-plan checks (slapo_op.prepare), in graph order. */
+static slapo_status prepare_nodes(const slapo_graph *g) {
+  for (const slapo_node *n = slapo_graph_first(g); n; n = n->next)
+    if (n->op && n->op->prepare) SLAPO_TRY(n->op->prepare(n));
+  return SLAPO_OK;
+}
+
 /* Plans g; with `runnable` false stops after the offsets (no arena, no
  * headers: the plan only tells its peak). */
 static slapo_status plan_build(const slapo_graph *g, const slapo_plan_opts *opts, bool runnable,
@@ -454,6 +461,7 @@ static slapo_status plan_build(const slapo_graph *g, const slapo_plan_opts *opts
     return slapo_error(SLAPO_STATE,
                        "plan_new: the graph has no output node; mark its results with "
                        "slapo_output");
+  if (runnable) SLAPO_TRY(prepare_nodes(g));
 
   slapo_plan *p = slapo_calloc(1, sizeof *p);
   if (!p) return nomem("plan");

@@ -94,11 +94,9 @@ static slapo_node *self_attn_forward(slapo_ctx *ctx, slapo_module *self, int n_i
   if (bias) att = slapo_add(ctx, att, bias);
   att = slapo_softmax(ctx, att, false);
   /* Under tensor parallelism the dropout masks are the unsharded model's
-   * in this rank's heads (dim 1 from head0), so ranks match one process. */
-  int64_t prev[3];
-  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, h.head0, c->n_head, prev);
+   * in this rank's heads: att's layout (split on the heads axis, from the
+   * query and key shards) says which (ops/layout.c). */
   att = slapo_call1(ctx, self, "dropout", att);
-  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
   return merge(ctx, slapo_matmul(ctx, att, qkv[2], false, false));
 }
 

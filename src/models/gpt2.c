@@ -84,10 +84,10 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     slapo_node *att = slapo_matmul(ctx, heads[0], heads[1], false, true);
     att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)HS));
     att = slapo_softmax(ctx, att, true);
-    int64_t prev[3];
-    if (NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, head0, c->n_head, prev);
+    /* Under tensor parallelism att's layout (split on the heads axis, from
+     * c_attn's shard) makes the dropout draw the unsharded model's mask in
+     * this rank's heads (ops/layout.c). */
     att = slapo_call1(ctx, self, "attn_dropout", att);
-    if (NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
     y = slapo_matmul(ctx, att, heads[2], false, false);
   }
   int64_t btc[3] = {B, T, C};

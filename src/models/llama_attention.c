@@ -95,7 +95,6 @@ static slapo_node *decode(slapo_ctx *ctx, const heads *h, slapo_node *q, slapo_n
 /* x [B, T, C] -> [B, T, C]. */
 static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                 slapo_node *const *in) {
-  const slapo_llama_config *c = cfg_of(self);
   heads h;
   slapo_node *q, *k, *v;
   if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, &q, &k, &v)) return NULL;
@@ -105,11 +104,10 @@ static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   v = slapo_repeat_heads(ctx, v, G);
   slapo_node *att = slapo_matmul(ctx, q, k, false, true); /* [B, NH, T, T] */
   att = slapo_softmax(ctx, slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)h.HS)), true);
-  /* A rank's heads draw the unsharded model's dropout mask in those heads. */
-  int64_t prev[3];
-  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, 1, h.head0, c->n_head, prev);
+  /* A rank's heads draw the unsharded model's dropout mask in those heads:
+   * att's layout (split on the heads axis, from q_proj's and k_proj's
+   * shards) says which (ops/layout.c). */
   att = slapo_call1(ctx, self, "attn_dropout", att);
-  if (h.NH != c->n_head) slapo_ctx_set_rng_shard(ctx, prev[0], prev[1], prev[2], NULL);
   return merge(ctx, self, slapo_matmul(ctx, att, v, false, false));
 }
 

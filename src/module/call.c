@@ -98,6 +98,7 @@ slapo_node *slapo_weight(slapo_ctx *ctx, slapo_module *self, const char *name) {
     if (n) return n;
   }
   slapo_node *n = slapo_param(ctx, p->path, p->value->dtype, p->value->ndim, p->value->shape);
+  if (n) n->layout = slapo_parameter_layout(p);
   if (n && bs && slapo_map_set(bs->param_nodes, p->path, n) != SLAPO_OK) {
     slapo_ctx_fail(ctx, SLAPO_NOMEM, "out of memory");
     return NULL;

@@ -20,6 +20,13 @@ bool slapo_parameter_is_sharded(const slapo_parameter *p) {
   return p->shard && p->shard->count > 1;
 }
 
+slapo_layout slapo_parameter_layout(const slapo_parameter *p) {
+  if (!slapo_parameter_is_sharded(p)) return (slapo_layout){.kind = SLAPO_LAYOUT_REPLICATED};
+  const slapo_shard *s = p->shard;
+  int64_t full = s->full[s->axis], block = full / s->parts / s->count;
+  return (slapo_layout){SLAPO_LAYOUT_SPLIT, s->axis, s->parts, (int64_t)s->index * block, full};
+}
+
 int slapo_parameter_full_shape(const slapo_parameter *p, int64_t *shape) {
   if (p->shard) {
     slapo_shard_orig_shape(p->shard, shape);

@@ -249,6 +249,7 @@ static slapo_status relativize(slapo_graph *g, slapo_module *m, const char *path
     slapo_node *r;
     slapo_graph_insert_before(g, n);
     SLAPO_TRY(slapo_graph_add_param(g, rel, n->dtype, n->ndim, n->shape, &r));
+    r->layout = n->layout;
     slapo_graph_insert_at_end(g);
     SLAPO_TRY(slapo_node_set_origin(r, o, 0));
     SLAPO_TRY(slapo_node_replace_all_uses(n, r));
@@ -273,6 +274,11 @@ static slapo_status trace_at(slapo_module *m, const char *path, const trace_sig 
   if (s != SLAPO_OK) goto done;
   bs.trace = t;
   slapo_ctx_set_user(ctx, &bs);
+  /* The stored graph's random ops get their shard attributes when it is
+   * emitted, from the layouts at hand then; here, on placeholders and
+   * perhaps a half-applied schedule (a projection whose all-reduce a later
+   * line adds), they do not judge layouts. */
+  slapo_ctx_set_copy_rng(ctx, true);
   /* The module's frame with its call ordinal, as slapo_call enters it, so
    * random ops draw the streams the untraced forward would. */
   if (path[0])
@@ -551,6 +557,10 @@ static slapo_status capture(slapo_module *root, slapo_module *m, const char *pat
   if (s == SLAPO_OK) s = slapo_map_new(&bs.param_objs);
   if (s == SLAPO_OK) {
     slapo_ctx_set_user(ctx, &bs);
+    /* Only shapes are wanted, and a schedule may be half applied here (a
+     * row-parallel projection whose all-reduce a later line adds): random
+     * ops do not judge layouts in this build, which never runs. */
+    slapo_ctx_set_copy_rng(ctx, true);
     slapo_node *ins[8];
     for (int i = 0; i < root->n_example; i++) {
       char name[16];

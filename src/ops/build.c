@@ -17,6 +17,66 @@ static slapo_node *fail(slapo_ctx *ctx, slapo_status s, const char *msg) {
 
 static bool ready(slapo_ctx *ctx) { return slapo_ctx_status(ctx) == SLAPO_OK; }
 
+/* Whether random op `op` built now takes its shard attributes from its
+ * input's tensor-parallel layout (ops/layout.c): elementwise random ops of
+ * one input (dropout), in the forward (re-emissions of stored graphs
+ * included: the layout at hand decides, not the one at capture). In the
+ * backward (recompute included) they copy the forward's, since a
+ * gradient's layout is not the value's; pattern graphs have no layouts.
+ * Random ops of several inputs (FlashAttention) carry their head range in
+ * their own attributes, set by the attention module from its shards. */
+static bool derives_shard(const slapo_ctx *ctx, const slapo_op *op) {
+  return op->random && op->elementwise && op->n_inputs == 1 && !slapo_ctx_copy_rng(ctx) &&
+         !slapo_ctx_shapeless(ctx);
+}
+
+/* A random op's attributes into local [24] (*n_use of them): the caller's,
+ * plus its stream key, made now, once, from (origin path, call ordinal,
+ * random-op index within the call) unless the caller passes one (backward
+ * rules, recompute and re-emission copy the forward's; the key lives in the
+ * node's "stream" attribute from then on), and, where derives_shard, the
+ * shard attributes of x's layout in place of any passed. False (the ctx
+ * failed) on a refusal. */
+static bool random_attrs(slapo_ctx *ctx, const slapo_op *op, const slapo_node *x, int n_attrs,
+                         const slapo_attr *attrs, slapo_attr *local, int *n_use) {
+  if (n_attrs > 16) {
+    fail(ctx, SLAPO_LIMIT, "random op with more than 16 attributes");
+    return false;
+  }
+  /* A dropout with p = 0 draws nothing: no slice to find, nothing to refuse. */
+  bool has = false, derive = derives_shard(ctx, op);
+  for (int i = 0; i < n_attrs && derive; i++)
+    if (!strcmp(attrs[i].key, "p") && attrs[i].kind == SLAPO_ATTR_FLOAT && attrs[i].f == 0)
+      derive = false;
+  int n = 0;
+  for (int i = 0; i < n_attrs; i++) {
+    has |= !strcmp(attrs[i].key, "stream");
+    if (!derive || strncmp(attrs[i].key, "shard_", 6)) local[n++] = attrs[i];
+  }
+  if (!has) {
+    int idx = slapo__ctx_next_random(ctx);
+    if (idx < 0) {
+      fail(ctx, SLAPO_NOMEM, "out of memory");
+      return false;
+    }
+    uint64_t stream = slapo_rng_stream(slapo_ctx_origin(ctx), slapo_ctx_call(ctx), idx);
+    local[n++] = slapo_attr_int("stream", (int64_t)stream);
+  }
+  if (derive) {
+    int k;
+    slapo_status rs = slapo__rng_shard_attrs(x, op->name, local + n, &k);
+    if (rs != SLAPO_OK) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", slapo_last_error());
+      fail(ctx, rs, msg);
+      return false;
+    }
+    n += k;
+  }
+  *n_use = n;
+  return true;
+}
+
 slapo_node *slapo_op_call(slapo_ctx *ctx, const char *name, int n_inputs,
                           slapo_node *const *inputs, int n_attrs, const slapo_attr *attrs) {
   if (!ready(ctx)) return NULL;
@@ -49,34 +109,11 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
   int seq = slapo__ctx_next_op_seq(ctx);
   if (seq < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
 
-  /* Random ops get their stream key now, once, from (origin path, call
-   * ordinal, random-op index within the call), unless the caller passes one
-   * (backward rules, recompute and re-emission copy the forward's). The key
-   * lives in the node's "stream" attribute from then on. */
-  slapo_attr local[16];
+  slapo_attr local[24];
   const slapo_attr *use = attrs;
   int n_use = n_attrs;
-  if (op->random) {
-    bool has = false;
-    for (int i = 0; i < n_attrs; i++) has |= !strcmp(attrs[i].key, "stream");
-    if (!has) {
-      SLAPO_ASSERT(n_attrs < 12);
-      for (int i = 0; i < n_attrs; i++) local[i] = attrs[i];
-      int idx = slapo__ctx_next_random(ctx);
-      if (idx < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
-      uint64_t stream = slapo_rng_stream(slapo_ctx_origin(ctx), slapo_ctx_call(ctx), idx);
-      local[n_attrs] = slapo_attr_int("stream", (int64_t)stream);
-      use = local;
-      n_use = n_attrs + 1;
-      const int64_t *view = slapo_ctx_rng_shard(ctx);
-      if (view[0] >= 0) {
-        SLAPO_ASSERT(n_use + 3 <= 16);
-        local[n_use++] = slapo_attr_int("shard_dim", view[0]);
-        local[n_use++] = slapo_attr_int("shard_start", view[1]);
-        local[n_use++] = slapo_attr_int("shard_full", view[2]);
-      }
-    }
-  }
+  if (op->random && !random_attrs(ctx, op, inputs[0], n_attrs, attrs, local, &n_use)) return NULL;
+  if (op->random) use = local;
 
   slapo_graph *g = slapo_ctx_graph(ctx);
   slapo_node *node;
@@ -85,6 +122,7 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
   s = slapo_node_set_origin(node, slapo_ctx_origin(ctx), seq);
   node->recompute = slapo_ctx_region(ctx);
   if (s == SLAPO_OK && !slapo_ctx_shapeless(ctx)) s = op->infer(node);
+  if (s == SLAPO_OK && !slapo_ctx_shapeless(ctx)) s = slapo_layout_infer(node);
   if (s != SLAPO_OK) {
     snprintf(msg, sizeof msg, "%s", slapo_last_error());
     /* The failed node has no users yet: remove it so the graph stays clean. */

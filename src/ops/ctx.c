@@ -20,7 +20,7 @@ struct slapo_ctx {
   slapo_map *rand_counts; /* "path#call" -> (intptr_t) random ops drawn + 1 */
   int region, n_regions; /* current checkpoint region; regions handed out */
   bool shapeless;        /* skip shape inference (pattern graphs) */
-  int64_t rng_shard[3];  /* dim (-1: none), start, full: slapo_ctx_set_rng_shard */
+  bool copy_rng;         /* slapo_ctx_set_copy_rng: random ops copy shard attrs */
   void *user;
 };
 
@@ -29,7 +29,6 @@ slapo_status slapo_ctx_new(slapo_graph *g, slapo_ctx **out) {
   slapo_ctx *c = slapo_calloc(1, sizeof *c);
   if (!c) return slapo_error(SLAPO_NOMEM, "ctx: out of memory");
   c->g = g;
-  c->rng_shard[0] = -1;
   if (slapo_map_new(&c->op_counts) != SLAPO_OK || slapo_map_new(&c->call_counts) != SLAPO_OK ||
       slapo_map_new(&c->rand_counts) != SLAPO_OK) {
     slapo_ctx_free(c);
@@ -150,12 +149,10 @@ int slapo__ctx_next_random(slapo_ctx *c) {
   return idx;
 }
 
-void slapo_ctx_set_rng_shard(slapo_ctx *ctx, int64_t dim, int64_t start, int64_t full,
-                             int64_t prev[3]) {
-  if (prev) memcpy(prev, ctx->rng_shard, sizeof ctx->rng_shard);
-  ctx->rng_shard[0] = dim < 0 ? -1 : dim;
-  ctx->rng_shard[1] = start;
-  ctx->rng_shard[2] = full;
+bool slapo_ctx_set_copy_rng(slapo_ctx *ctx, bool on) {
+  bool prev = ctx->copy_rng;
+  ctx->copy_rng = on;
+  return prev;
 }
 
-const int64_t *slapo_ctx_rng_shard(const slapo_ctx *ctx) { return ctx->rng_shard; }
+bool slapo_ctx_copy_rng(const slapo_ctx *ctx) { return ctx->copy_rng; }

@@ -27,32 +27,43 @@ static slapo_status dropout_infer(slapo_node *node) {
     const slapo_node *x = node->inputs[0];
     int64_t start = slapo_node_attr_int(node, "shard_start", 0);
     int64_t full = slapo_node_attr_int(node, "shard_full", 0);
-    if (dim >= x->ndim || start < 0 || start + x->shape[dim] > full)
+    int64_t parts = slapo_node_attr_int(node, "shard_parts", 1);
+    int64_t L = dim < x->ndim ? x->shape[dim] : 0;
+    if (parts < 1 || L % parts || full % parts)
+      return slapo_error(SLAPO_INVALID_ARG, "dropout: x %s: shard_parts = %lld does not divide "
+                         "dim %lld (%lld here, %lld unsharded)", slapo__shape_of(x),
+                         (long long)parts, (long long)dim, (long long)L, (long long)full);
+    if (dim >= x->ndim || start < 0 || start + L / parts > full / parts)
       return slapo_error(SLAPO_INVALID_ARG, "dropout: x %s as the slice [%lld, %lld) of dim "
                          "%lld of size %lld does not fit", slapo__shape_of(x), (long long)start,
-                         (long long)(start + (dim < x->ndim ? x->shape[dim] : 0)),
-                         (long long)dim, (long long)full);
+                         (long long)(start + L / parts), (long long)dim,
+                         (long long)(full / parts));
   }
   return slapo__same_as_input(node, 0);
 }
 
 /* x as runs of elements contiguous in the unsharded index space: all of it
- * (one run at `offset`), or, for a slice along shard_dim, one run per index
- * of the dims up to it, each `len` elements (slapo_ctx_set_rng_shard). */
+ * (one run at `offset`), or, for a slice along shard_dim (the attributes
+ * op building derives from x's tensor-parallel layout, ops/layout.c), one
+ * run per index of the dims up to it, each `len` elements. With
+ * shard_parts = P the dim is P blocks of full / P, this rank holding
+ * [start, start + L / P) of each. */
 typedef struct drop_runs {
   int64_t n, len;                  /* runs, elements each                 */
   int64_t L, full, start, inner;   /* local and full size of the dim ...  */
+  int64_t parts;
   uint64_t offset;
 } drop_runs;
 
 static drop_runs runs_of(const slapo_node *node, const slapo_tensor *x) {
-  drop_runs r = {1, slapo_tensor_numel(x), 1, 1, 0, 0, 0};
+  drop_runs r = {1, slapo_tensor_numel(x), 1, 1, 0, 0, 1, 0};
   r.offset = (uint64_t)slapo_node_attr_int(node, "offset", 0);
   int64_t dim = slapo_node_attr_int(node, "shard_dim", -1);
   if (dim < 0 || r.len == 0) return r;
   r.L = x->shape[dim];
   r.full = slapo_node_attr_int(node, "shard_full", r.L);
   r.start = slapo_node_attr_int(node, "shard_start", 0);
+  r.parts = slapo_node_attr_int(node, "shard_parts", 1);
   r.inner = 1;
   for (int i = (int)dim + 1; i < x->ndim; i++) r.inner *= x->shape[i];
   r.len = r.inner;
@@ -63,8 +74,9 @@ static drop_runs runs_of(const slapo_node *node, const slapo_tensor *x) {
 /* Unsharded index of the first element of run k. */
 static uint64_t run_start(const drop_runs *r, int64_t k) {
   if (r->n == 1 && r->inner == 0) return r->offset;
-  int64_t o = k / r->L, a = k % r->L;
-  return r->offset + (uint64_t)((o * r->full + r->start + a) * r->inner);
+  int64_t o = k / r->L, a = k % r->L, l = r->L / r->parts;
+  int64_t g = o * r->full + (a / l) * (r->full / r->parts) + r->start + a % l;
+  return r->offset + (uint64_t)(g * r->inner);
 }
 
 /* The parameters of one dropout node; `active` is false when it is the
@@ -203,8 +215,13 @@ static void dropout_fast(const slapo_node *node, const slapo_tensor *const *in,
 
 static slapo_status dropout_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                      const bool *need, slapo_node **dx) {
-  /* Same op, same attributes (p, stream, offset): the same mask and scale. */
+  /* Same op, same attributes (p, stream, offset, shard_*): the same mask
+   * and scale. Built as backward, so the shard attributes are copied, not
+   * derived from dy's layout (also when a caller runs this rule outside
+   * slapo_backward). */
+  bool prev = slapo_ctx_set_copy_rng(ctx, true);
   dx[0] = need[0] ? slapo__call_like(ctx, node, 1, &dy) : NULL;
+  slapo_ctx_set_copy_rng(ctx, prev);
   return slapo_ctx_status(ctx);
 }
 
@@ -224,8 +241,8 @@ static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap)
   const char *v = which == -1 ? "a" : "g";
   double p = slapo_node_attr_float(node, "p", 0.0);
   char P[CC_LIT_CAP], S[CC_LIT_CAP + 32];
-  if (slapo_node_attr_int(node, "offset", 0) != 0 || slapo_node_attr(node, "shard_dim") ||
-      !cc_lit(P, p))
+  if (slapo_node_attr_int(node, "offset", 0) != 0 ||
+      slapo_node_attr_int(node, "shard_dim", -1) >= 0 || !cc_lit(P, p))
     return false;
   if (p == 0) return cc_put(buf, cap, "(%s)", v);
   /* The scale exactly as drop_args_of computes it. */
@@ -256,7 +273,8 @@ SLAPO_OP_DESCRIPTOR(dropout) = {
     .doc = "inverted dropout: element i kept iff uniform(seed, stream, step, offset + i) >= p, "
            "scaled by 1/(1-p); identity when not training or p == 0; attrs p, stream (set by "
            "slapo_op_call), offset (element index of x[0] in the unsharded tensor, default 0), "
-           "shard_dim/shard_start/shard_full (x is a slice along one dim: slapo_ctx_set_rng_shard)",
+           "shard_dim/shard_start/shard_full/shard_parts (x is a slice along one dim: derived from x's "
+           "tensor-parallel layout when built, ops/layout.c)",
     .test = {.example = dropout_example},
 };
 

@@ -17,6 +17,13 @@
 /* Next op index for the ctx's current origin path; -1 on allocation failure. */
 int slapo__ctx_next_op_seq(slapo_ctx *ctx);
 int slapo__ctx_next_random(slapo_ctx *ctx);
+/* The shard attributes (shard_dim, shard_start, shard_full[, shard_parts])
+ * that make random op `op` on x draw the unsharded model's numbers for this
+ * rank's part, from x's layout, into out [4], *n_out of them (none when x is
+ * replicated). Errors: SLAPO_UNSUPPORTED naming x, its shape and producer,
+ * when x is a partial sum or of unknown layout (ops/layout.c). */
+slapo_status slapo__rng_shard_attrs(const slapo_node *x, const char *op, slapo_attr *out,
+                                    int *n_out);
 
 /* Shape inference helpers. Each returns SLAPO_OK or sets a message naming
  * `node->target` and the offending shapes. */

@@ -222,6 +222,19 @@ static slapo_status state_view(const slapo_parameter *p, const slapo_tensor *t, 
 
 slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
                               bool (*transposed)(const char *param_path)) {
+  return slapo_adamw_save_meta(o, path, transposed, 0, NULL, NULL);
+}
+
+slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
+                                   bool (*transposed)(const char *param_path), int n_meta,
+                                   const char *const *keys, const char *const *values) {
+  if (n_meta < 0 || n_meta > 15 || (n_meta && (!keys || !values)))
+    return slapo_error(SLAPO_INVALID_ARG, "adamw: %d metadata pairs (0 to 15, with keys and "
+                       "values)", n_meta);
+  for (int i = 0; i < n_meta; i++)
+    if (!keys[i] || !values[i] || !strcmp(keys[i], "step"))
+      return slapo_error(SLAPO_INVALID_ARG, "adamw: metadata pair %d is NULL or 'step' (the "
+                         "step count is written by the optimizer)", i);
   int n = 2 * o->n;
   const char **names = slapo_calloc((size_t)n + 1, sizeof *names);
   const slapo_tensor **ts = slapo_calloc((size_t)n + 1, sizeof *ts);
@@ -246,9 +259,10 @@ slapo_status slapo_adamw_save(const slapo_adamw *o, const char *path,
   }
   char step[32];
   snprintf(step, sizeof step, "%lld", (long long)o->t);
-  const char *mk[1] = {"step"}, *mv[1] = {step};
+  const char *mk[16] = {"step"}, *mv[16] = {step};
+  for (int i = 0; i < n_meta; i++) mk[1 + i] = keys[i], mv[1 + i] = values[i];
   if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0)
-    s = slapo_safetensors_write(path, n, names, ts, 1, mk, mv);
+    s = slapo_safetensors_write(path, n, names, ts, 1 + n_meta, mk, mv);
   for (int i = 0; owned && i < n; i++) slapo_free(owned[i]);
   for (int i = 0; views && i < n; i++) slapo_tensor_free(views[i]);
   slapo_free(owned);

@@ -63,7 +63,12 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len, size_t *cap) {
+/* Calls fn on each file of directory `path` that slapo_dataset_load reads,
+ * in name order: regular text files, not hidden. Symbolic links
+ * (fortunes' *.u8 point at the text files themselves) would count the text
+ * twice, and binary files (fortunes' *.dat indexes) are not text. */
+static slapo_status each_dir_file(const char *path, slapo_status (*fn)(const char *, void *),
+                                  void *ud) {
   DIR *d = opendir(path);
   if (!d) return slapo_error(SLAPO_IO, "data: cannot open directory %s: %s", path, strerror(errno));
   char **names = NULL;
@@ -86,22 +91,74 @@ static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len,
   }
   closedir(d);
   if (n) qsort(names, (size_t)n, sizeof *names, cmp_str);
-  size_t before = *len;
   for (int i = 0; s == SLAPO_OK && i < n; i++) {
     char full[4096];
     snprintf(full, sizeof full, "%s/%s", path, names[i]);
-    /* Regular text files only: symbolic links (fortunes' *.u8 point at the
-     * text files themselves) would count the text twice, and binary files
-     * (fortunes' *.dat indexes) are not text. */
     struct stat st;
     if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode) || !is_text(full)) continue;
-    s = read_append(full, buf, len, cap);
+    s = fn(full, ud);
   }
-  if (s == SLAPO_OK && *len == before)
-    s = slapo_error(SLAPO_IO, "data: directory %s has no text files (files without NUL bytes "
-                              "in their first 4 KiB)", path);
   for (int i = 0; i < n; i++) slapo_free(names[i]);
   slapo_free(names);
+  return s;
+}
+
+typedef struct append_state {
+  unsigned char **buf;
+  size_t *len, *cap;
+} append_state;
+
+static slapo_status append_file(const char *path, void *ud) {
+  append_state *a = ud;
+  return read_append(path, a->buf, a->len, a->cap);
+}
+
+static slapo_status read_dir(const char *path, unsigned char **buf, size_t *len, size_t *cap) {
+  size_t before = *len;
+  append_state a = {buf, len, cap};
+  SLAPO_TRY(each_dir_file(path, append_file, &a));
+  if (*len == before)
+    return slapo_error(SLAPO_IO, "data: directory %s has no text files (files without NUL "
+                                 "bytes in their first 4 KiB)", path);
+  return SLAPO_OK;
+}
+
+typedef struct digest_state {
+  uint64_t h;
+  int64_t n;
+  unsigned char *chunk; /* [DIGEST_CHUNK] */
+} digest_state;
+
+enum { DIGEST_CHUNK = 1 << 20 };
+
+/* Chains the XXH3 of each whole 1 MiB chunk (the last one shorter): one
+ * pass, a fixed buffer, the same value wherever the same bytes are read. */
+static slapo_status digest_file(const char *path, void *ud) {
+  digest_state *d = ud;
+  FILE *f = fopen(path, "rb");
+  if (!f) return slapo_error(SLAPO_IO, "data: cannot open %s: %s", path, strerror(errno));
+  size_t k;
+  while ((k = fread(d->chunk, 1, DIGEST_CHUNK, f)) > 0) {
+    d->h = slapo_hash_combine(d->h, slapo_hash64(d->chunk, k, 0));
+    d->n += (int64_t)k;
+  }
+  slapo_status s = ferror(f) ? slapo_error(SLAPO_IO, "data: error reading %s", path) : SLAPO_OK;
+  fclose(f);
+  return s;
+}
+
+slapo_status slapo_dataset_digest(const char *path, uint64_t *digest, int64_t *nbytes) {
+  *digest = 0, *nbytes = 0;
+  SLAPO_NEED(path, "dataset_digest");
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return slapo_error(SLAPO_IO, "data: cannot read %s: %s", path, strerror(errno));
+  digest_state d = {0, 0, slapo_malloc(DIGEST_CHUNK)};
+  if (!d.chunk) return slapo_error(SLAPO_NOMEM, "data: out of memory");
+  slapo_status s = S_ISDIR(st.st_mode) ? each_dir_file(path, digest_file, &d)
+                                       : digest_file(path, &d);
+  slapo_free(d.chunk);
+  if (s == SLAPO_OK) *digest = d.h, *nbytes = d.n;
   return s;
 }
 

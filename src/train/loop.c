@@ -20,6 +20,7 @@
 #include "core/assert.h"
 #include "slapo/dist.h"
 #include "slapo/train.h"
+#include "train/internal.h"
 
 #define DEFAULT_CORPUS "/usr/share/games/fortunes"
 
@@ -63,17 +64,6 @@ static void say(slapo_train_cb cb, void *ud, const char *fmt, ...) {
   slapo_train_event e = {0};
   e.message = buf;
   if (cb) cb(&e, ud);
-}
-
-/* Optimizer state lives beside the model file: x.safetensors -> x.optim.safetensors. */
-static void optim_path(const char *model_path, char *out, size_t cap) {
-  size_t n = strlen(model_path);
-  const char *ext = ".safetensors";
-  size_t k = strlen(ext);
-  if (n > k && !strcmp(model_path + n - k, ext))
-    snprintf(out, cap, "%.*s.optim.safetensors", (int)(n - k), model_path);
-  else
-    snprintf(out, cap, "%s.optim.safetensors", model_path);
 }
 
 static void json_num(FILE *f, const char *key, double v, bool last) {
@@ -155,17 +145,34 @@ static slapo_status eval_loss(const trainer *t, double *out) {
   return SLAPO_OK;
 }
 
-static slapo_status save_checkpoint(const trainer *t, int64_t step) {
+/* What write_pair_file needs: the run and the step being saved. */
+typedef struct pair_writer {
+  const trainer *t;
+  int64_t step;
+} pair_writer;
+
+/* One file of a checkpoint pair (slapo__ckpt_write_fn): the weights in the
+ * family's Hugging Face layout with what check_saved reads, or the
+ * optimizer state in the same layout; both carry the pair id. */
+static slapo_status write_pair_file(int file, const char *path, const char *pair, void *ud) {
+  const pair_writer *pw = ud;
+  const trainer *t = pw->t;
   const slapo_train_config *c = &t->c;
-  char st[32], op[4200];
-  snprintf(st, sizeof st, "%lld", (long long)step);
-  const char *keys[4] = {"slapo_step", "slapo_model", "slapo_config", "slapo_seed"};
-  char seed[32];
+  const char *pk[1] = {"slapo_pair"}, *pv[1] = {pair};
+  if (file == 1) return slapo_adamw_save_meta(t->opt, path, t->fam->stored_transposed, 1, pk, pv);
+  char st[32], seed[32];
+  snprintf(st, sizeof st, "%lld", (long long)pw->step);
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-  const char *vals[4] = {st, t->fam->name, c->model_config, seed};
-  SLAPO_TRY(t->fam->save(t->model, c->save, 4, keys, vals));
-  optim_path(c->save, op, sizeof op);
-  return slapo_adamw_save(t->opt, op, t->fam->stored_transposed);
+  const char *keys[5] = {"slapo_step", "slapo_model", "slapo_config", "slapo_seed", "slapo_pair"};
+  const char *vals[5] = {st, t->fam->name, c->model_config, seed, pair};
+  return t->fam->save(t->model, path, 5, keys, vals);
+}
+
+/* The pair protocol (train/checkpoint.c) keeps the last good pair through
+ * a save that fails, as on a full disk. */
+static slapo_status save_checkpoint(const trainer *t, int64_t step) {
+  pair_writer pw = {t, step};
+  return slapo__ckpt_save(t->c.save, step, write_pair_file, &pw);
 }
 
 static void trainer_free(trainer *t) {
@@ -185,24 +192,6 @@ static void trainer_free(trainer *t) {
   slapo_schedule_run_deinit(&t->sched);
   slapo_module_free(t->model);
   slapo_dataset_free(t->data);
-}
-
-/* Fail before training, not after it, when the checkpoint (weights and
- * optimizer state) cannot be written. */
-static slapo_status check_save(const char *save) {
-  const char *tail = ".optim.safetensors";
-  size_t n = strlen(save), k = strlen(tail);
-  /* x.optim.safetensors is the optimizer file of a checkpoint x: weights
-   * saved there would overwrite that checkpoint's optimizer state. */
-  if (n >= k && !strcmp(save + n - k, tail))
-    return slapo_error(SLAPO_INVALID_ARG, "train: --save %s ends in %s, the name of a "
-                       "checkpoint's optimizer file; give the weights' name (%.*s.safetensors), "
-                       "and the optimizer state is saved beside it",
-                       save, tail, (int)(n - k), save);
-  char op[4200];
-  optim_path(save, op, sizeof op);
-  SLAPO_TRY(slapo_check_write_target(save, "train: checkpoint"));
-  return slapo_check_write_target(op, "train: checkpoint");
 }
 
 static slapo_status check_config(trainer *t) {
@@ -226,7 +215,9 @@ static slapo_status check_config(trainer *t) {
   if (c->seq > t->dims.n_ctx)
     return slapo_error(SLAPO_INVALID_ARG, "train: --seq %lld exceeds the %s context of %lld",
                        (long long)c->seq, c->model_config, (long long)t->dims.n_ctx);
-  if (c->save) SLAPO_TRY(check_save(c->save));
+  /* Fail before training, not after it, when the checkpoint cannot be
+   * written (every file a save writes or renames). */
+  if (c->save) SLAPO_TRY(slapo__ckpt_check_save(c->save));
   if (c->resume && c->init_from)
     return slapo_error(SLAPO_INVALID_ARG, "train: --resume %s and --init-from %s both set the "
                        "weights; give one (--resume also restores the optimizer and the step)",
@@ -361,6 +352,26 @@ static slapo_status check_saved(const trainer *t, const char *path, bool any_con
   return s;
 }
 
+static void count_sharded(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  *(int64_t *)ud += p->shard != NULL;
+}
+
+/* Tensor-parallel ranks whose schedule shards nothing each run the whole
+ * model: the same work tp times, correct but with nothing gained. */
+static slapo_status warn_unsharded(const trainer *t, int tp) {
+  if (tp < 2) return SLAPO_OK;
+  int64_t sharded = 0;
+  SLAPO_TRY(slapo_module_visit_params(t->model, count_sharded, &sharded));
+  if (sharded == 0)
+    say(t->cb, t->ud, "warning: --tp %d but no parameter is sharded (schedule: %s): each of "
+        "the %d tensor-parallel ranks runs the whole model, the same work %d times; give a "
+        "schedule that shards (e.g. schedules/%s_tp.sched) or use the ranks for data "
+        "parallelism (--tp 1)", tp, t->c.schedule ? t->c.schedule : "none", tp, tp,
+        t->fam->name);
+  return SLAPO_OK;
+}
+
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config, c->dropout, &t->model));
@@ -379,6 +390,7 @@ static slapo_status build_model(trainer *t) {
         "micro-batches)", layout);
   }
   int tp = slapo_dist_size(SLAPO_GROUP_TP), dp = slapo_dist_size(SLAPO_GROUP_DP);
+  SLAPO_TRY(warn_unsharded(t, tp));
   char per_rank[64] = "";
   if (tp > 1) snprintf(per_rank, sizeof per_rank, " on each of %d tensor-parallel ranks", tp);
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters%s", t->fam->name, c->model_config,
@@ -404,34 +416,47 @@ static slapo_status build_model(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
-/* Weights and optimizer state from --resume; *start: the step to go on from. */
-static slapo_status resume(trainer *t, int64_t *start) {
+/* Loads the pair --resume names (or its kept previous pair) into the run. */
+static slapo_status resume_pair(trainer *t, slapo__ckpt_choice *ch, int64_t *start) {
   const slapo_train_config *c = &t->c;
-  *start = 0;
-  if (!c->resume) return SLAPO_OK;
-  char op[4200];
-  optim_path(c->resume, op, sizeof op);
+  SLAPO_TRY(slapo__ckpt_pick(c->resume, ch));
+  if (ch->fallback)
+    say(t->cb, t->ud, "note: resume: %s; resuming from %s and %s, saved together", ch->why,
+        ch->w, ch->o);
   int64_t wstep;
-  SLAPO_TRY(check_saved(t, c->resume, false, &wstep));
-  SLAPO_TRY(t->fam->load(t->model, c->resume));
-  SLAPO_TRY(slapo_adamw_load(t->opt, op, t->fam->stored_transposed));
+  SLAPO_TRY(check_saved(t, ch->w, false, &wstep));
+  SLAPO_TRY(t->fam->load(t->model, ch->w));
+  SLAPO_TRY(slapo_adamw_load(t->opt, ch->o, t->fam->stored_transposed));
   *start = slapo_adamw_steps(t->opt);
-  /* The two files are each written atomically, but not as a pair: a save
-   * that failed between them (a full disk) leaves an older file beside a
-   * newer one. Training on from such a pair would silently mix steps. */
+  /* The pick matched the pair ids (or, in files without ids, these
+   * steps); a mismatch here means files edited by hand. */
   if (wstep >= 0 && wstep != *start)
     return slapo_error(SLAPO_INVALID_ARG,
                        "train: %s holds the weights of step %lld but %s the optimizer state of "
-                       "step %lld: they come from different saves (one interrupted?); resume "
-                       "from a pair saved together",
-                       c->resume, (long long)wstep, op, (long long)*start);
+                       "step %lld: they come from different saves; resume from a pair saved "
+                       "together", ch->w, (long long)wstep, ch->o, (long long)*start);
   if (*start >= c->steps)
     return slapo_error(SLAPO_INVALID_ARG,
                        "train: %s is at step %lld, which is not before --steps %lld; raise "
                        "--steps to continue",
-                       c->resume, (long long)*start, (long long)c->steps);
-  say(t->cb, t->ud, "resume: %s at step %lld", c->resume, (long long)*start);
+                       ch->w, (long long)*start, (long long)c->steps);
+  say(t->cb, t->ud, "resume: %s at step %lld", ch->w, (long long)*start);
   return SLAPO_OK;
+}
+
+/* Weights and optimizer state from --resume; *start: the step to go on from.
+ * The pair is the first complete one slapo__ckpt_pick finds: the files as
+ * named, or, after a save that failed or was cut short, the kept previous
+ * pair, with a note. */
+static slapo_status resume(trainer *t, int64_t *start) {
+  const slapo_train_config *c = &t->c;
+  *start = 0;
+  if (!c->resume) return SLAPO_OK;
+  slapo__ckpt_choice *ch = slapo_malloc(sizeof *ch);
+  if (!ch) return slapo_error(SLAPO_NOMEM, "train: out of memory");
+  slapo_status s = resume_pair(t, ch, start);
+  slapo_free(ch);
+  return s;
 }
 
 static slapo_status alloc_batches(trainer *t) {

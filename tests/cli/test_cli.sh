@@ -83,6 +83,16 @@ run "save over a FIFO" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "
 check "save over a FIFO" err "$TMP/fifo is a FIFO"
 if [ -p "$TMP/fifo" ]; then passed=$((passed + 1)); else
   failed=$((failed + 1)); echo "FAIL save over a FIFO: the FIFO was replaced"; fi
+# A checkpoint path under a regular file (afile/ckpt) is refused before the
+# first step, as a read-only directory is, naming both; the file is left as
+# it was.
+printf 'keep me' >"$TMP/afile"
+run "save under a file" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
+  --save "$TMP/afile/ckpt.safetensors" --sample 0
+check "save under a file" err "train: checkpoint: cannot write $TMP/afile/ckpt.safetensors: $TMP/afile is a regular file, not a directory"
+lacks "save under a file: no step ran" out "^step"
+if [ "$(cat "$TMP/afile")" = "keep me" ]; then passed=$((passed + 1)); else
+  failed=$((failed + 1)); echo "FAIL save under a file: the file changed"; fi
 # A metrics write that fails (a full disk) ends the run with the file named.
 run "metrics write fails" 1 "$SLAPO" train --config tiny --seq 8 --steps 1 --data "$TEXT" \
   --metrics /dev/full --sample 0

@@ -4,8 +4,12 @@
 # TP 2 matching one process exactly, a gathered checkpoint resumed at
 # another TP size, a world size the schedule or the model cannot use (6
 # heads over 4 ranks), a failing rank ending the whole job within 30 s
-# with its "slapo: rank R:" message, and a stopped rank ending it after
-# --comm-timeout with "no progress in ...".
+# with its "slapo: rank R:" message, ranks started with different
+# arguments refused before they communicate, dropout under tensor
+# parallelism (every family's TP schedule and its composite-attention
+# variant, dropout 0.1, and a training run equal to one process's to 1e-6),
+# and a stopped rank ending the job after --comm-timeout with "no progress
+# in ...".
 # Usage: test_cli_dist.sh path/to/slapo path/to/repo
 set -u
 
@@ -59,6 +63,49 @@ check "gpt2 small tp4 > heads" err "keeps 288 of 1152 rows (4 ranks), not whole 
 run "verify dp2 odd batch" 1 $MPIRUN -np 2 "$SLAPO" verify --schedule "$TP_SCHED" --batch 3
 check "verify dp2 odd batch" err "batch 3 does not split over 2 data-parallel ranks"
 
+# Dropout under tensor parallelism (issue 32): every family's TP schedule
+# and its variant without FlashAttention (the composite attention traced
+# flat, its dropout a leaf emitted from the flattened graph), dropout 0.1:
+# each rank draws its part of the unsharded model's masks from the values'
+# layouts. Step by step on tiny, --final-only on small.
+for fam in gpt2 llama bert; do
+  for sched in ${fam}_tp ${fam}_tp_composite; do
+    run "verify $sched dropout" 0 $MPIRUN -np 2 "$SLAPO" verify --model $fam --tp 2 \
+      --schedule "$ROOT/schedules/$sched.sched" --dropout 0.1
+    check "verify $sched dropout ok" out "verify: ok"
+    run "verify $sched small dropout" 0 $MPIRUN -np 2 "$SLAPO" verify --model $fam --tp 2 \
+      --config small --schedule "$ROOT/schedules/$sched.sched" --dropout 0.1 --final-only --seq 64
+    check "verify $sched small dropout ok" out "verify: ok"
+  done
+done
+# Four ranks: TP 2 x DP 2 (each data-parallel rank's dropout step), and TP
+# 4 (one head a rank).
+run "verify gpt2_tp_composite tp2 x dp2 dropout" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 2 \
+  --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --dropout 0.1 --final-only
+check "verify gpt2_tp_composite tp2 x dp2 dropout ok" out "verify: ok"
+run "verify gpt2_tp_composite tp4 dropout" 0 $MPIRUN -np 4 "$SLAPO" verify --tp 4 \
+  --schedule "$ROOT/schedules/gpt2_tp_composite.sched" --dropout 0.1 --final-only
+check "verify gpt2_tp_composite tp4 dropout ok" out "verify: ok"
+# Training with the composite attention at TP 2 equals one process, every
+# family: the losses of 3 steps, dropout 0.1, to 1e-6 (GPT-2's drifted by
+# 8e-4 when the flattened attention's dropout drew as if replicated).
+DROP="train --config tiny --data $TEXT --steps 3 --batch 2 --seq 32 --sample 0 --dropout 0.1"
+losses() { grep -o '"loss": [-0-9.e+]*' "$1" | cut -d' ' -f2; }
+for fam in gpt2 llama bert; do
+  run "train $fam dropout 1 process" 0 "$SLAPO" $DROP --model $fam --metrics "$TMP/$fam.1.jsonl"
+  run "train $fam dropout tp2 composite" 0 $MPIRUN -np 2 "$SLAPO" $DROP --model $fam --tp 2 \
+    --schedule "$ROOT/schedules/${fam}_tp_composite.sched" --metrics "$TMP/$fam.2.jsonl"
+  if [ "$(losses "$TMP/$fam.1.jsonl" | wc -l)" -eq 3 ] &&
+    paste <(losses "$TMP/$fam.1.jsonl") <(losses "$TMP/$fam.2.jsonl") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad }'; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL train $fam dropout tp2 composite: losses $(losses "$TMP/$fam.2.jsonl" | tr '\n' ' ')" \
+      "vs one process $(losses "$TMP/$fam.1.jsonl" | tr '\n' ' ')"
+  fi
+done
+
 # Tensor parallelism changes no number beyond rounding: the same run on one
 # process and on two ranks reaches the same validation loss (4 decimals).
 COMMON="train --config tiny --data $TEXT --steps 12 --batch 2 --seq 32 --sample 0 --val-every 12 --dropout 0.1"
@@ -68,6 +115,23 @@ run "train tp2" 0 $MPIRUN -np 2 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" -
 check "train tp2 layout" out "distributed: world 2 = tp 2 x dp 1"
 check "train tp2 parameters per rank" out "parameters on each of 2 tensor-parallel ranks"
 check "train tp2 same loss" out "$want"
+# A full disk at the next save (each rank limited by ulimit -f so the
+# weights file fits and the optimizer file does not: EFBIG, SIGXFSZ
+# ignored): rank 0, the writer, fails naming the file and the cause, every
+# rank returns its message and the job ends,
+# and the step-12 pair is left byte for byte (the resume below reads it).
+sum_before=$(cat "$TMP/tp2.safetensors" "$TMP/tp2.optim.safetensors" | cksum)
+kib=$(( ($(stat -c %s "$TMP/tp2.safetensors") + 8192) / 1024 ))
+run "tp2 save on a full disk" nonzero timeout 60 $MPIRUN -np 2 bash -c "trap '' XFSZ; ulimit -f $kib; \
+  exec $SLAPO $COMMON --steps 14 --tp 2 --schedule $TP_SCHED --resume $TMP/tp2.safetensors \
+  --save $TMP/tp2.safetensors"
+# Every rank gets rank 0's message; whichever aborts first prints it.
+check_re "tp2 save on a full disk" err "slapo: rank [01]: io: train: saving checkpoint $TMP/tp2.safetensors at step 14 failed writing its optimizer state"
+check "tp2 save on a full disk: cause" err "File too large [EFBIG"
+check "tp2 save on a full disk: kept" err "the previous checkpoint (step 12) is kept as it was"
+if [ "$(cat "$TMP/tp2.safetensors" "$TMP/tp2.optim.safetensors" | cksum)" = "$sum_before" ] &&
+  [ ! -e "$TMP/tp2.new.safetensors" ] && [ ! -e "$TMP/tp2.new.optim.safetensors" ]; then
+  passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL tp2 save on a full disk: the pair changed"; fi
 # The gathered checkpoint holds unsharded tensors (it loads on one process)
 # and resumes at another tensor-parallel size.
 run "resume tp2 -> 1" 0 "$SLAPO" $COMMON --steps 14 --resume "$TMP/tp2.safetensors"
@@ -103,12 +167,14 @@ check "tp does not divide" err "--tp 2 does not divide the world size 3"
 run "tp without mpirun" 1 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED"
 check "tp without mpirun" err "start it with mpirun -np 2"
 
-# Rank 1 fails (its data file does not exist) while rank 0 goes on to its
-# first collective: the job ends non-zero, well within 30 s.
+# Rank 1 fails (its memory limit, which may differ between ranks, is too
+# small for the model) while rank 0 goes on to its first collective: the
+# job ends non-zero, well within 30 s. (A data file missing on one rank
+# alone is a difference in --data, refused before, below.)
 start=$(date +%s)
 run "failing rank" nonzero timeout 30 $MPIRUN -np 1 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" \
-  : -np 1 "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED" --data "$TMP/missing.txt"
-check "failing rank message" err "slapo: rank 1: io:"
+  : -np 1 env SLAPO_MEMORY_LIMIT=1K "$SLAPO" $COMMON --tp 2 --schedule "$TP_SCHED"
+check "failing rank message" err "slapo: rank 1: limit: train: gpt2 tiny"
 elapsed=$(($(date +%s) - start))
 if [ "$elapsed" -le 30 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL failing rank: took ${elapsed}s"; fi
 
@@ -163,5 +229,77 @@ run "comm timeout bad value" 2 "$SLAPO" $COMMON --comm-timeout 0
 check "comm timeout bad value" err "--comm-timeout: bad value '0'; expected seconds > 0"
 SLAPO_COMM_TIMEOUT=soon run "SLAPO_COMM_TIMEOUT bad value" 1 "$SLAPO" $COMMON
 check "SLAPO_COMM_TIMEOUT bad value" err "SLAPO_COMM_TIMEOUT='soon': expected seconds > 0"
+
+# Ranks started with different arguments (MPMD launches, wrapper scripts):
+# before any collective sized by the arguments, every rank ends with
+# "slapo: rank R:" naming the option, rank 0's value and rank 1's, exit 1,
+# within 30 s; never heap corruption, a signal or a hang. A full command
+# line per rank: A is rank 0's, B rank 1's extra options.
+AGREE="train --config tiny --data $TEXT --steps 2 --batch 2 --seq 32 --sample 0 --val-every 2"
+sed 's/fox/cat/' "$TEXT" >"$TMP/corpus2.txt" # the same size, another content
+mkdir -p "$TMP/sa" "$TMP/sb"
+cp "$ROOT/schedules/gpt2_tp.sched" "$TMP/sa/gpt2.sched"
+cp "$ROOT/schedules/gpt2_tp.sched" "$TMP/sb/gpt2.sched"
+echo "transformer.h.0.mlp.c_fc shard weight axis=0" >>"$TMP/sb/gpt2.sched" # one more line
+mismatch() { # NAME WANT A_OPTIONS B_OPTIONS
+  local name=$1 want=$2 start elapsed
+  start=$(date +%s)
+  run "ranks differ: $name" 1 timeout 30 $MPIRUN -np 1 "$SLAPO" $AGREE $3 : -np 1 "$SLAPO" $AGREE $4
+  elapsed=$(($(date +%s) - start))
+  check "ranks differ: $name: rank 0 says" err "slapo: rank 0: invalid_arg: the ranks were started with different arguments: $want"
+  check "ranks differ: $name: rank 1 says" err "slapo: rank 1: invalid_arg: the ranks were started with different arguments: $want"
+  lacks "ranks differ: $name: no crash" err "corrupt|free\(\)|[Ss]ignal|Segmentation"
+  if [ "$elapsed" -le 30 ]; then passed=$((passed + 1)); else
+    failed=$((failed + 1)); echo "FAIL ranks differ: $name: took ${elapsed}s"; fi
+}
+mismatch "--schedule" "--schedule: rank 0 has $TP_SCHED, rank 1 has $ROOT/schedules/gpt2.sched" \
+  "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $ROOT/schedules/gpt2.sched"
+mismatch "--config" "--config: rank 0 has tiny, rank 1 has small" \
+  "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --config small"
+mismatch "--seq" "--seq: rank 0 has 32, rank 1 has 16" \
+  "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --seq 16"
+mismatch "--tp" "--tp: rank 0 has 1, rank 1 has 2" \
+  "--tp 1 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED"
+mismatch "--tp not dividing" "--tp: rank 0 has 3, rank 1 has 1" "--tp 3" "--tp 1"
+mismatch "--data path" "--data: rank 0 has $TEXT (4980 bytes), rank 1 has $TMP/corpus2.txt (4980 bytes)" \
+  "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --data $TMP/corpus2.txt"
+# The data's content, not its name: one relative path, two directories.
+mkdir -p "$TMP/da" "$TMP/db"
+cp "$TEXT" "$TMP/da/corpus.txt"
+cp "$TMP/corpus2.txt" "$TMP/db/corpus.txt"
+run "ranks differ: data content" 1 timeout 30 $MPIRUN -np 1 -wdir "$TMP/da" "$SLAPO" $AGREE --data corpus.txt \
+  : -np 1 -wdir "$TMP/db" "$SLAPO" $AGREE --data corpus.txt
+check_re "ranks differ: data content" err "slapo: rank 1: invalid_arg: .* --data: rank 0 has corpus.txt \(4980 bytes\) \(digest [0-9a-f]{16}\), rank 1 has corpus.txt \(4980 bytes\) \(digest [0-9a-f]{16}\)"
+mismatch "--seed" "--seed: rank 0 has 1337, rank 1 has 7" \
+  "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --seed 7"
+mismatch "--model" "--model: rank 0 has gpt2, rank 1 has llama" "--tp 2" "--tp 2 --model llama"
+mismatch "--save-every" "--save-every: rank 0 has 0, rank 1 has 1" \
+  "--tp 2 --schedule $TP_SCHED --save $TMP/ag.safetensors" \
+  "--tp 2 --schedule $TP_SCHED --save $TMP/ag.safetensors --save-every 1"
+mismatch "--dropout" "--dropout: rank 0 has -1, rank 1 has 0.1" "" "--dropout 0.1"
+mismatch "--data missing on one rank" "--data: rank 0 has $TEXT (4980 bytes), rank 1 has $TMP/missing.txt (unreadable)" \
+  "" "--data $TMP/missing.txt"
+# The schedule's content, not its name: `default` resolved in two
+# directories holding different gpt2.sched files.
+start=$(date +%s)
+run "ranks differ: schedule content" 1 timeout 30 $MPIRUN -np 1 env SLAPO_SCHEDULE_DIR="$TMP/sa" "$SLAPO" $AGREE --tp 2 --schedule default \
+  : -np 1 env SLAPO_SCHEDULE_DIR="$TMP/sb" "$SLAPO" $AGREE --tp 2 --schedule default
+check "ranks differ: schedule content" err "--schedule: rank 0 has $TMP/sa/gpt2.sched, rank 1 has $TMP/sb/gpt2.sched"
+# Another command on one rank.
+run "ranks differ: command" 1 timeout 30 $MPIRUN -np 1 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only \
+  : -np 1 "$SLAPO" $AGREE --tp 2 --schedule "$TP_SCHED"
+check "ranks differ: command" err "command: rank 0 has verify, rank 1 has train"
+run "ranks differ: verify --seed" 1 timeout 30 $MPIRUN -np 1 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only \
+  : -np 1 "$SLAPO" verify --tp 2 --schedule "$TP_SCHED" --final-only --seed 3
+check "ranks differ: verify --seed" err "slapo: rank 1: invalid_arg: the ranks were started with different arguments: --seed: rank 0 has 1337, rank 1 has 3"
+# What may differ: threads and the rank-0-only outputs.
+run "ranks may differ: --threads, --metrics" 0 timeout 60 $MPIRUN -np 1 "$SLAPO" $AGREE --tp 2 --schedule "$TP_SCHED" --threads 1 --metrics "$TMP/ag.jsonl" \
+  : -np 1 "$SLAPO" $AGREE --tp 2 --schedule "$TP_SCHED" --threads 2
+check "ranks may differ: rank 0 writes the metrics" "$TMP/ag.jsonl" '"step": 2'
+# --tp 2 with nothing sharded: correct, but the same work twice; said once.
+run "tp2 shards nothing" 0 $MPIRUN -np 2 "$SLAPO" $AGREE --tp 2
+check "tp2 shards nothing: warned" out "warning: --tp 2 but no parameter is sharded (schedule: none)"
+run "tp2 shards: no warning" 0 $MPIRUN -np 2 "$SLAPO" $AGREE --tp 2 --schedule "$TP_SCHED"
+lacks "tp2 shards: no warning" out "no parameter is sharded"
 
 summary

@@ -266,6 +266,86 @@ static void test_vocab_parallel_cross_entropy(void **state) {
   vocab_parallel_case(50257, 4); /* GPT-2's vocabulary: padded to a multiple of 128 N */
 }
 
+/* Plans a vocab-parallel loss over logits [1, Vl] holding classes
+ * [start, start + Vl) of [0, valid): the status of slapo_plan_new; on
+ * success *loss gets the loss of logits 0.5 c - 1 (c the global class) for
+ * target 1. */
+static slapo_status plan_vocab_layout(int64_t start, int64_t Vl, int64_t valid, float *loss) {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  assert_int_equal(slapo_graph_new(&g), SLAPO_OK);
+  assert_int_equal(slapo_ctx_new(g, &ctx), SLAPO_OK);
+  int64_t ls[2] = {1, Vl}, ts[1] = {1};
+  slapo_node *x = slapo_input(ctx, "x", SLAPO_DTYPE_F32, 2, ls);
+  slapo_node *t = slapo_input(ctx, "t", SLAPO_DTYPE_I32, 1, ts);
+  slapo_node *l = slapo_dist_vocab_parallel_cross_entropy(ctx, x, t, start, valid, -100,
+                                                          SLAPO_GROUP_WORLD);
+  slapo_output(ctx, 1, &l);
+  assert_int_equal(slapo_ctx_status(ctx), SLAPO_OK); /* shapes alone look fine */
+  slapo_plan *p = NULL;
+  slapo_status s = slapo_plan_new(g, NULL, &p);
+  if (s == SLAPO_OK) {
+    slapo_tensor *xt, *tt;
+    assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 2, ls, &xt), SLAPO_OK);
+    assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_I32, 1, ts, &tt), SLAPO_OK);
+    for (int64_t c = 0; c < Vl; c++) ((float *)slapo_tensor_data(xt))[c] = 0.5f * (float)(start + c) - 1;
+    *(int32_t *)slapo_tensor_data(tt) = 1;
+    assert_int_equal(slapo_plan_bind_input(p, "x", xt), SLAPO_OK);
+    assert_int_equal(slapo_plan_bind_input(p, "t", tt), SLAPO_OK);
+    assert_int_equal(slapo_plan_run(p, NULL), SLAPO_OK);
+    assert_int_equal(slapo_dist_kernel_status(), SLAPO_OK);
+    *loss = *(const float *)slapo_tensor_data(slapo_plan_output(p, 0));
+    slapo_tensor_free(xt);
+    slapo_tensor_free(tt);
+  }
+  slapo_plan_free(p);
+  slapo_ctx_free(ctx);
+  slapo_graph_free(g);
+  return s;
+}
+
+/* The issue's case: every rank passes the full logits [1, 4] with
+ * vocab_start 0 and vocab_valid 4. One rank holds the whole vocabulary
+ * (the true loss); two ranks would count every class twice (the loss plus
+ * ln 2): refused when planned, naming each rank's range. */
+static void test_vocab_parallel_refuses_overlap(void **state) {
+  (void)state;
+  float loss = 0;
+  slapo_status s = plan_vocab_layout(0, 4, 4, &loss);
+  if (N == 1) {
+    assert_int_equal(s, SLAPO_OK);
+    /* logits -1, -0.5, 0, 0.5; target 1 */
+    double z = exp(-1.0) + exp(-0.5) + exp(0.0) + exp(0.5);
+    assert_true(fabs(loss - (log(z) + 0.5)) < 1e-6);
+    return;
+  }
+  assert_int_equal(s, SLAPO_SHAPE);
+  assert_non_null(strstr(slapo_last_error(), "the ranges overlap at class 0"));
+  assert_non_null(strstr(slapo_last_error(), "rank 0 [0, 4), rank 1 [0, 4)"));
+}
+
+/* Ranges with a gap (classes 2, 5, .. on no rank) and ranks counting
+ * different vocabularies are refused; a true split of the same classes is
+ * planned and gives the one-rank loss. */
+static void test_vocab_parallel_refuses_gaps(void **state) {
+  (void)state;
+  float loss = 0;
+  if (N > 1) {
+    assert_int_equal(plan_vocab_layout(3 * R, 2, 3 * N, &loss), SLAPO_SHAPE);
+    assert_non_null(strstr(slapo_last_error(), "no rank holds classes 2 to 2"));
+    assert_non_null(strstr(slapo_last_error(), "rank 0 [0, 2), rank 1 [3, 5)"));
+    assert_int_equal(plan_vocab_layout(2 * R, 2, 2 * N + R, &loss), SLAPO_SHAPE);
+    assert_non_null(strstr(slapo_last_error(), "different vocabularies"));
+    /* the last rank's part stops short of vocab_valid */
+    assert_int_equal(plan_vocab_layout(2 * R, 2, 2 * N + 1, &loss), SLAPO_SHAPE);
+    assert_non_null(strstr(slapo_last_error(), "short of vocab_valid"));
+  }
+  assert_int_equal(plan_vocab_layout(2 * R, 2, 2 * N, &loss), SLAPO_OK);
+  double z = 0;
+  for (int c = 0; c < 2 * N; c++) z += exp(0.5 * c - 1);
+  assert_true(fabs(loss - (log(z) + 0.5)) < 1e-5);
+}
+
 /* ---- shard layouts ---- */
 
 static void test_shard_layout_parts(void **state) {
@@ -442,6 +522,8 @@ int main(void) {
       cmocka_unit_test(test_all_gather_last_axis),
       cmocka_unit_test(test_gradcheck_one_rank),
       cmocka_unit_test(test_vocab_parallel_cross_entropy),
+      cmocka_unit_test(test_vocab_parallel_refuses_overlap),
+      cmocka_unit_test(test_vocab_parallel_refuses_gaps),
       cmocka_unit_test(test_shard_layout_parts),
       cmocka_unit_test(test_shard_padding),
       cmocka_unit_test(test_shard_layout_errors),

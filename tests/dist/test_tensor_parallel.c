@@ -1,7 +1,8 @@
 /* tests/dist/test_tensor_parallel.c - shard and sync on GPT-2: the Megatron
  * schedule combined with the fused one (schedules/gpt2_tp.sched) verified
  * against the unsharded model with dropout on (also with every block
- * checkpointed, and its shard/sync lines alone on the composite attention),
+ * checkpointed, its shard/sync lines alone on the composite attention, and
+ * schedules/gpt2_tp_composite.sched: the composite attention traced flat),
  * and every refusal of shard and sync with its message. CTest runs it on
  * one rank (shards of one: the schedule must still verify; errors that
  * need a real split are skipped) and under mpirun -np 2. */
@@ -80,6 +81,17 @@ static void test_megatron_gpt2_checkpointed(void **state) {
   expect_ok(read_sched("gpt2_tp.sched", "transformer.h checkpoint ratio=1.0\n"));
 }
 
+/* Without FlashAttention (schedules/gpt2_tp_composite.sched): the composite
+ * attention traced flat, its dropout a leaf emitted from the flattened
+ * graph, drawing by its input's layout (this rank's heads); with every
+ * block checkpointed too, the recomputed dropouts keep the forward's shard
+ * attributes. */
+static void test_megatron_gpt2_flat_composite(void **state) {
+  (void)state;
+  expect_ok(read_sched("gpt2_tp_composite.sched", ""));
+  expect_ok(read_sched("gpt2_tp_composite.sched", "transformer.h checkpoint ratio=1.0\n"));
+}
+
 /* The shard and sync lines alone: the composite attention (its dropout on
  * [B, NH/K, T, T] keyed by global head coordinates) and plain Linears, the
  * row-parallel ones becoming SyncedLinear. */
@@ -104,8 +116,8 @@ static void test_megatron_gpt2_composite(void **state) {
 
 /* sync pattern=: the all-reduce of a row-parallel projection whose bias was
  * decomposed lands inside the traced MLP, between the matmul and the bias
- * add that is then fused with the dropout. Without it the numbers break
- * (on two ranks), so the check can fail. */
+ * add that is then fused with the dropout. Without it the dropout would
+ * read partial sums (on two ranks): refused, so the check can fail. */
 static const char k_mlp_pattern_sync[] =
     "transformer.h.*.mlp.c_fc    shard  weight axis=0\n"
     "transformer.h.*.mlp.c_fc    shard  bias axis=0\n"
@@ -126,9 +138,12 @@ static void test_sync_pattern_in_traced_graph(void **state) {
   char *line = strstr(without, "transformer.h.*.mlp         sync");
   char *end = strchr(line, '\n');
   memmove(line, end + 1, strlen(end + 1) + 1);
+  /* Without it, the fused bias + dropout reads the matmul's partial sums:
+   * the step is refused (it used to run and break the numbers). */
   size_t bad = 0;
-  assert_int_equal(verify_text(without, &bad), SLAPO_VERIFY);
-  assert_true(bad > 0);
+  assert_int_equal(verify_text(without, &bad), SLAPO_UNSUPPORTED);
+  assert_non_null(strstr(slapo_last_error(), "transformer.h.0.mlp.FusedBiasDropout_0: cc:"));
+  assert_non_null(strstr(slapo_last_error(), "is a partial sum across the tensor-parallel"));
 }
 
 /* A schedule line applied to tiny GPT-2 on this rank; its status. */
@@ -267,6 +282,7 @@ int main(void) {
       cmocka_unit_test(test_megatron_gpt2),
       cmocka_unit_test(test_megatron_gpt2_checkpointed),
       cmocka_unit_test(test_megatron_gpt2_composite),
+      cmocka_unit_test(test_megatron_gpt2_flat_composite),
       cmocka_unit_test(test_sync_pattern_in_traced_graph),
       cmocka_unit_test(test_tied_parameter_sharded_once),
       cmocka_unit_test(test_shard_unknown_parameter),

@@ -1,0 +1,74 @@
+/* train/internal.h - what the training layer's files share and the public
+ * API does not show: the checkpoint pair protocol (checkpoint.c) that
+ * loop.c saves and resumes through. Layer: train. */
+#ifndef SLAPO_TRAIN_INTERNAL_H
+#define SLAPO_TRAIN_INTERNAL_H
+
+#include <stdint.h>
+
+#include "slapo/train.h"
+
+/* Longest checkpoint path slapo handles, with room for the tags it adds. */
+enum { SLAPO__CKPT_PATH = 4200 };
+
+/* The files of the checkpoint whose weights file is `w` (x.safetensors):
+ * its optimizer state (x.optim.safetensors), the kept previous pair
+ * (x.prev.safetensors, x.prev.optim.safetensors) and the pair being written
+ * (x.new.safetensors, x.new.optim.safetensors). A weights name without the
+ * .safetensors extension gets the tags appended (ckpt.prev, ...). */
+typedef struct slapo__ckpt_paths {
+  char w[SLAPO__CKPT_PATH], o[SLAPO__CKPT_PATH];
+  char prev_w[SLAPO__CKPT_PATH], prev_o[SLAPO__CKPT_PATH];
+  char new_w[SLAPO__CKPT_PATH], new_o[SLAPO__CKPT_PATH];
+} slapo__ckpt_paths;
+
+/* Fills *p from the weights path. Errors: SLAPO_INVALID_ARG (a name too
+ * long; naming it). */
+slapo_status slapo__ckpt_paths_of(const char *weights, slapo__ckpt_paths *p);
+
+/* Before the first step: every file a save of `weights` writes or renames
+ * can be written (slapo_check_write_target: the directory exists, is a
+ * directory and is writable; none of the six names is a directory, device
+ * or FIFO), and `weights` is not an optimizer file's name. Errors:
+ * SLAPO_INVALID_ARG, SLAPO_IO naming the path. */
+slapo_status slapo__ckpt_check_save(const char *weights);
+
+/* Writes one file of the pair: file 0 the weights, 1 the optimizer state,
+ * to `path`, with metadata slapo_pair = `pair` (the pair id). Called on
+ * every rank (the writers gather shards; rank 0 writes). */
+typedef slapo_status (*slapo__ckpt_write_fn)(int file, const char *path, const char *pair,
+                                             void *ud);
+
+/* Saves the pair of checkpoint `weights` at `step` so that a complete pair
+ * is on disk at every moment: both files are written to the .new names
+ * first (each atomically, fsync'd); only when both are complete does rank
+ * 0 move the current pair to the .prev names and the new pair into place.
+ * A failed write (a full disk: ENOSPC, EFBIG) removes the .new files and
+ * leaves the current and previous pairs as they were. Every rank calls it.
+ * Errors: what `write` returned, wrapped in a message naming the
+ * checkpoint, the file that failed, the cause and the pair that is kept;
+ * SLAPO_IO for a rename. */
+slapo_status slapo__ckpt_save(const char *weights, int64_t step, slapo__ckpt_write_fn write,
+                              void *ud);
+
+/* The pair --resume loads: the first complete one (both files present and
+ * of one save: equal slapo_pair ids, or for files without ids, as older
+ * versions wrote, equal steps) of (x, x.optim), (x, x.prev.optim),
+ * (x.prev, x.optim), (x.prev, x.prev.optim): the pair as named, then what
+ * a save interrupted between its renames left, then the kept previous
+ * pair. `fallback` is true (and `why` says what is wrong with the pair as
+ * named) when it is not the first. */
+typedef struct slapo__ckpt_choice {
+  char w[SLAPO__CKPT_PATH], o[SLAPO__CKPT_PATH];
+  bool fallback;
+  char why[SLAPO__CKPT_PATH * 2 + 256];
+} slapo__ckpt_choice;
+
+/* Picks the pair to resume from for `weights` (every rank reads the same
+ * headers and picks the same). Errors when no pair is complete: that of
+ * the pair as named: SLAPO_IO (a file missing or malformed, naming it),
+ * SLAPO_INVALID_ARG (weights and optimizer state of different saves,
+ * naming both steps). */
+slapo_status slapo__ckpt_pick(const char *weights, slapo__ckpt_choice *out);
+
+#endif
