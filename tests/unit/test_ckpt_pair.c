@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/expect.h"
 #include "common/stfiles.h"
 #include "slapo/train.h"
 
@@ -31,21 +32,6 @@ static char g_corpus[512];
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
   snprintf(buf, cap, "%s/%s", g_dir, name);
-}
-
-static void expect_msg(const char *needle) {
-  const char *msg = slapo_last_error();
-  if (!strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
-}
-
-static void copy_file(const char *from, const char *to) {
-  FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-  assert_non_null(a), assert_non_null(b);
-  char buf[65536];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, a)) > 0) assert_int_equal(fwrite(buf, 1, k, b), k);
-  fclose(a);
-  assert_int_equal(fclose(b), 0);
 }
 
 /* Whole-file byte equality (metadata, pair id included). */
@@ -156,8 +142,8 @@ static void full_disk_case(const char *stem, rlim_t limit, const char *failed_fi
   names n = names_of(stem), ref = names_of("ref1"), fresh = names_of("fresh2"),
         resumed = names_of("resumed2");
   train_to(stem, 1, 1337);
-  copy_file(n.w, ref.w);
-  copy_file(n.o, ref.o);
+  copy_file_or_fail(n.w, ref.w);
+  copy_file_or_fail(n.o, ref.o);
 
   slapo_train_config c = base_config();
   c.steps = 2;
@@ -174,12 +160,12 @@ static void full_disk_case(const char *stem, rlim_t limit, const char *failed_fi
   assert_false(exists(n.nw));
   assert_false(exists(n.no));
   /* The message names the checkpoint, the file, the cause, what is kept. */
-  expect_msg("saving checkpoint");
-  expect_msg(n.w);
-  expect_msg(failed_what);
-  expect_msg(failed_file);
-  expect_msg("File too large [EFBIG"); /* ENOSPC: "No space left on device [ENOSPC" */
-  expect_msg("the previous checkpoint (step 1) is kept as it was");
+  assert_last_error_has("saving checkpoint");
+  assert_last_error_has(n.w);
+  assert_last_error_has(failed_what);
+  assert_last_error_has(failed_file);
+  assert_last_error_has("File too large [EFBIG"); /* ENOSPC: "No space left on device [ENOSPC" */
+  assert_last_error_has("the previous checkpoint (step 1) is kept as it was");
 
   /* Resume from it: the step-1 pair, with no note, and on to step 2
    * exactly as a run that never stopped. */
@@ -246,14 +232,14 @@ static void test_interrupted_rotation(void **state) {
   resume_expect(&n, n.w, 2, false);
   char other_o[512];
   tmp_path(other_o, sizeof other_o, "rot_step1.optim.safetensors");
-  copy_file(n.po, other_o); /* an optimizer file of another save (step 1) */
+  copy_file_or_fail(n.po, other_o); /* an optimizer file of another save (step 1) */
   /* Rotation cut after the weights moved: (x.prev, x.optim) is step 2. */
   assert_int_equal(rename(n.w, n.pw), 0);
   resume_expect(&n, n.pw, 2, true);
   /* Rotation done, the next save's optimizer file in place, its weights
    * not yet: the kept pair is step 2's. */
   assert_int_equal(rename(n.o, n.po), 0);
-  copy_file(other_o, n.o);
+  copy_file_or_fail(other_o, n.o);
   resume_expect(&n, n.pw, 2, true);
   /* Nothing complete: an error naming the file that is missing. */
   assert_int_equal(unlink(n.pw), 0);
@@ -261,7 +247,7 @@ static void test_interrupted_rotation(void **state) {
   c.steps = 4;
   c.resume = n.w;
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_IO);
-  expect_msg(n.w);
+  assert_last_error_has(n.w);
 }
 
 /* Two runs saving step 1 to the same path: a step alone cannot tell their
@@ -273,7 +259,7 @@ static void test_same_step_other_save(void **state) {
   train_to("same", 1, 1);
   train_to("same", 1, 2); /* the first run's pair is now .prev */
   assert_true(exists(n.pw));
-  copy_file(n.po, n.o);
+  copy_file_or_fail(n.po, n.o);
   slapo_train_config c = base_config();
   c.steps = 2;
   c.resume = n.w;
@@ -295,7 +281,7 @@ static void test_same_step_other_save(void **state) {
   assert_int_equal(s, SLAPO_IO);
   char kept[1600];
   snprintf(kept, sizeof kept, "the last complete pair (step 1, %s and %s) is kept", n.pw, n.o);
-  expect_msg(kept);
+  assert_last_error_has(kept);
   c.save = NULL;
   record r2 = {{0}};
   train_ok(&c, &r2);
@@ -304,9 +290,9 @@ static void test_same_step_other_save(void **state) {
   assert_int_equal(unlink(n.pw), 0);
   assert_int_equal(unlink(n.po), 0);
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_INVALID_ARG);
-  expect_msg(n.w);
-  expect_msg(n.o);
-  expect_msg("resume from a pair saved together");
+  assert_last_error_has(n.w);
+  assert_last_error_has(n.o);
+  assert_last_error_has("resume from a pair saved together");
 }
 
 /* A save path under a regular file is refused before the first step. */
@@ -320,13 +306,13 @@ static void test_save_under_a_file(void **state) {
   assert_int_equal(fclose(f), 0);
   snprintf(save, sizeof save, "%s/ckpt.safetensors", file);
   assert_int_equal(slapo_check_write_target(save, "op"), SLAPO_IO);
-  expect_msg("is a regular file, not a directory");
+  assert_last_error_has("is a regular file, not a directory");
   slapo_train_config c = base_config();
   c.steps = 1;
   c.save = save;
   record r = {{0}};
   assert_int_equal(slapo_train(&c, on_event, &r), SLAPO_IO);
-  expect_msg(file);
+  assert_last_error_has(file);
   assert_null(strstr(r.text, "data:")); /* refused before the data was read */
 }
 

@@ -14,16 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/expect.h"
 #include "slapo/models.h"
 #include "slapo/primitives.h"
 #include "slapo/schedule.h"
 
 #define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
-
-static void expect_msg(const char *needle) {
-  const char *msg = slapo_last_error();
-  if (!strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
-}
 
 typedef struct fixture {
   slapo_module *m;
@@ -70,10 +66,10 @@ static void test_ids_outside_vocabulary(void **state) {
   int32_t *xp = slapo_tensor_data(f->x);
   xp[3] = 256;
   assert_int_equal(train(f), SLAPO_INVALID_ARG);
-  expect_msg("step: input 0 holds 256 at element 3, outside [0, 256), the vocabulary of embedding");
+  assert_last_error_has("step: input 0 holds 256 at element 3, outside [0, 256), the vocabulary of embedding");
   xp[3] = -1;
   assert_int_equal(train(f), SLAPO_INVALID_ARG);
-  expect_msg("holds -1 at element 3");
+  assert_last_error_has("holds -1 at element 3");
   xp[3] = -100; /* an ignore_index is for targets only */
   assert_int_equal(train(f), SLAPO_INVALID_ARG);
   xp[3] = 3;
@@ -87,9 +83,9 @@ static void test_targets_outside_vocabulary(void **state) {
   assert_ok(train(f));
   yp[15] = 1000;
   assert_int_equal(train(f), SLAPO_INVALID_ARG);
-  expect_msg("step: input 1 holds 1000 at element 15, outside [0, 256), the vocabulary of "
+  assert_last_error_has("step: input 1 holds 1000 at element 15, outside [0, 256), the vocabulary of "
              "cross_entropy");
-  expect_msg("ignore_index");
+  assert_last_error_has("ignore_index");
   yp[15] = 5;
   assert_ok(train(f));
 }
@@ -108,7 +104,7 @@ static void test_strided_ids(void **state) {
   assert_ok(slapo_step(f->r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL));
   tp[1] = 300; /* element [1, 0] of the view */
   assert_int_equal(slapo_step(f->r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL), SLAPO_INVALID_ARG);
-  expect_msg("holds 300 at element 8");
+  assert_last_error_has("holds 300 at element 8");
   slapo_tensor_free(view);
   slapo_tensor_free(t);
 }
@@ -143,18 +139,18 @@ static void test_null_arguments(void **state) {
   slapo_sched_log *log;
   slapo_sched *tree, *node;
   assert_int_equal(slapo_module_at(f->m, NULL, &m), SLAPO_INVALID_ARG);
-  expect_msg("module_at: path is NULL");
+  assert_last_error_has("module_at: path is NULL");
   assert_int_equal(slapo_sched_parse(NULL, "x.sched", &log), SLAPO_INVALID_ARG);
-  expect_msg("sched_parse: text is NULL");
+  assert_last_error_has("sched_parse: text is NULL");
   assert_int_equal(slapo_sched_parse_file(NULL, &log), SLAPO_INVALID_ARG);
   assert_ok(slapo_sched_create(f->m, &tree));
   assert_int_equal(slapo_sched_at(tree, NULL, &node), SLAPO_INVALID_ARG);
   assert_int_equal(slapo_fuse(tree, NULL, "none", "F", NULL, false), SLAPO_INVALID_ARG);
-  expect_msg("fuse: p is NULL");
+  assert_last_error_has("fuse: p is NULL");
   slapo_sched_free(tree);
   const slapo_tensor *in[2] = {f->x, NULL};
   assert_int_equal(slapo_step(f->r, 2, in, SLAPO_STEP_TRAIN, NULL, NULL), SLAPO_INVALID_ARG);
-  expect_msg("step: input 1 is NULL");
+  assert_last_error_has("step: input 1 is NULL");
   assert_int_equal(slapo_step(f->r, 2, NULL, SLAPO_STEP_TRAIN, NULL, NULL), SLAPO_INVALID_ARG);
 }
 

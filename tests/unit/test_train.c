@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "common/expect.h"
 #include "common/stfiles.h"
 #include "slapo/train.h"
 
@@ -50,11 +51,6 @@ static void write_file(const char *path, const void *data, size_t n) {
   assert_non_null(f);
   if (n) assert_int_equal(fwrite(data, 1, n, f), n);
   assert_int_equal(fclose(f), 0);
-}
-
-static void expect_msg(const char *needle) {
-  const char *msg = slapo_last_error();
-  if (!strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
 }
 
 /* Deterministic, non-trivial gradient values: g = amp * sin(i * 0.37 + k). */
@@ -382,11 +378,11 @@ static void test_load_checks_before_copying(void **state) {
   slapo_parameter *w = param_at(big, "transformer.h.0.attn.c_attn", "weight");
   assert_int_equal(slapo_tensor_contiguous(w->value, &before), SLAPO_OK);
   assert_int_equal(slapo_gpt2_load(big, two), SLAPO_NOT_FOUND);
-  expect_msg("no tensor 'transformer.h.2.");
+  assert_last_error_has("no tensor 'transformer.h.2.");
   assert_true(slapo_tensor_equal(w->value, before));
   assert_int_equal(slapo_gpt2_new(&c, &meta), SLAPO_OK);
   assert_int_equal(slapo_gpt2_load(meta, two), SLAPO_STATE);
-  expect_msg("gpt2 load: parameter transformer.wte.weight is not materialized");
+  assert_last_error_has("gpt2 load: parameter transformer.wte.weight is not materialized");
   slapo_tensor_free(before);
   slapo_module_free(m), slapo_module_free(big), slapo_module_free(meta);
 }
@@ -410,9 +406,9 @@ static void test_adamw_load_mismatch(void **state) {
   slapo_adamw *ow;
   assert_int_equal(slapo_adamw_new(mw, &ac, &ow), SLAPO_OK);
   assert_int_equal(slapo_adamw_load(ow, a, NULL), SLAPO_SHAPE);
-  expect_msg("transformer.wte.weight.exp_avg");
-  expect_msg("[256, 32]");
-  expect_msg("[256, 64]");
+  assert_last_error_has("transformer.wte.weight.exp_avg");
+  assert_last_error_has("[256, 32]");
+  assert_last_error_has("[256, 64]");
   assert_int_equal(slapo_adamw_steps(ow), 0);
   slapo_adamw_free(ow);
   slapo_module_free(mw);
@@ -424,7 +420,7 @@ static void test_adamw_load_mismatch(void **state) {
   slapo_adamw *od;
   assert_int_equal(slapo_adamw_new(md, &ac, &od), SLAPO_OK);
   assert_int_equal(slapo_adamw_load(od, a, NULL), SLAPO_NOT_FOUND);
-  expect_msg("transformer.h.2.ln_1.weight");
+  assert_last_error_has("transformer.h.2.ln_1.weight");
   assert_int_equal(slapo_adamw_steps(od), 0);
   slapo_adamw_free(od);
   slapo_module_free(md);
@@ -438,7 +434,7 @@ static void test_adamw_load_mismatch(void **state) {
   assert_int_equal(slapo_safetensors_write(a, 1, names, ts, 0, NULL, NULL), SLAPO_OK);
   slapo_tensor_free(t);
   assert_int_equal(slapo_adamw_load(o, a, NULL), SLAPO_IO);
-  expect_msg("step");
+  assert_last_error_has("step");
   write_file(a, "not a safetensors file", 22);
   assert_int_equal(slapo_adamw_load(o, a, NULL), SLAPO_IO);
   assert_int_equal(slapo_adamw_steps(o), 1);
@@ -575,29 +571,29 @@ static void test_dataset_errors(void **state) {
   write_tokens(p, 1, 500, tok, 400);
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
   assert_null(d);
-  expect_msg(p);
-  expect_msg("500 tokens");
-  expect_msg("2024 bytes"); /* expected: 1024 + 2 x 500 */
-  expect_msg("1824 bytes"); /* actual: 1024 + 2 x 400 */
+  assert_last_error_has(p);
+  assert_last_error_has("500 tokens");
+  assert_last_error_has("2024 bytes"); /* expected: 1024 + 2 x 500 */
+  assert_last_error_has("1824 bytes"); /* actual: 1024 + 2 x 400 */
   /* Unknown version. */
   write_tokens(p, 7, 400, tok, 400);
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
-  expect_msg("version 7");
+  assert_last_error_has("version 7");
   /* Empty file. */
   tmp_path(p, sizeof p, "empty.txt");
   write_file(p, "", 0);
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
-  expect_msg(p);
-  expect_msg("is empty");
+  assert_last_error_has(p);
+  assert_last_error_has("is empty");
   /* Missing file. */
   tmp_path(p, sizeof p, "no_such_file.txt");
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
-  expect_msg(p);
+  assert_last_error_has(p);
   /* Empty directory. */
   tmp_path(p, sizeof p, "emptydir");
   assert_int_equal(mkdir(p, 0755), 0);
   assert_int_equal(slapo_dataset_load(p, 0.1, &d), SLAPO_IO);
-  expect_msg("has no text files");
+  assert_last_error_has("has no text files");
   assert_null(d);
 }
 
@@ -685,9 +681,9 @@ static void test_dataset_batch(void **state) {
   slapo_tensor_free(x), slapo_tensor_free(y);
   x = i32_2d(2, 100), y = i32_2d(2, 100);
   assert_int_equal(slapo_dataset_batch(d, true, 1, 0, x, y), SLAPO_INVALID_ARG);
-  expect_msg("validation");
-  expect_msg("100 tokens");
-  expect_msg("101");
+  assert_last_error_has("validation");
+  assert_last_error_has("100 tokens");
+  assert_last_error_has("101");
   slapo_tensor_free(x), slapo_tensor_free(y);
   slapo_dataset_free(d);
 }
@@ -814,7 +810,7 @@ static void test_sample(void **state) {
   assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 1.0f, .top_k = 0, .seed = 1}, g, &zero, 1), SLAPO_INVALID_ARG);
   ng = 1;
   assert_int_equal(slapo_sample(r, &(slapo_sample_opts){.n_ctx = 16, .temperature = 0.0f, .top_k = 0, .seed = 1}, g, &ng, 1), SLAPO_INVALID_ARG);
-  expect_msg("temperature");
+  assert_last_error_has("temperature");
   slapo_runner_free(r);
   slapo_module_free(m);
 }

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/expect.h"
 #include "common/stfiles.h"
 #include "slapo/train.h"
 
@@ -25,21 +26,6 @@ static char g_corpus[512];
 
 static void tmp_path(char *buf, size_t cap, const char *name) {
   snprintf(buf, cap, "%s/%s", g_dir, name);
-}
-
-static void expect_msg(const char *needle) {
-  const char *msg = slapo_last_error();
-  if (!strstr(msg, needle)) fail_msg("message '%s' lacks '%s'", msg, needle);
-}
-
-static void copy_file(const char *from, const char *to) {
-  FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
-  assert_non_null(a), assert_non_null(b);
-  char buf[65536];
-  size_t k;
-  while ((k = fread(buf, 1, sizeof buf, a)) > 0) assert_int_equal(fwrite(buf, 1, k, b), k);
-  fclose(a);
-  assert_int_equal(fclose(b), 0);
 }
 
 /* Reads the whole of a small text file into a NUL-terminated buffer. */
@@ -83,10 +69,10 @@ static void on_event(const slapo_train_event *e, void *ud) {
   r->n++;
   if (r->copy_to && e->step == r->copy_at) {
     char a[600], b[600];
-    copy_file(r->save, r->copy_to);
+    copy_file_or_fail(r->save, r->copy_to);
     optim_sibling(r->save, a, sizeof a);
     optim_sibling(r->copy_to, b, sizeof b);
-    copy_file(a, b);
+    copy_file_or_fail(a, b);
   }
 }
 
@@ -349,8 +335,8 @@ static void test_checkpoint_errors(void **state) {
   /* Missing tensor. */
   rewrite(p, q, "transformer.h.1.mlp.c_fc.bias", NULL, NULL, false, NULL);
   assert_int_equal(slapo_gpt2_load(m, q), SLAPO_NOT_FOUND);
-  expect_msg("transformer.h.1.mlp.c_fc.bias");
-  expect_msg(q);
+  assert_last_error_has("transformer.h.1.mlp.c_fc.bias");
+  assert_last_error_has(q);
   /* Wrong shape of a 1-D parameter. */
   int64_t s64[1] = {64};
   slapo_tensor *bad;
@@ -358,18 +344,18 @@ static void test_checkpoint_errors(void **state) {
   rewrite(p, q, NULL, "transformer.ln_f.weight", bad, false, NULL);
   slapo_tensor_free(bad);
   assert_int_equal(slapo_gpt2_load(m, q), SLAPO_SHAPE);
-  expect_msg("transformer.ln_f.weight");
-  expect_msg("[64]");
-  expect_msg("[32]");
+  assert_last_error_has("transformer.ln_f.weight");
+  assert_last_error_has("[64]");
+  assert_last_error_has("[32]");
   /* A Conv1D weight in nn.Linear layout [out, in]. */
   int64_t lin[2] = {96, 32};
   assert_int_equal(slapo_tensor_new(SLAPO_DTYPE_F32, 2, lin, &bad), SLAPO_OK);
   rewrite(p, q, NULL, "transformer.h.0.attn.c_attn.weight", bad, false, NULL);
   slapo_tensor_free(bad);
   assert_int_equal(slapo_gpt2_load(m, q), SLAPO_SHAPE);
-  expect_msg("transformer.h.0.attn.c_attn.weight");
-  expect_msg("[96, 32]");
-  expect_msg("[32, 96]");
+  assert_last_error_has("transformer.h.0.attn.c_attn.weight");
+  assert_last_error_has("[96, 32]");
+  assert_last_error_has("[32, 96]");
   /* Malformed and missing files. */
   FILE *f = fopen(q, "wb");
   assert_non_null(f);
@@ -378,7 +364,7 @@ static void test_checkpoint_errors(void **state) {
   assert_int_equal(slapo_gpt2_load(m, q), SLAPO_IO);
   tmp_path(q, sizeof q, "does_not_exist.safetensors");
   assert_int_equal(slapo_gpt2_load(m, q), SLAPO_IO);
-  expect_msg(q);
+  assert_last_error_has(q);
   /* A model that is not materialized. */
   slapo_gpt2_config c = small_cfg();
   slapo_module *meta;
@@ -432,9 +418,9 @@ static void test_untied_head_refused(void **state) {
   }
   slapo_module *fresh = new_model(2);
   assert_int_equal(slapo_gpt2_load(m2, q), SLAPO_PRECOND);
-  expect_msg("lm_head.weight");
-  expect_msg("transformer.wte.weight");
-  expect_msg("largest difference 0.25 at element 37");
+  assert_last_error_has("lm_head.weight");
+  assert_last_error_has("transformer.wte.weight");
+  assert_last_error_has("largest difference 0.25 at element 37");
   assert_same_params(m2, fresh);
   slapo_module_free(fresh);
   slapo_tensor_free(head);
@@ -537,18 +523,18 @@ static void test_train_errors(void **state) {
   slapo_train_config c = base_config();
   c.seq = 65; /* tiny's context is 64 */
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_INVALID_ARG);
-  expect_msg("65");
-  expect_msg("64");
+  assert_last_error_has("65");
+  assert_last_error_has("64");
   c = base_config();
   c.model_config = "gpt5";
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_NOT_FOUND);
-  expect_msg("gpt5");
+  assert_last_error_has("gpt5");
   c = base_config();
   char p[512];
   tmp_path(p, sizeof p, "missing.safetensors");
   c.resume = p;
   assert_int_equal(slapo_train(&c, NULL, NULL), SLAPO_IO);
-  expect_msg(p);
+  assert_last_error_has(p);
   /* A validation split shorter than seq + 1 fails before the first step
    * (not after training, at the final validation, before the last save). */
   char small[512], save[512];
@@ -565,9 +551,9 @@ static void test_train_errors(void **state) {
   record r = {0};
   assert_int_equal(slapo_train(&c, on_event, &r), SLAPO_INVALID_ARG);
   assert_int_equal(r.n, 0);
-  expect_msg("validation split");
-  expect_msg("6 tokens");
-  expect_msg("--seq + 1 = 9");
+  assert_last_error_has("validation split");
+  assert_last_error_has("6 tokens");
+  assert_last_error_has("--seq + 1 = 9");
   assert_int_equal(access(save, F_OK), -1);
   c.seq = 5; /* fits both splits */
   c.steps = 1;
