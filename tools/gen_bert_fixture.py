@@ -19,7 +19,7 @@ weights below are in its layout. One deliberate difference: HF builds
 word_embeddings with padding_idx=pad_token_id, which only zeroes the lookup
 gradient of the [PAD] row; slapo's embedding has no padding_idx, so the
 model here has none either (the test then compares like with like, and
-ARCHITECTURE.md records the gap).
+docs/models.md records the gap).
 
 Config: 2 layers, hidden 32, 2 heads (head size 16), intermediate 128,
 16 positions, vocabulary 264 (bytes, [PAD] 256, [CLS] 257, [SEP] 258,

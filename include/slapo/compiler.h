@@ -55,7 +55,7 @@ const slapo_compiler *slapo_compiler_at(int i);
  * $XDG_CACHE_HOME/slapo, else $HOME/.cache/slapo, else
  * /tmp/slapo-cache-<effective uid>. Written into buf [cap]. The cc backend
  * creates it 0700 and uses it only when nobody but the user can write it
- * or the directories above it (docs/ARCHITECTURE.md, the kernel cache). */
+ * or the directories above it (docs/fusion.md, the kernel cache). */
 void slapo_compiler_cache_dir(char *buf, size_t cap);
 
 /* Counters of the cc backend since start: objects compiled, cache hits

@@ -253,7 +253,7 @@ const char *const *slapo_bert_config_names(void);
  *   Hugging Face ties them).
  * Init as Hugging Face's BertPreTrainedModel: weights N(0, 0.02), biases 0,
  * LayerNorm weight 1 (the [PAD] row is not zeroed: slapo's embedding has no
- * padding_idx, see docs/ARCHITECTURE.md). GELU is the erf form, LayerNorm
+ * padding_idx, see docs/models.md). GELU is the erf form, LayerNorm
  * eps 1e-12, attention bidirectional; token type ids are all 0.
  * Forward inputs (B, T from input_ids [B, T] i32):
  *   (input_ids) -> logits [B, T, V];

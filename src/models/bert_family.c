@@ -36,7 +36,7 @@ const slapo_model_family slapo__family_bert = {
     .objective = SLAPO_OBJECTIVE_MASKED_LM,
     /* Post-LN blocks at 1e-3 sat on the byte-unigram plateau for 300 steps
      * on `small` (validation 5.653 -> 3.400); 5e-4 leaves it within 100
-     * (docs/ARCHITECTURE.md, the masked-LM objective). */
+     * (docs/models.md, the masked-LM objective). */
     .lr = 5e-4f,
     .default_schedule = "bert.sched",
     .dims = bert_dims,

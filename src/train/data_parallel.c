@@ -6,7 +6,7 @@
  * the backward, not overlapped with it: the executor runs one node at a
  * time and accumulates each gradient as it is produced, so an overlap
  * would need a non-blocking all-reduce started from inside a step (noted
- * in docs/ARCHITECTURE.md). Layer: train. */
+ * in docs/distributed.md, data parallelism). Layer: train. */
 
 #include "core/assert.h"
 #include "slapo/dist.h"
