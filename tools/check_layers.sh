@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Fails when a file includes a header of a layer it does not depend on
-# (DESIGN.md §2). A public header include/slapo/<layer>.h belongs to <layer>;
-# an internal include "<layer>/x.h" to <layer>. Run from anywhere.
+# (DESIGN.md §2), or another layer's private header. A public header
+# include/slapo/<layer>.h or include/slapo/<layer>/x.h belongs to <layer>;
+# a private one, src/<layer>/x.h (included as "<layer>/x.h"), may be
+# included from <layer> alone: what other layers use is public. Run from
+# anywhere.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,10 +39,11 @@ closure() { # prints the layer and everything below it
   echo "$seen"
 }
 
-layer_of_header() { # slapo/ops.h -> ops ; ops/kernels.h -> ops ; slapo.h -> cli
+layer_of_header() { # slapo/ops.h, slapo/ops/math.h, ops/kernels.h -> ops ; slapo.h -> cli
   local h=$1
   case "$h" in
     slapo.h) echo cli ;;
+    slapo/*/*) h=${h#slapo/}; echo "${h%%/*}" ;;
     slapo/*) h=${h#slapo/}; echo "${h%.h}" ;;
     */*) echo "${h%%/*}" ;;
     *) echo "" ;;
@@ -55,6 +59,14 @@ check_file() { # file layer
     l=$(layer_of_header "$inc")
     [ -z "$l" ] && continue
     [ -n "${DEPS[$l]+x}" ] || continue # not a layer header (e.g. common/failalloc.h)
+    case "$inc" in
+      slapo/* | slapo.h | core/assert.h) ;; # core/assert.h: the library's one shared private header
+      *) [ "$l" = "$layer" ] || {
+           echo "check_layers: $f (layer $layer) includes \"$inc\", a private header of layer $l (make it public under include/slapo/$l/ or stop using it)"
+           bad=1
+           continue
+         } ;;
+    esac
     case "$allowed" in
       *" $l "*) ;;
       *) echo "check_layers: $f (layer $layer) includes \"$inc\" (layer $l), which it does not depend on"; bad=1 ;;
@@ -67,7 +79,7 @@ for f in $(find src -name '*.c' -o -name '*.h' -o -name '*.def' | sort); do
   check_file "$f" "$layer"
 done
 for f in $(find include/slapo -name '*.h' | sort); do
-  layer=$(basename "$f" .h)
+  layer=${f#include/slapo/}; layer=${layer%%/*}; layer=${layer%.h}
   check_file "$f" "$layer"
 done
 [ $bad -eq 0 ] && echo "check_layers: ok"

@@ -189,27 +189,9 @@ typedef struct slapo_op {
   bool commutative;         /* two inputs that may be swapped (add, mul): the */
                             /*   pattern matcher tries both orders            */
   bool elementwise;         /* output element i from element i of each      */
-                            /*   (broadcast) input: fusable by `cc`           */
-  /* Codegen for the `cc` fusion backend (compiler/cc.c); required for every
-   * elementwise op. Writes into buf [cap] a C expression (float) for this
-   * node's output (which = -1) or for the gradient w.r.t. input `which`
-   * (0, 1), over: `a`, `b` its inputs' values, `y` its output's value, `g`
-   * the gradient w.r.t. its output, and for random ops `u`, this element's
-   * uniform from the op's Philox stream (as slapo_rng_uniform gives it).
-   * Attribute values are written as literals (%.17g doubles, cast as the
-   * reference kernel computes). Returns false when this node cannot be
-   * expressed (an attribute value it does not support; a gradient the op
-   * does not have). The expression must compute what the reference kernel
-   * computes, to rounding. */
-  bool (*cc_expr)(const slapo_node *node, int which, char *buf, size_t cap);
-  /* The float form of cc_expr, or NULL (then cc_expr serves both): the same
-   * contract, but computing what the op's FAST kernel computes (float math:
-   * the fast kernels' helpers slapo__gelu_tanh, slapo__gelu_tanh_grad ... that
-   * the generated source carries, libm's expf / erff / tanhf / logf, which
-   * glibc's libmvec vectorizes). The cc backend uses it unless a fuse asks
-   * for math=ref; results are within the fast kernel's tolerance of
-   * cc_expr's. May return false where cc_expr does not (cc_expr is used). */
-  bool (*cc_expr_fast)(const slapo_node *node, int which, char *buf, size_t cap);
+                            /*   (broadcast) input: fusable by `cc`; a      */
+                            /*   built-in one's math is in slapo/ops/math.h, */
+                            /*   which the backends render (compiler/)      */
   /* Checks that need more than this rank's shapes, or NULL: called once
    * per plan by slapo_plan_new (never by slapo_plan_estimate), in graph
    * order, before any kernel runs; an error refuses the plan. It may

@@ -5,7 +5,7 @@
  * inputs and writes only the result. The backward saves nothing from the
  * forward: it recomputes the forward values per element from the inputs,
  * then runs reverse-mode through the region (each op's gradient expression
- * from its descriptor, cc_expr) and writes every input's gradient into one
+ * as compiler/cc_ops.c renders it) and writes every input's gradient into one
  * packed buffer at host-given offsets. A ROW input's gradient (a bias) is
  * the sum over rows, a SCALAR's the sum over all elements: the backward is
  * parallel over a fixed number of row blocks (SLAPO__CC_ROW_BLOCKS, set by
@@ -16,9 +16,9 @@
  * byte-identical whatever the thread count. Without a ROW input the
  * elements are viewed as rows of a fixed chunk (SLAPO_CC_CHUNK), so a
  * region of one row is still parallel. Expressions are the ops' float
- * forms (cc_expr_fast: what their fast kernels compute) unless math=ref
- * asks for the reference forms; the fast kernels' helpers the float forms
- * call are pasted in from ops/vmath.h (slapo__cc_math_src). Dropout draws
+ * forms (what their fast kernels compute) unless math=ref asks for the
+ * reference forms; the fast kernels' helpers the float forms call are
+ * pasted in from slapo/ops/vmath.h (slapo__cc_math_src). Dropout draws
  * Philox4x32-10 exactly as slapo_rng_uniform (the key of each random node
  * is computed by the host from the run's seed and the node's stream); the
  * generated source carries its own Philox.
@@ -28,7 +28,6 @@
 #include <string.h>
 
 #include "compiler/internal.h"
-#include "ops/cc_expr.h"
 
 /* ---- a growing string ---- */
 
@@ -135,16 +134,15 @@ typedef struct gen {
   int *rand_of;         /* node id -> random slot, or -1 */
   int *ph_of;           /* node id -> input index, or -1 */
   const slapo_node *out;
-  bool fast;            /* the ops' float forms (cc_expr_fast) where they have one */
+  bool fast;            /* the ops' float forms, else their reference forms */
   sbuf b;
 } gen;
 
 static slapo_status expr_of(gen *G, const slapo_node *n, int which, char *buf, size_t cap) {
-  if (!n->op || !n->op->elementwise || !n->op->cc_expr)
+  if (!slapo__cc_renders(n->op))
     return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc backend "
                        "generates elementwise regions only", n->target, n->name);
-  if (G->fast && n->op->cc_expr_fast && n->op->cc_expr_fast(n, which, buf, cap)) return SLAPO_OK;
-  if (!n->op->cc_expr(n, which, buf, cap))
+  if (!slapo__cc_expr(n, which, G->fast, buf, cap))
     return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) has no cc %s for these attributes",
                        n->target, n->name, which < 0 ? "expression" : "gradient");
   return SLAPO_OK;
@@ -562,7 +560,7 @@ static slapo_status analyse(gen *G) {
                          slapo_node_kind_name(n->kind), n->name);
     }
     if (n->kind == SLAPO_NODE_CALL_OP && n->op != SLAPO_OP_DESC(full) &&
-        (!n->op || !n->op->elementwise || !n->op->cc_expr))
+        !slapo__cc_renders(n->op))
       return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc "
                          "backend generates elementwise regions only", n->target, n->name);
   }

@@ -22,8 +22,8 @@
 #include <string.h>
 
 #include "compiler/internal.h"
-#include "ops/dnnl_cache.h"
-#include "ops/gemm.h"
+#include "slapo/ops/dnnl_cache.h"
+#include "slapo/ops/gemm.h"
 
 #define MAX_POST 8
 #define MAX_IN 32

@@ -18,8 +18,8 @@
  * thread count. */
 #define SLAPO__CC_ROW_BLOCKS 32
 #define SLAPO__CC_CHUNK 4096
-#define SLAPO__CC_STR_(x) #x
-#define SLAPO__CC_STR(x) SLAPO__CC_STR_(x)
+#define SLAPO__CC_STR_(...) #__VA_ARGS__
+#define SLAPO__CC_STR(...) SLAPO__CC_STR_(__VA_ARGS__)
 
 /* How an input of a fused elementwise region maps onto the output viewed
  * as [R, C]: every element (FULL, same numel), one row repeated (ROW: the
@@ -46,12 +46,30 @@ typedef struct slapo__cc_plan {
 slapo_status slapo__cc_kinds(int n_in, const slapo_node *const *in, int ndim,
                              const int64_t *shape, slapo__cc_kind *kind, int64_t *C);
 
+/* Whether the cc backend renders op (cc_ops.c): an elementwise op with a
+ * form there. */
+bool slapo__cc_renders(const slapo_op *op);
+
+/* Writes into buf [cap] a C expression (float) for node's value (which =
+ * -1) or for the gradient w.r.t. its input `which`, over a, b (inputs), y
+ * (value), g (gradient w.r.t. y) and u (a random op's uniform): the op's
+ * float form (fast) or its reference form rounded once (cc_ops.c says how
+ * each computes). False when the op has no such form (not rendered, no
+ * gradient, an attribute value it does not support) or buf is too small. */
+bool slapo__cc_expr(const slapo_node *node, int which, bool fast, char *buf, size_t cap);
+
+/* The fast kernels' scalar float helpers (slapo/ops/vmath.h:
+ * slapo__gelu_tanh, slapo__keep, ...) as one line of C that needs
+ * <stdint.h> and <string.h>, for a generated source whose expressions call
+ * them. Static. */
+const char *slapo__cc_math_src(void);
+
 /* Generates the forward and backward kernels' C source for `region`
  * (cc_gen.c): *src owned (slapo_free), plan filled.
  * Errors: SLAPO_UNSUPPORTED (an op without codegen, naming it and "cc"; a
  * random op not of the output's shape; broadcasts cc cannot express),
- * SLAPO_NOMEM. fast: the ops' float forms (cc_expr_fast) where they have
- * one, else their reference forms (cc_expr) throughout. */
+ * SLAPO_NOMEM. fast: the ops' float forms, else their reference forms
+ * throughout (slapo__cc_expr). */
 slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, bool fast,
                                 slapo__cc_plan *plan, char **src);
 

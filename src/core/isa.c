@@ -23,7 +23,7 @@ static int detect_host(void) {
   __builtin_cpu_init();
   /* __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512
    * register state (XGETBV), not just the CPUID bits. The feature sets
-   * match the target attributes of SLAPO__SIMD_FN (ops/vmath.h). */
+   * match the target attributes of SLAPO__SIMD_FN (slapo/ops/vmath.h). */
   bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   bool avx512 = avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

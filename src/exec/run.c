@@ -12,7 +12,7 @@
 
 #include "core/assert.h"
 #include "exec/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 /* ------------------------------------------------------------------------ */
 /* Binding                                                                   */

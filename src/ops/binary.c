@@ -4,19 +4,14 @@
  * bias-add shape a [.., C] op b [C]), backward rules and typed builders.
  * Layer: ops. Gradients of broadcast operands are summed back to their
  * shape (slapo__grad_to); div: d/da = 1/b, d/db = -a/b^2 = -y/b. */
-#include "ops/cc_expr.h"
 #include "ops/elementwise.h"
 
 /* The reference computes in double and rounds once; for one +, -, * or / of
  * two floats that equals the float result exactly, so fast == ref bitwise. */
-EW_BINARY(add, x + y, x + y)
-EW_BINARY(sub, x - y, x - y)
-EW_BINARY(mul, x * y, x * y)
-EW_BINARY(div, x / y, x / y)
-EW_KERNELS2(add, 0)
-EW_KERNELS2(sub, 0)
-EW_KERNELS2(mul, 0)
-EW_KERNELS2(div, 0)
+EW_MATH2(add)
+EW_MATH2(sub)
+EW_MATH2(mul)
+EW_MATH2(div)
 
 /* ---- backward ---- */
 
@@ -54,15 +49,6 @@ static slapo_status div_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   return slapo_ctx_status(ctx);
 }
 
-/* ---- cc codegen: the float operation is the reference's (exact in double,
- * rounded once); gradients as the rules above compute them per element,
- * before the backend's reduction to a broadcast input's shape ---- */
-
-CC_EXPR_FIXED(add, "(a + b)", "(g)", "(g)")
-CC_EXPR_FIXED(sub, "(a - b)", "(g)", "(-g)")
-CC_EXPR_FIXED(mul, "(a * b)", "(g * b)", "(g * a)")
-CC_EXPR_FIXED(div, "(a / b)", "(g / b)", "(-((g * y) / b))")
-
 /* ---- test examples: both operands broadcast ([2, 3, 4] with [3, 1]) ---- */
 
 static slapo_node *example_binary(slapo_ctx *ctx, const slapo_op *op) {
@@ -87,7 +73,6 @@ SLAPO_OP_DESCRIPTOR(add) = {
     .fast = add_fast_k,
     .backward = add_backward,
     .elementwise = true,
-    .cc_expr = add_cc,
     .contiguous_inputs = false,
     .doc = "a + b, NumPy broadcasting",
     .test = {.example = add_example},
@@ -101,7 +86,6 @@ SLAPO_OP_DESCRIPTOR(sub) = {
     .fast = sub_fast_k,
     .backward = sub_backward,
     .elementwise = true,
-    .cc_expr = sub_cc,
     .contiguous_inputs = false,
     .doc = "a - b, NumPy broadcasting",
     .test = {.example = sub_example},
@@ -116,7 +100,6 @@ SLAPO_OP_DESCRIPTOR(mul) = {
     .fast = mul_fast_k,
     .backward = mul_backward,
     .elementwise = true,
-    .cc_expr = mul_cc,
     .contiguous_inputs = false,
     .doc = "a * b, NumPy broadcasting",
     .test = {.example = mul_example},
@@ -130,7 +113,6 @@ SLAPO_OP_DESCRIPTOR(div) = {
     .fast = div_fast_k,
     .backward = div_backward,
     .elementwise = true,
-    .cc_expr = div_cc,
     .contiguous_inputs = false,
     .doc = "a / b, NumPy broadcasting; IEEE division (b = 0 gives inf or nan)",
     /* b away from 0 so that 1/b^2 stays moderate for the finite differences. */

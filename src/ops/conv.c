@@ -18,7 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/dnnl_cache.h"
+#include "slapo/ops/dnnl_cache.h"
 #include "ops/internal.h"
 
 /* ---- geometry ---- */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 #define CE_IGNORE_DEFAULT (-100) /* PyTorch's default ignore_index */
 #define CE_MAX_PARTIALS 256      /* per-thread partial sums in the fast kernel */

@@ -1,6 +1,6 @@
 /* ops/dnnl_cache.c - the oneDNN engine and stream, and the primitive cache
  * of ops/dnnl_cache.h. Layer: ops. */
-#include "ops/dnnl_cache.h"
+#include "slapo/ops/dnnl_cache.h"
 
 #include <string.h>
 

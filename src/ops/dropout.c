@@ -9,9 +9,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/cc_expr.h"
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 static slapo_status dropout_infer(slapo_node *node) {
   SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
@@ -225,33 +224,6 @@ static slapo_status dropout_backward(slapo_ctx *ctx, slapo_node *node, slapo_nod
   return slapo_ctx_status(ctx);
 }
 
-/* cc codegen: dropout_ref's keep test and scale on this element's uniform u,
- * over a (forward) or g (the backward re-applies the mask); the identity when
- * p == 0. Whether the run trains is the backend's to decide. Sharded
- * offsets (offset != 0) are not supported yet.
- * The test is in float, exactly dropout_ref's (double)u >= p: u = k * 2^-24
- * for an integer k < 2^24, so u >= p iff k >= T = ceil(p * 2^24) (as the
- * fast kernel decides) iff u >= T * 2^-24, a float (T <= 2^24), written as
- * a hex literal, exact. The kept value is selected before the scale,
- * slapo__keep(v, kept) * s (v or +0, ops/vmath.h), which equals
- * kept ? v * s : 0 (s >= 1, or 0 for p = 1; +0 * s is +0), so no
- * floating-point operation is conditional and the loop vectorizes. */
-static bool dropout_cc(const slapo_node *node, int which, char *buf, size_t cap) {
-  if (which != -1 && which != 0) return false;
-  const char *v = which == -1 ? "a" : "g";
-  double p = slapo_node_attr_float(node, "p", 0.0);
-  char P[CC_LIT_CAP], S[CC_LIT_CAP + 32];
-  if (slapo_node_attr_int(node, "offset", 0) != 0 ||
-      slapo_node_attr_int(node, "shard_dim", -1) >= 0 || !cc_lit(P, p))
-    return false;
-  if (p == 0) return cc_put(buf, cap, "(%s)", v);
-  /* The scale exactly as drop_args_of computes it. */
-  if (p < 1) snprintf(S, sizeof S, "(float)(1.0 / (1.0 - %s))", P);
-  else snprintf(S, sizeof S, "0.0f");
-  float t = (float)(ceil(p * 16777216.0) / 16777216.0);
-  return cc_put(buf, cap, "(slapo__keep(%s, u >= %af) * %s)", v, (double)t, S);
-}
-
 static slapo_node *dropout_example(slapo_ctx *ctx) {
   /* p = 0.3: the mask is a deterministic function of the keys, so finite
    * differences see a fixed linear map. */
@@ -269,7 +241,6 @@ SLAPO_OP_DESCRIPTOR(dropout) = {
     .contiguous_inputs = true,
     .random = true,
     .elementwise = true,
-    .cc_expr = dropout_cc,
     .doc = "inverted dropout: element i kept iff uniform(seed, stream, step, offset + i) >= p, "
            "scaled by 1/(1-p); identity when not training or p == 0; attrs p, stream (set by "
            "slapo_op_call), offset (element index of x[0] in the unsharded tensor, default 0), "

@@ -1,7 +1,7 @@
 /* ops/elementwise.h - pieces shared by the elementwise op files (binary.c,
  * scalar.c, unary.c, activation.c): f32 shape inference, numeric attributes,
  * broadcast/strided indexing, and generators for the reference and fast
- * kernels of one- and two-input maps. Layer: ops (internal to this group).
+ * kernels of one- and two-input maps from the ops' math (slapo/ops/math.h). Layer: ops (internal to this group).
  * Broadcasting follows NumPy's rules (numpy.org/doc/stable/user/basics.broadcasting). */
 #ifndef SLAPO_OPS_ELEMENTWISE_H
 #define SLAPO_OPS_ELEMENTWISE_H
@@ -9,7 +9,7 @@
 #include <math.h>
 
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 /* ---- inference ---- */
 
@@ -298,5 +298,14 @@ static inline int64_t ew_row_len(const slapo_tensor *out) {
                             slapo_tensor *out, const slapo_kernel_env *env) {  \
     NAME##_fast(in[0], in[1], out, (PARAM));                                   \
   }
+
+/* The kernels of op NAME from its math (slapo/ops/math.h), the reference
+ * in double and the fast in float: NAME_ref/_fast and NAME_ref_k/_fast_k. */
+#define EW_MATH1(NAME)                                                         \
+  EW_UNARY(NAME, SLAPO_EW_##NAME(D, x), SLAPO_EW_##NAME(F, x))                 \
+  EW_KERNELS1(NAME, 0)
+#define EW_MATH2(NAME)                                                         \
+  EW_BINARY(NAME, SLAPO_EW_##NAME(D, x, y), SLAPO_EW_##NAME(F, x, y))          \
+  EW_KERNELS2(NAME, 0)
 
 #endif

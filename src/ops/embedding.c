@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 /* Element i of a contiguous i32/i64 index tensor. */
 static int64_t index_at(const slapo_tensor *t, int64_t i) {

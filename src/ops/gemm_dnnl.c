@@ -12,8 +12,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "ops/dnnl_cache.h"
-#include "ops/gemm.h"
+#include "slapo/ops/dnnl_cache.h"
+#include "slapo/ops/gemm.h"
 #include "ops/internal.h"
 
 /* ---- the simplified problem, which is also the cache key ---- */

@@ -4,7 +4,7 @@
  * Math: C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] (+ bias[n]), accumulated
  * in double in ascending k, so both loop orders below give the same bits.
  * Layer: ops. */
-#include "ops/gemm.h"
+#include "slapo/ops/gemm.h"
 
 #include "ops/internal.h"
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "ops/norm.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 #define LN_EPS_DEFAULT 1e-5
 

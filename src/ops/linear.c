@@ -6,7 +6,7 @@
  * Backward: dx = dy @ w; dw = dy2^T @ x2 with dy2, x2 the [rows, out] /
  * [rows, in] reshapes of dy and x; db = dy summed over the leading axes.
  * Layer: ops. */
-#include "ops/gemm.h"
+#include "slapo/ops/gemm.h"
 #include "ops/internal.h"
 
 static slapo_status linear_infer(slapo_node *node) {

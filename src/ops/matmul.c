@@ -8,7 +8,7 @@
  * dims the input was broadcast along. Layer: ops. */
 #include <stdio.h>
 
-#include "ops/gemm.h"
+#include "slapo/ops/gemm.h"
 #include "ops/internal.h"
 
 /* Reads trans_a / trans_b, which must be 0 or 1. */

@@ -4,14 +4,13 @@
  * exponent gives nan, as in torch.pow). Shape inference, reference and fast
  * kernels, backward rules (d/dx x^p = p x^(p-1)) and typed builders.
  * Layer: ops. */
-#include "ops/cc_expr.h"
 #include "ops/elementwise.h"
 
-EW_UNARY(add_scalar, x + p, x + pf)
-EW_UNARY(mul_scalar, x * p, x * pf)
-EW_UNARY(pow, pow(x, p), powf(x, pf))
+EW_UNARY(add_scalar, SLAPO_EW_add_scalar(D, x, p), SLAPO_EW_add_scalar(F, x, pf))
+EW_UNARY(mul_scalar, SLAPO_EW_mul_scalar(D, x, p), SLAPO_EW_mul_scalar(F, x, pf))
+EW_UNARY(pow, SLAPO_EW_pow(D, x, p), SLAPO_EW_pow(F, x, pf))
 /* x^2 (variance, squared error) is common: one multiply instead of powf. */
-EW_UNARY(square, x * x, x * x)
+EW_UNARY(square, SLAPO_EW_square(D, x), SLAPO_EW_square(F, x))
 EW_KERNELS1(add_scalar, ew_attr(node, "value"))
 EW_KERNELS1(mul_scalar, ew_attr(node, "value"))
 
@@ -72,43 +71,6 @@ static slapo_status pow_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   return slapo_ctx_status(ctx);
 }
 
-/* ---- cc codegen: the references compute in double and round once; the
- * gradients as the rules above build them ---- */
-
-/* The attribute `key` as a literal; false when it is missing or not finite. */
-static bool attr_lit(const slapo_node *node, const char *key, double *v, char lit[CC_LIT_CAP]) {
-  return ew_attr_number(node, key, v) == SLAPO_OK && cc_lit(lit, *v);
-}
-
-static bool add_scalar_cc(const slapo_node *node, int which, char *buf, size_t cap) {
-  double v;
-  char V[CC_LIT_CAP];
-  if (!attr_lit(node, "value", &v, V)) return false;
-  if (which == -1) return cc_put(buf, cap, "((float)((double)a + %s))", V);
-  return which == 0 && cc_put(buf, cap, "(g)");
-}
-
-static bool mul_scalar_cc(const slapo_node *node, int which, char *buf, size_t cap) {
-  double v;
-  char V[CC_LIT_CAP];
-  if (!attr_lit(node, "value", &v, V)) return false;
-  if (which == -1) return cc_put(buf, cap, "((float)((double)a * %s))", V);
-  return which == 0 && cc_put(buf, cap, "((float)((double)g * %s))", V);
-}
-
-static bool pow_cc(const slapo_node *node, int which, char *buf, size_t cap) {
-  double p;
-  char P[CC_LIT_CAP], PM1[CC_LIT_CAP];
-  if (!attr_lit(node, "exponent", &p, P)) return false;
-  if (which == -1) return cc_put(buf, cap, "((float)pow((double)a, %s))", P);
-  if (which != 0) return false;
-  if (p == 0.0) return cc_put(buf, cap, "((float)((double)g * 0.0))");
-  if (p == 1.0) return cc_put(buf, cap, "(g)");
-  if (p == 2.0) return cc_put(buf, cap, "(g * (float)((double)a * 2.0))");
-  return cc_lit(PM1, p - 1.0) &&
-         cc_put(buf, cap, "(g * (float)((double)(float)pow((double)a, %s) * %s))", PM1, P);
-}
-
 /* ---- test examples ---- */
 
 static slapo_node *example_x(slapo_ctx *ctx) {
@@ -133,7 +95,6 @@ SLAPO_OP_DESCRIPTOR(add_scalar) = {
     .fast = add_scalar_fast_k,
     .backward = add_scalar_backward,
     .elementwise = true,
-    .cc_expr = add_scalar_cc,
     .contiguous_inputs = false,
     .doc = "x + value (attribute 'value', float)",
     .test = {.example = add_scalar_example},
@@ -147,7 +108,6 @@ SLAPO_OP_DESCRIPTOR(mul_scalar) = {
     .fast = mul_scalar_fast_k,
     .backward = mul_scalar_backward,
     .elementwise = true,
-    .cc_expr = mul_scalar_cc,
     .contiguous_inputs = false,
     .doc = "x * value (attribute 'value', float)",
     .test = {.example = mul_scalar_example},
@@ -161,7 +121,6 @@ SLAPO_OP_DESCRIPTOR(pow) = {
     .fast = pow_fast_k,
     .backward = pow_backward,
     .elementwise = true,
-    .cc_expr = pow_cc,
     .contiguous_inputs = false,
     .doc = "x ^ exponent (attribute 'exponent', float; C pow semantics)",
     /* A positive base keeps x^1.5 real and smooth. */

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 /* Rows of x [R, S] and the causal geometry [.., T, S] of a node's input. */
 typedef struct rows {

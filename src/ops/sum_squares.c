@@ -5,7 +5,7 @@
 #include <omp.h>
 
 #include "ops/internal.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 
 /* LANES interleaved partial sums (element i goes to lane i % LANES), added
  * in lane order at the end: a fixed order, so the result is reproducible,

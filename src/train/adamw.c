@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/assert.h"
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 #include "slapo/dist.h"
 #include "slapo/train.h"
 

@@ -4,7 +4,7 @@
  * Layer: train. */
 #include <math.h>
 
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 #include "slapo/dist.h"
 #include "slapo/train.h"
 

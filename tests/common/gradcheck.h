@@ -73,7 +73,7 @@ slapo_status fastcheck_op(const slapo_op *op, uint64_t seed, bool *skipped, char
 /* Runs op's example (with its backward) with fast kernels at the host's ISA
  * level, then at each lower level (slapo_isa_set_max), and checks that
  * every output is byte-identical to the host level's: the ISA variants of a
- * kernel must round alike (ops/vmath.h). Leaves the cap at the host level.
+ * kernel must round alike (slapo/ops/vmath.h). Leaves the cap at the host level.
  * Returns SLAPO_OK, SLAPO_VERIFY (report names the levels and output), or a
  * build, plan or run failure. */
 slapo_status isacheck_op(const slapo_op *op, uint64_t seed, char *report, size_t cap);

@@ -205,7 +205,7 @@ static void every_elementwise_op(void **state) {
       {"log", 0, 0, 0.5f, 2},    {"tanh", 0, 0, -2, 2},       {"sqrt", 0, 0, 0.5f, 2},
       {"rsqrt", 0, 0, 0.5f, 2},  {"relu", 0, 0, -1, 1},       {"sigmoid", 0, 0, -3, 3},
       {"silu", 0, 0, -3, 3},     {"gelu", 0, 1, -3, 3},       {"gelu", 0, 0, -3, 3},
-      {"dropout", 0, 0.3, -1, 1},
+      {"dropout", 0, 0.3, -1, 1},  {"round_bf16", 0, 0, -1, 1},
   };
   int covered = 0;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

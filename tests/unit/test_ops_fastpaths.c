@@ -18,7 +18,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "ops/vmath.h"
+#include "slapo/ops/vmath.h"
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "common/gradcheck.h"
-#include "ops/gemm.h"
+#include "slapo/ops/gemm.h"
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 

@@ -1,9 +1,10 @@
-/* ops/gemm.h - the batched GEMM behind "matmul" and "linear":
+/* slapo/ops/gemm.h - the batched GEMM behind "matmul" and "linear":
  *   C[.., M, N] = A[.., M, K] @ B[.., K, N] (+ bias[N])
  * with NumPy-broadcast batch dims and arbitrary element strides, so a
  * transposed operand is only a swap of two strides. The reference loop is in
  * gemm_ref.c, the oneDNN matmul fast path in gemm_dnnl.c.
- * Layer: ops (internal). */
+ * Layer: ops; public (not stable API) because the dnnl compiler
+ * backend runs its fused GEMMs through it. */
 #ifndef SLAPO_OPS_GEMM_H
 #define SLAPO_OPS_GEMM_H
 

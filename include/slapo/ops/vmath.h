@@ -1,10 +1,12 @@
-/* ops/vmath.h - float math for fast kernels, written so that GCC vectorizes
+/* slapo/ops/vmath.h - float math for fast kernels, written so that GCC vectorizes
  * the loops that use it: no libm calls (glibc's vector libm needs
  * -ffast-math) and no float comparisons (without -fno-trapping-math GCC
  * will not if-convert them), only arithmetic and integer bit operations.
  * Plus SLAPO__SIMD_FN / SLAPO__SIMD_PROC, which compile a loop for AVX-512
  * and AVX2 as well as the baseline and pick one per call at run time (the
- * build targets plain x86-64). Layer: ops (internal; the train layer's loops use it too).
+ * build targets plain x86-64). Layer: ops. Public (not part of the stable
+ * API) because the train layer's loops and the cc backend's generated
+ * source (compiler/cc_ops.c) use it too.
  * exp: Cody & Waite range reduction with the degree-7 polynomial of Cephes'
  * expf (S. L. Moshier, Cephes Math Library, expf.c), ~1 ulp on [-ln2/2, ln2/2]. */
 #ifndef SLAPO_OPS_VMATH_H
@@ -54,7 +56,7 @@
 
 /* The scalar helpers below are defined through SLAPO__VMATH_SRC so that the
  * cc backend can paste the very same text into the kernels it generates
- * (slapo__cc_math_src, ops/cc_math.c): a fused region computes GELU with
+ * (slapo__cc_math_src, compiler/cc_ops.c): a fused region computes GELU with
  * the same operations, in the same order, as the fast kernels. The macro
  * holds no directives; comments inside it vanish when it is stringized. */
 #define SLAPO__GELU_XMAX_BITS 0x41180000u /* 9.5f */
@@ -75,13 +77,27 @@ static inline float slapo__clamp_abs(float x, uint32_t lim_bits) {              
 /* v if keep (0 or 1), else +0.0f, by masking the bits: a select no floating-point                         \
  * operation depends on, so GCC neither branches nor moves the multiply                           \
  * after it under the condition, and the loop vectorizes with and without                         \
- * AVX-512 masks (a dropout's keep test, cc_expr of dropout). */                                  \
+ * AVX-512 masks (a dropout's keep test, in kernels and in the cc backend). */                                  \
 static inline float slapo__keep(float v, int keep) {                                              \
   uint32_t b;                                                                                     \
   memcpy(&b, &v, sizeof b);                                                                       \
   b &= 0u - (uint32_t)keep;                                                                       \
   memcpy(&v, &b, sizeof b);                                                                       \
   return v;                                                                                       \
+}                                                                                                 \
+                                                                                                  \
+/* x rounded to the nearest bfloat16, ties to even, as float: add 0x7fff                         \
+ * and the lowest kept bit, clear the low 16 (a carry rounds up to inf, as                        \
+ * it should); a NaN keeps its sign and top payload, quieted. The NaN test                        \
+ * is an integer select, so the loop vectorizes. As slapo_f32_to_bf16. */                         \
+static inline float slapo__round_bf16(float x) {                                                  \
+  uint32_t b;                                                                                     \
+  memcpy(&b, &x, sizeof b);                                                                       \
+  uint32_t r = (b + 0x7fffu + ((b >> 16) & 1u)) & 0xffff0000u;                                    \
+  uint32_t q = (b | 0x00400000u) & 0xffff0000u;                                                   \
+  b = (b & 0x7fffffffu) > 0x7f800000u ? q : r;                                                    \
+  memcpy(&x, &b, sizeof b);                                                                       \
+  return x;                                                                                       \
 }                                                                                                 \
                                                                                                   \
 /* e^a for a float |a| <= 87 (callers clamp it; outside, the 2^n scale                            \

@@ -1,4 +1,4 @@
-/* ops/dnnl_cache.h - the oneDNN engine and stream every slapo primitive
+/* slapo/ops/dnnl_cache.h - the oneDNN engine and stream every slapo primitive
  * runs on, and the primitive cache shared by the GEMM (ops/gemm_dnnl.c),
  * the convolutions (ops/conv.c) and the dnnl backend's fused matmuls
  * (compiler/dnnl.c). Creating a primitive takes tens of microseconds, so
@@ -9,7 +9,8 @@
  * Thread safety: an entry's memory objects carry per-call data handles, so
  * an entry is used by one caller at a time (its busy flag, under the
  * cache's mutex); a second caller of the same problem gets its own entry.
- * Internal to the library. Layer: ops. */
+ * Public (not stable API) because the dnnl compiler backend
+ * shares the cache. Layer: ops. */
 #ifndef SLAPO_OPS_DNNL_CACHE_H
 #define SLAPO_OPS_DNNL_CACHE_H
 
