@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "module/internal.h"
+#include "slapo/rewrite.h"
 
 struct slapo_kv_cache {
   int64_t len;       /* positions held */
@@ -189,7 +190,11 @@ slapo_status slapo_step_decode(slapo_runner *r, slapo_kv_cache *cache, const sla
     slapo_ctx_set_user(ctx, &bs);
     s = build_decode(root, ctx, idx, &bs);
   }
-  if (s == SLAPO_OK) s = slapo__drop_identity_dropouts(g, false, NULL);
+  /* The step's rules in eval mode: identity dropouts go. */
+  int n_rules;
+  const slapo_rewrite_rule *const *rules = slapo_rewrite_step_rules(&n_rules);
+  if (s == SLAPO_OK)
+    s = slapo_rewrite_run(g, rules, n_rules, &(slapo_rewrite_env){.training = false}, NULL);
   if (s == SLAPO_OK) s = slapo_plan_new(g, NULL, &p);
   if (s == SLAPO_OK) s = bind_all(p, &bs, idx, cache);
   slapo_kernel_env e = env ? *env : (slapo_kernel_env){0};

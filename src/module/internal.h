@@ -79,43 +79,6 @@ void slapo__trace_free(slapo_trace_state *t);
 slapo_module *slapo__runner_root(const slapo_runner *r);
 void slapo__runner_keep_decode(slapo_runner *r, slapo_graph *g, slapo_plan *p);
 
-/* A call_op node of `op` on in[n_in] with attrs[n_attrs], inserted
- * before `at`, its dtype and shape from the op's own shape inference, its
- * origin (module path, op_seq) copied from `like`: the edit the graph
- * passes below share (graph_edit.c). Errors: those of
- * slapo_graph_add_call_op and of the op's infer. */
-slapo_status slapo__emit_before(slapo_graph *g, slapo_node *at, const struct slapo_op *op,
-                                int n_in, slapo_node *const *in, int n_attrs,
-                                const slapo_attr *attrs, const slapo_node *like,
-                                slapo_node **out);
-
-/* Graph pass (fold_grads.c), run by slapo_step on the joint graph: every
- * sum of step-1 slice_backward nodes whose slices tile their dim (the
- * gradient of a split) becomes one concat of the pieces' gradients; the
- * replaced adds and slice_backwards are erased. Exact up to the sign of
- * zeros. *n_folded (may be NULL) receives the number of sums replaced.
- * Errors: SLAPO_NOMEM (the graph may then hold an unused concat). */
-slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded);
-
-/* Graph pass (fold_index_add.c), run by slapo_step on the joint graph:
- * add(index_add(full(0), idx, src), g) -> index_add(g, idx, src) where the
- * full and the index_add have no other user. Changes the order of float
- * sums in the touched rows (documented there). Errors: SLAPO_NOMEM. */
-slapo_status slapo__fold_index_add(slapo_graph *g, int *n_folded);
-
-/* Graph pass (fold_norm_add.c), run by slapo_step on the joint graph:
- * add(dx, r), dx a layer_norm_backward's or rms_norm_backward's input
- * gradient used by that add alone and r computed before it, becomes the
- * backward op with residual = 1 reading r (bitwise the same values).
- * *n_folded (may be NULL) receives the count. Errors: SLAPO_NOMEM. */
-slapo_status slapo__fold_norm_add(slapo_graph *g, int *n_folded);
-
-/* Graph pass (drop_identity.c), run by slapo_step: removes every dropout
- * node that is the identity in the step (p == 0, or `training` false), its
- * users reading its input instead. *n_dropped (may be NULL) receives the
- * count. Errors: SLAPO_NOMEM. */
-slapo_status slapo__drop_identity_dropouts(slapo_graph *g, bool training, int *n_dropped);
-
 /* The range an integer step input must lie in (module/index_check.c):
  * [0, hi), or `ignore` when has_ignore; unchecked (the
  * input reaches no embedding ids or cross-entropy targets: node ""). */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "module/internal.h"
+#include "slapo/rewrite.h"
 
 typedef struct built_step {
   slapo_graph *g;
@@ -122,6 +123,18 @@ static slapo_status find_absent(slapo_module *root, built_step *b) {
   return st.nomem ? slapo_error(SLAPO_NOMEM, "step: out of memory") : SLAPO_OK;
 }
 
+/* Runs the step's rules on g to a fixpoint; logs what each rewrote. */
+static slapo_status run_step_rules(slapo_graph *g, bool training) {
+  int n_rules, counts[16];
+  const slapo_rewrite_rule *const *rules = slapo_rewrite_step_rules(&n_rules);
+  SLAPO_ASSERT(n_rules <= (int)SLAPO_ARRAY_LEN(counts));
+  SLAPO_TRY(slapo_rewrite_run(g, rules, n_rules, &(slapo_rewrite_env){.training = training},
+                              counts));
+  for (int i = 0; i < n_rules; i++)
+    if (counts[i]) slapo_logf(1, "step: rule %s rewrote %d time(s)", rules[i]->name, counts[i]);
+  return SLAPO_OK;
+}
+
 static char *graph_text(const slapo_graph *g) {
   char *buf = NULL;
   size_t len = 0;
@@ -203,27 +216,14 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
     slapo_node *dloss = slapo_input(ctx, "dloss", SLAPO_DTYPE_F32, 0, NULL);
     s = dloss ? slapo_backward(ctx, y, dloss, n, wrt, outs + 1) : slapo_ctx_status(ctx);
     if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
-    /* Split gradients as one concat instead of zero-padded pieces summed
-     * (fold_grads.c): same values, far less memory traffic. */
-    int folded = 0;
-    if (s == SLAPO_OK) s = slapo__fold_split_grads(b->g, &folded);
-    if (folded) slapo_logf(1, "step: %d split gradients joined with concat", folded);
-    /* Embedding gradients scattered into the other gradient of a tied weight
-     * rather than into zeros then added (fold_index_add.c). */
-    if (s == SLAPO_OK) s = slapo__fold_index_add(b->g, &folded);
-    if (folded) slapo_logf(1, "step: %d index_add into zeros folded into an add", folded);
-    /* The residual stream's gradient added by the norm's backward kernel
-     * rather than by an add after it (fold_norm_add.c). */
-    if (s == SLAPO_OK) s = slapo__fold_norm_add(b->g, &folded);
-    if (folded) slapo_logf(1, "step: %d gradient adds folded into a norm backward", folded);
   } else {
     if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
   }
-  /* Dropouts that copy without changing a value (p = 0, or eval mode) go
-   * (drop_identity.c). */
-  int dropped = 0;
-  if (s == SLAPO_OK) s = slapo__drop_identity_dropouts(b->g, mode == SLAPO_STEP_TRAIN, &dropped);
-  if (dropped) slapo_logf(1, "step: %d identity dropouts removed", dropped);
+  /* The step's graph rewrites (src/rewrite/step_rules.def): split
+   * gradients joined with one concat, an embedding's gradient scattered
+   * into its tied weight's, residual adds folded into the norm backwards,
+   * identity dropouts removed. */
+  if (s == SLAPO_OK) s = run_step_rules(b->g, mode == SLAPO_STEP_TRAIN);
   if (s != SLAPO_OK) goto done;
   slapo_logf(1, "step: built %s graph with %d nodes, %d parameters",
              mode == SLAPO_STEP_TRAIN ? "train" : "eval", slapo_graph_count(b->g), n);

@@ -1,17 +1,17 @@
-/* tests/unit/test_step_passes.c - the graph passes slapo_step runs. The
- * split-gradient fold (src/module/fold_grads.c): a value split into pieces
+/* tests/unit/test_step_passes.c - the graph rewrite rules slapo_step runs. The
+ * split-gradient fold (src/rewrite/fold_split_grads.c): a value split into pieces
  * that tile a dim gets
  * its gradient from one concat, bitwise equal to the unfolded sum of
  * zero-padded slice_backwards, also when x has another user (the concat
  * is then added to that user's gradient); sums that are not such a tiling
  * (a gap, strided slices) are left alone; and a GPT-2 step folds one split
- * per attention layer. Identity dropouts (src/module/drop_identity.c): a
+ * per attention layer. Identity dropouts (src/rewrite/drop_identity.c): a
  * GPT-2 step keeps its dropout nodes only when training with p > 0, and a
  * step without them computes the same bytes. The index_add fold
- * (src/module/fold_index_add.c): a tied embedding / output weight gets its
+ * (src/rewrite/fold_index_add.c): a tied embedding / output weight gets its
  * gradient from one index_add into the output layer's gradient, equal to
  * the unfolded sum within float rounding. The LayerNorm fold
- * (src/module/fold_norm_add.c): the add of a LayerNorm (or RMSNorm)
+ * (src/rewrite/fold_norm_add.c): the add of a LayerNorm (or RMSNorm)
  * input's two gradients goes into the norm's backward op, bitwise the same
  * (fast and reference kernels; with and without the packed dw, db; either
  * operand order), not when the other gradient is computed after the
@@ -26,12 +26,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "module/internal.h"
+#include "slapo/rewrite.h"
 #include "slapo/autograd.h"
 #include "slapo/exec.h"
 #include "slapo/models.h"
 
 #define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
+
+/* Runs the rule `name` alone on g (a training step's graph) to its
+ * fixpoint; *n receives how often it rewrote. */
+static slapo_status run_rule(slapo_graph *g, const char *name, int *n) {
+  const slapo_rewrite_rule *r = slapo_rewrite_rule_find(name);
+  assert_non_null(r);
+  return slapo_rewrite_run(g, &r, 1, &(slapo_rewrite_env){.training = true}, n);
+}
 
 static int count_op(const slapo_graph *g, const char *op) {
   int n = 0;
@@ -106,7 +114,7 @@ static slapo_tensor *run(const slapo_graph *g) {
 static void check_folds(cut how) {
   slapo_graph *plain = build(how), *folded = build(how);
   int n = -1;
-  assert_ok(slapo__fold_split_grads(folded, &n));
+  assert_ok(run_rule(folded, "fold_split_grads", &n));
   assert_int_equal(n, 1);
   assert_ok(slapo_graph_lint(folded));
   assert_int_equal(count_op(plain, "slice_backward"), 3);
@@ -136,7 +144,7 @@ static void test_other_sums_are_left_alone(void **state) {
   for (int i = 0; i < 2; i++) {
     slapo_graph *g = build(cuts[i]);
     int before = slapo_graph_count(g), n = -1;
-    assert_ok(slapo__fold_split_grads(g, &n));
+    assert_ok(run_rule(g, "fold_split_grads", &n));
     assert_int_equal(n, 0);
     assert_int_equal(slapo_graph_count(g), before);
     slapo_graph_free(g);
@@ -273,7 +281,7 @@ static void test_tied_embedding_gradient_scatters_into_other(void **state) {
   (void)state;
   slapo_graph *plain = build_tied(), *folded = build_tied();
   int n = -1;
-  assert_ok(slapo__fold_index_add(folded, &n));
+  assert_ok(run_rule(folded, "fold_index_add", &n));
   assert_int_equal(n, 1);
   assert_ok(slapo_graph_lint(folded));
   assert_int_equal(count_op(plain, "full") - count_op(folded, "full"), 1);
@@ -381,7 +389,7 @@ static void test_norm_gradient_add_folds_bitwise(void **state) {
   for (int form = LN_PARAMS; form <= LN_LATE; form++) {
     slapo_graph *plain = build_ln((ln_form)form), *folded = build_ln((ln_form)form);
     int n = -1;
-    assert_ok(slapo__fold_norm_add(folded, &n));
+    assert_ok(run_rule(folded, "fold_norm_add", &n));
     if (form == LN_LATE) {
       /* The kernel would have to read a value computed after it: left alone. */
       assert_int_equal(n, 0);
@@ -395,7 +403,7 @@ static void test_norm_gradient_add_folds_bitwise(void **state) {
     const char *bwd = form == LN_RMS ? "rms_norm_backward" : "layer_norm_backward";
     assert_int_equal(count_op(folded, bwd), count_op(plain, bwd));
     /* Folding twice finds nothing more. */
-    assert_ok(slapo__fold_norm_add(folded, &n));
+    assert_ok(run_rule(folded, "fold_norm_add", &n));
     assert_int_equal(n, 0);
     for (int ref = 0; ref < 2; ref++) {
       int na, nb;

@@ -1,16 +1,15 @@
-/* module/fold_grads.c - a pass over a step's joint graph, run after the
- * backward is derived: the gradient of a value that was split (slapo_split
+/* rewrite/fold_split_grads.c - a rule for a step's joint graph (the
+ * backward derived): the gradient of a value that was split (slapo_split
  * emits one `slice` per piece) arrives as one zero-padded `slice_backward`
  * per piece, summed by autograd with `add` nodes; when the pieces tile the
  * sliced dim exactly, that sum is the pieces' gradients joined with one
- * `concat`. Layer: module.
+ * `concat`. Layer: rewrite.
  * Why: GPT-2's attention splits c_attn's [B, T, 3C] output into q, k, v;
  * its backward then wrote three zero-filled [B, T, 3C] buffers and added
  * them twice (about 13 passes over 3C-wide data) where a concat writes the
  * result once (2 passes). Exact: each element of the sum is one piece's
  * value plus zeros (x + 0 = x; only the sign of a zero can differ). */
-#include "module/internal.h"
-#include "slapo/ops.h"
+#include "rewrite/internal.h"
 
 /* One piece: the gradient node it carries and its range along the dim. */
 typedef struct piece {
@@ -84,35 +83,39 @@ static bool tiles(tree *t) {
   return at == t->root->shape[t->dim];
 }
 
-/* Replaces the sum rooted at `root` by a concat when it has the form above;
- * *cat is the concat, or NULL when the sum has another form. */
-static slapo_status try_fold(slapo_graph *g, slapo_node *root, slapo_node **cat_out) {
-  *cat_out = NULL;
+/* A sum rooted at the add n whose leaves tile a dim. */
+static bool match(slapo_node *n, const slapo_rewrite_env *env, slapo_rewrite_match *m) {
+  (void)env;
+  tree t = {.root = n};
+  m->node[0] = n;
+  return collect(&t, n) && t.n >= 2 && tiles(&t);
+}
+
+/* The sum becomes one concat of the pieces' gradients, in order. */
+static slapo_status rewrite(slapo_graph *g, const slapo_rewrite_match *m, slapo_node **resume) {
+  slapo_node *root = m->node[0];
   tree t = {.root = root};
-  if (!collect(&t, root) || t.n < 2 || !tiles(&t)) return SLAPO_OK;
+  bool ok = collect(&t, root) && tiles(&t);
+  SLAPO_ASSERT(ok); /* as match found it */
   slapo_node *ins[MAX_PIECES];
   for (int i = 0; i < t.n; i++) ins[i] = t.p[i].dy;
   slapo_attr dim = slapo_attr_int("dim", t.dim);
   slapo_node *cat;
-  SLAPO_TRY(slapo__emit_before(g, root, SLAPO_OP_DESC(concat), t.n, ins, 1, &dim, root, &cat));
+  SLAPO_TRY(slapo_rewrite_emit_before(g, root, SLAPO_OP_DESC(concat), t.n, ins, 1, &dim, root,
+                                      &cat));
   SLAPO_TRY(slapo_node_replace_all_uses(root, cat));
   /* inner[] lists every node of the tree parents-first, so each has no
    * users left by the time it is erased. */
   for (int i = 0; i < t.n_inner; i++) SLAPO_TRY(slapo_graph_erase(g, t.inner[i]));
-  *cat_out = cat;
+  *resume = cat;
   return SLAPO_OK;
 }
 
-slapo_status slapo__fold_split_grads(slapo_graph *g, int *n_folded) {
-  int count = 0;
-  /* Walk backwards so that the outermost add of a sum is met first; after a
-   * fold, go on before the concat (the erased nodes all came before it). */
-  for (slapo_node *n = slapo_graph_last(g); n;) {
-    slapo_node *cat = NULL;
-    if (slapo_node_is_op(n, SLAPO_OP_DESC(add))) SLAPO_TRY(try_fold(g, n, &cat));
-    count += cat != NULL;
-    n = cat ? cat->prev : n->prev;
-  }
-  if (n_folded) *n_folded = count;
-  return SLAPO_OK;
-}
+const slapo_rewrite_rule slapo__rule_fold_split_grads = {
+    .name = "fold_split_grads",
+    .summary = "a sum of slice_backwards that tile a dim -> concat of the pieces",
+    .anchor = SLAPO_OP_DESC(add),
+    .guard = slapo__rule_training,
+    .match = match,
+    .rewrite = rewrite,
+};
