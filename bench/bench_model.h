@@ -26,7 +26,7 @@ static inline slapo_status bench_model_new(const char *family, const char *confi
   *m = (bench_model){0};
   SLAPO_TRY(slapo_model_find(family, &m->family));
   SLAPO_TRY(m->family->dims(config, &m->dims));
-  SLAPO_TRY(m->family->create(config, -1, &m->model));
+  SLAPO_TRY(m->family->create(config, NULL, &m->model));
   if (schedule) {
     SLAPO_TRY(slapo_models_init());
     SLAPO_TRY(slapo_schedule_file_apply(m->model, schedule, NULL, 0, &m->sched));

@@ -44,8 +44,23 @@ typedef struct slapo_model_dims {
    * the [PAD] id, -1 when there is none. */
   int64_t mask_token;
   int64_t pad_token;
+  /* The tokenizer the config's vocabulary was made for: "bytes" (one token
+   * a byte, the byte-level configs), "gpt2" (GPT-2's byte-level BPE, 50257
+   * tokens), "llama" (LLaMA's SentencePiece model, 32000). */
+  const char *tokenizer;
   char summary[128];   /* "12 layers, 768 wide, 12 heads, context 1024"      */
 } slapo_model_dims;
+
+/* Overrides of a config when a family builds a model (slapo_model_family
+ * .create). A zero-initialized struct overrides nothing except dropout: set
+ * dropout to -1 to keep the config's. */
+typedef struct slapo_model_opts {
+  double dropout;     /* every dropout probability of the family; < 0: the config's */
+  int64_t vocab_size; /* the vocabulary (embedding and head rows); 0: the config's  */
+} slapo_model_opts;
+
+/* The options that keep a config as it is. */
+#define SLAPO_MODEL_OPTS_DEFAULT ((slapo_model_opts){.dropout = -1, .vocab_size = 0})
 
 /* A model family (GPT-2, later LLaMA, BERT): everything the trainer and the
  * CLI need, so neither names a model. Entries are static and listed in
@@ -66,9 +81,10 @@ typedef struct slapo_model_family {
   const char *default_schedule;
   /* Fills *out for `config`. Errors: SLAPO_NOT_FOUND listing the configs. */
   slapo_status (*dims)(const char *config, slapo_model_dims *out);
-  /* Builds the model with meta parameters; dropout < 0: the config's.
-   * *out owned. Errors: SLAPO_NOT_FOUND (config), SLAPO_INVALID_ARG, NOMEM. */
-  slapo_status (*create)(const char *config, double dropout, slapo_module **out);
+  /* Builds the model with meta parameters, the config changed by opts
+   * (NULL: SLAPO_MODEL_OPTS_DEFAULT). *out owned. Errors: SLAPO_NOT_FOUND
+   * (config), SLAPO_INVALID_ARG (an override out of range), NOMEM. */
+  slapo_status (*create)(const char *config, const slapo_model_opts *opts, slapo_module **out);
   /* Hugging Face safetensors import into a materialized model, and atomic
    * export with extra metadata pairs (the family's layout and names). */
   slapo_status (*load)(slapo_module *model, const char *path);
@@ -77,6 +93,17 @@ typedef struct slapo_model_family {
   /* True for parameters the Hugging Face file stores transposed; optimizer
    * state is written in the same layout (slapo_adamw_save). May be NULL. */
   bool (*stored_transposed)(const char *param_path);
+  /* The tensor-parallel schedule (in schedules/, on top of the default
+   * one), or NULL: named where --tp shards nothing. */
+  const char *tp_schedule;
+  /* The family's attention module type ("GPT2Attention") and the factory
+   * of its FlashAttention replacement: a module computing the same through
+   * the fused flash_attention op, with the replaced module's parameters
+   * tied (same objects and paths) and its dropout streams reused. The
+   * "FlashAttention" replacement dispatches to it on the replaced module's
+   * type. NULL: the family has none. */
+  const char *attention_type;
+  slapo_status (*flash_attention_new)(const slapo_module *replaced, slapo_module **out);
 } slapo_model_family;
 
 /* The family named `name`. Errors: SLAPO_NOT_FOUND listing the families. */
@@ -292,21 +319,23 @@ slapo_status slapo_bert_save(slapo_module *model, const char *path, int n_meta,
                              const char *const *keys, const char *const *values);
 
 /* ------------------------------------------------------------------------ */
-/* FlashAttention (a replacement for GPT2Attention)                          */
+/* FlashAttention (a replacement for each family's attention)                */
 /* ------------------------------------------------------------------------ */
 
-/* Builds a "FlashAttention" module that computes what the GPT2Attention
- * `replaced` computes (x [B, T, C] -> [B, T, C]) with the fused
- * "flash_attention" op (Dao et al. 2022) instead of the [B, NH, T, T]
- * softmax/dropout/matmul composite. Its children c_attn and c_proj share
- * (tie) the replaced module's parameter objects, so weights, gradients and
- * Hugging Face paths are unchanged once it takes the old module's place
- * (slapo_module_replace_child); attn_dropout and resid_dropout have the same
- * p. The fused dropout uses the RNG stream the old `<path>.attn_dropout`
- * module's dropout op gets, so train-mode masks are the same too.
- * `replaced` is borrowed (read only); *out owned.
- * Errors: SLAPO_INVALID_ARG (replaced NULL, not a GPT2Attention, or missing
- * c_attn/c_proj weights), NOMEM. */
+/* Builds a "FlashAttention" module that computes what the attention module
+ * `replaced` computes with the fused "flash_attention" op (Dao et al. 2022)
+ * instead of the [B, NH, T, T] softmax/dropout/matmul composite, through
+ * the factory of the family whose attention_type is replaced's type (GPT-2:
+ * a "FlashAttention" with children c_attn and c_proj; LLaMA and BERT: their
+ * own flash types). Its Linears share (tie) the replaced module's parameter
+ * objects, so weights, gradients and Hugging Face paths are unchanged once
+ * it takes the old module's place (slapo_module_replace_child); its
+ * dropouts have the same p, and the fused one uses the RNG stream of the
+ * replaced module's attention dropout, so train-mode masks are the same
+ * too. `replaced` is borrowed (read only); *out owned.
+ * Errors: SLAPO_INVALID_ARG (replaced NULL or of a type no family's
+ * attention has, naming the types that are; missing projection weights),
+ * NOMEM. */
 slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 
 /* The "FusedLinear" subgraph module (models/fused_linear.c): `n` matches,

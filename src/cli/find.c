@@ -53,7 +53,7 @@ static slapo_status find(const cli_model_opts *mo, const char *pattern, const ch
   bool owned = false;
   slapo_matches ms = {0};
   slapo_sched *node = NULL;
-  slapo_status s = mo->family->create(mo->config, -1, &m);
+  slapo_status s = mo->family->create(mo->config, NULL, &m);
   if (s == SLAPO_OK) {
     if (mo->schedule)
       s = slapo_schedule_file_apply(m, mo->schedule, mo->disabled, mo->n_disabled, &run);

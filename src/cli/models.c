@@ -6,18 +6,21 @@
 #include "cli/common.h"
 
 static slapo_status list_family(const slapo_model_family *f) {
-  printf("%s (%s)%s%s\n", f->name, f->hf_class, f->default_schedule ? ", default schedule " : "",
-         f->default_schedule ? f->default_schedule : "");
+  printf("%s (%s)%s%s%s%s%s%s\n", f->name, f->hf_class,
+         f->default_schedule ? ", default schedule " : "",
+         f->default_schedule ? f->default_schedule : "", f->tp_schedule ? ", tensor parallel " : "",
+         f->tp_schedule ? f->tp_schedule : "", f->attention_type ? ", attention " : "",
+         f->attention_type ? f->attention_type : "");
   for (const char *const *c = f->configs; *c; c++) {
     slapo_model_dims d;
     slapo_module *m;
     SLAPO_TRY(f->dims(*c, &d));
-    SLAPO_TRY(f->create(*c, -1, &m));
+    SLAPO_TRY(f->create(*c, NULL, &m));
     double n = (double)slapo_module_numel(m);
     slapo_module_free(m);
-    printf("  %-8s %9.2fM parameters  %s, vocabulary %lld%s\n", *c, n / 1e6, d.summary,
-           (long long)d.vocab_size, f->default_config && !strcmp(*c, f->default_config)
-                                        ? " (default)" : "");
+    printf("  %-8s %9.2fM parameters  %s, vocabulary %lld (%s)%s\n", *c, n / 1e6, d.summary,
+           (long long)d.vocab_size, d.tokenizer, f->default_config && !strcmp(*c, f->default_config)
+                                                     ? " (default)" : "");
   }
   return SLAPO_OK;
 }

@@ -65,7 +65,7 @@ static slapo_status run_one(const profile_args *a, const char *schedule, const s
   SLAPO_TRY(f->dims(a->mo.config, &d));
   slapo_module *m = NULL;
   slapo_schedule_run run = {0};
-  slapo_status s = f->create(a->mo.config, -1, &m);
+  slapo_status s = f->create(a->mo.config, NULL, &m);
   if (s == SLAPO_OK && schedule)
     s = slapo_schedule_file_apply(m, schedule, disabled, n_disabled, &run);
   if (s == SLAPO_OK) s = warn_unsharded(m, schedule);

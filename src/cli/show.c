@@ -106,7 +106,7 @@ static slapo_status show(const cli_model_opts *mo, int64_t B, int64_t T, const c
                          const char *dot) {
   slapo_module *m = NULL;
   slapo_schedule_run run = {0};
-  slapo_status s = mo->family->create(mo->config, -1, &m);
+  slapo_status s = mo->family->create(mo->config, NULL, &m);
   if (s == SLAPO_OK && graph) {
     if (mo->schedule)
       s = slapo_schedule_file_apply(m, mo->schedule, mo->disabled, mo->n_disabled, &run);

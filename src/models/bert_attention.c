@@ -115,19 +115,9 @@ static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     int64_t bt[2] = {in[0]->shape[0], in[0]->shape[1]};
     args[n++] = slapo_reshape(ctx, in[1], 2, bt);
   }
-  const char *origin = slapo_ctx_origin(ctx);
-  char drop_path[1024];
-  snprintf(drop_path, sizeof drop_path, "%s%sdropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[6] = {
-      slapo_attr_int("causal", 0),
-      slapo_attr_float("scale", 1.0 / sqrt((double)(c->n_embd / c->n_head))),
-      slapo_attr_float("dropout_p", c->attn_dropout),
-      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
-      slapo_attr_int("head_offset", h.head0),      /* tensor parallel: the unsharded */
-      slapo_attr_int("n_head_total", c->n_head),   /*   model's masks in these heads */
-  };
-  int n_attrs = h.NH != c->n_head ? 6 : 4;
-  return merge(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), n, args, n_attrs, attrs));
+  return merge(ctx, slapo__flash_attention(ctx, SLAPO_OP_DESC(flash_attention), n, args, "dropout",
+                                           false, 1.0 / sqrt((double)(c->n_embd / c->n_head)),
+                                           c->attn_dropout, h.NH, h.head0, c->n_head, 0));
 }
 
 static void self_attn_describe(const slapo_module *self, char *buf, size_t cap) {

@@ -1,5 +1,5 @@
-/* models/flash_attention.c - "FlashAttention", a drop-in replacement for
- * GPT2Attention that runs the fused "flash_attention" op (Dao et al.,
+/* models/flash_attention.c - GPT-2's "FlashAttention", a drop-in replacement
+ * for GPT2Attention that runs the fused "flash_attention" op (Dao et al.,
  * "FlashAttention", NeurIPS 2022; kernels in src/ops/attention.c) instead of
  * the [B, NH, T, T] softmax + dropout + matmul composite. It ties the
  * replaced module's c_attn/c_proj parameters (same objects, same Hugging Face
@@ -41,22 +41,6 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     return NULL;
   int64_t C = NH * HS;
   slapo_node *qkv = slapo_call1(ctx, self, "c_attn", x); /* [B, T, 3C] */
-  /* The replaced attention's dropout is the first random op of its
-   * `<path>.attn_dropout` child, called once per call of the attention, so
-   * in the call with this module's ordinal; reuse that op's stream so the
-   * fused kernel drops exactly the probabilities the unfused module drops. */
-  char drop_path[1024];
-  snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[7] = {
-      slapo_attr_int("n_head", NH),
-      slapo_attr_int("causal", 1),
-      slapo_attr_float("scale", 1.0 / sqrt((double)HS)),
-      slapo_attr_float("dropout_p", c->attn_pdrop),
-      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
-      slapo_attr_int("head_offset", head0),    /* tensor parallel: the unsharded */
-      slapo_attr_int("n_head_total", c->n_head), /*   model's masks in these heads */
-  };
-  int n_attrs = NH != c->n_head ? 7 : 5;
   slapo_node *y; /* [B, T, C] */
   if (slapo_decode_past(ctx) >= 0) {
     /* Decoding with a KV cache: one new query over the cached keys needs no
@@ -72,8 +56,13 @@ static slapo_node *fa_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     y = slapo_reshape(ctx, slapo_permute(ctx, y, 4, perm), 3, btc);
   } else {
     /* The heads are read where c_attn wrote them and written where c_proj
-     * reads them: no split, no head permutes, forward or backward. */
-    y = slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, n_attrs, attrs);
+     * reads them: no split, no head permutes, forward or backward. The
+     * replaced attention's dropout is the first random op of its
+     * `<path>.attn_dropout` child, called once per call of the attention;
+     * the fused kernel reuses that op's stream. */
+    y = slapo__flash_attention(ctx, SLAPO_OP_DESC(flash_attention_qkv), 1, &qkv, "attn_dropout",
+                               true, 1.0 / sqrt((double)HS), c->attn_pdrop, NH, head0, c->n_head,
+                               NH);
   }
   y = slapo_call1(ctx, self, "c_proj", y);
   return slapo_call1(ctx, self, "resid_dropout", y);
@@ -87,38 +76,8 @@ static void fa_describe(const slapo_module *self, char *buf, size_t cap) {
 static const slapo_module_type k_flash_attention = {"FlashAttention", fa_forward, fa_describe,
                                                     NULL, NULL};
 
-slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out) {
+slapo_status slapo__gpt2_flash_attention_new(const slapo_module *replaced, slapo_module **out) {
   *out = NULL;
-  slapo_module *l = old ? slapo_module_child(old, name) : NULL;
-  slapo_parameter *w = l ? slapo_module_param(l, "weight") : NULL;
-  if (!w || w->value->ndim != 2)
-    return slapo_error(SLAPO_INVALID_ARG,
-                       "FlashAttention: the replaced module has no Linear child '%s' with a "
-                       "2-d weight",
-                       name);
-  slapo_parameter *b = slapo_module_param(l, "bias");
-  SLAPO_TRY(slapo_linear_new(w->value->shape[1], w->value->shape[0], b != NULL, 0.0f, out));
-  slapo_status s = slapo_module_tie_param(*out, "weight", w);
-  if (s == SLAPO_OK && b) s = slapo_module_tie_param(*out, "bias", b);
-  if (s != SLAPO_OK) {
-    slapo_module_free(*out);
-    *out = NULL;
-  }
-  return s;
-}
-
-slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out) {
-  *out = NULL;
-  if (replaced && !strcmp(replaced->type->name, "LlamaAttention"))
-    return slapo__llama_flash_attention_new(replaced, out);
-  if (replaced && !strcmp(replaced->type->name, "BertSelfAttention"))
-    return slapo__bert_flash_attention_new(replaced, out);
-  if (!replaced || strcmp(replaced->type->name, "GPT2Attention"))
-    return slapo_error(SLAPO_INVALID_ARG,
-                       "FlashAttention: can replace a GPT2Attention, a LlamaAttention or a "
-                       "BertSelfAttention only, got %s; it reuses that module's projections and "
-                       "dropout settings",
-                       replaced ? replaced->type->name : "NULL");
   /* GPT2Attention modules carry the model's config (models/gpt2.c). */
   const slapo_gpt2_config *g = replaced->config;
   fa_cfg *c = slapo_malloc(sizeof *c);

@@ -39,23 +39,6 @@ static const slapo_gpt2_config *cfg_of(const slapo_module *m) { return m->config
 
 /* ---- GPT2Attention ---- */
 
-slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v) {
-  int64_t past = slapo_decode_past(ctx);
-  if (!q || !k || !v) return NULL;
-  if (past > 0 && q->shape[2] != 1) {
-    slapo_ctx_fail(ctx, SLAPO_UNSUPPORTED, "%s: decoding %lld new tokens after %lld cached ones; "
-                   "steps after the first take one token", slapo_ctx_origin(ctx),
-                   (long long)q->shape[2], (long long)past);
-    return NULL;
-  }
-  slapo_node *k_all, *v_all;
-  if (slapo_decode_kv(ctx, k, v, &k_all, &v_all) != SLAPO_OK) return NULL;
-  slapo_node *att = slapo_matmul(ctx, q, k_all, false, true); /* [B, NH, T, P + T] */
-  att = slapo_mul_scalar(ctx, att, 1.0 / sqrt((double)q->shape[3]));
-  att = slapo_softmax(ctx, att, past == 0);
-  return slapo_matmul(ctx, att, v_all, false, false);
-}
-
 /* x [B, T, C] -> [B, T, C]: causal multi-head self-attention. */
 static slapo_node *attn_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                 slapo_node *const *in) {

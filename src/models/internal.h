@@ -1,5 +1,5 @@
-/* models/internal.h - what the families' files share: decoding attention,
- * the Hugging Face checkpoint layout, tied Linear copies for replacement
+/* models/internal.h - what the families' files share: the attention
+ * helpers (models/attention.c), the Hugging Face checkpoint layout, tied Linear copies for replacement
  * modules, and what BERT's files share. Layer: models (internal). */
 #ifndef SLAPO_MODELS_INTERNAL_H
 #define SLAPO_MODELS_INTERNAL_H
@@ -14,6 +14,19 @@
  * causal mask is then all ones; a first step (no cache) is causal. NULL on
  * error (recorded on ctx). */
 slapo_node *slapo__attend_decoding(slapo_ctx *ctx, slapo_node *q, slapo_node *k, slapo_node *v);
+
+/* The fused attention op `op` (flash_attention or flash_attention_qkv) on
+ * its inputs, with the attributes every family's gives it: causal, scale,
+ * the dropout probability p and the RNG stream of the replaced module's
+ * dropout child `drop` (its first random op in this call, so masks equal
+ * the composite's), n_head = n_qkv_heads when > 0 (the packed qkv form),
+ * and when this rank computes `local` of the n_head heads (tensor
+ * parallel), their place head0, so they draw the unsharded model's masks.
+ * NULL on error (on ctx). */
+slapo_node *slapo__flash_attention(slapo_ctx *ctx, const slapo_op *op, int n_in,
+                                   slapo_node *const *in, const char *drop, bool causal,
+                                   double scale, double p, int64_t local, int64_t head0,
+                                   int64_t n_head, int64_t n_qkv_heads);
 
 /* How a family's parameters appear in Hugging Face safetensors files
  * (models/hf_checkpoint.c): a tensor per parameter, named by its path. */
@@ -64,13 +77,14 @@ bool slapo__local_heads(slapo_ctx *ctx, const slapo_module *attn, const char *pr
  * such Linear child), NOMEM. */
 slapo_status slapo__tied_linear(const slapo_module *old, const char *name, slapo_module **out);
 
-/* FlashAttention for a BertSelfAttention (models/bert_attention.c). */
+/* The families' FlashAttention factories (slapo_model_family
+ * .flash_attention_new): GPT-2's "FlashAttention" (models/flash_attention.c),
+ * BERT's (models/bert_attention.c), LLaMA's (models/llama_attention.c). */
+slapo_status slapo__gpt2_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 slapo_status slapo__bert_flash_attention_new(const slapo_module *replaced, slapo_module **out);
+slapo_status slapo__llama_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 /* A LlamaAttention with c's config (models/llama_attention.c). */
 slapo_status slapo__llama_attention_new(const slapo_llama_config *c, slapo_module **out);
-/* FlashAttention for a LlamaAttention (models/llama_attention.c); the
- * "FlashAttention" factory dispatches on the replaced module's type. */
-slapo_status slapo__llama_flash_attention_new(const slapo_module *replaced, slapo_module **out);
 
 /* Building a tree: adds a freshly made child (expr fills `child_` through
  * CHILD) to `parent`; on failure frees `owner` (the top of the tree under
@@ -86,6 +100,12 @@ slapo_status slapo__llama_flash_attention_new(const slapo_module *replaced, slap
     }                                                                      \
   } while (0)
 #define SLAPO__CHILD (&child_)
+
+/* *out = *opts (NULL: SLAPO_MODEL_OPTS_DEFAULT), checked. Errors:
+ * SLAPO_INVALID_ARG naming the family and the value (dropout >= 1 or not a
+ * number, a negative vocab_size). */
+slapo_status slapo__model_opts_of(const char *family, const slapo_model_opts *opts,
+                                  slapo_model_opts *out);
 
 /* Index of `name` in a family's NULL-terminated config list; -1 with
  * SLAPO_NOT_FOUND set ("<family>: unknown config 'x' (known: ...)"). */

@@ -123,19 +123,10 @@ static slapo_node *flash_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   if (!heads_of(ctx, self, &h) || !project(ctx, self, &h, n_in, in, &qkv[0], &qkv[1], &qkv[2]))
     return NULL;
   if (slapo_decode_past(ctx) >= 0) return merge(ctx, self, decode(ctx, &h, qkv[0], qkv[1], qkv[2]));
-  const char *origin = slapo_ctx_origin(ctx);
-  char drop_path[1024];
-  snprintf(drop_path, sizeof drop_path, "%s%sattn_dropout", origin, origin[0] ? "." : "");
-  slapo_attr attrs[6] = {
-      slapo_attr_int("causal", 1),
-      slapo_attr_float("scale", 1.0 / sqrt((double)h.HS)),
-      slapo_attr_float("dropout_p", c->attn_dropout),
-      slapo_attr_int("stream", (int64_t)slapo_rng_stream(drop_path, slapo_ctx_call(ctx), 0)),
-      slapo_attr_int("head_offset", h.head0),      /* tensor parallel: the unsharded */
-      slapo_attr_int("n_head_total", c->n_head),   /*   model's masks in these heads */
-  };
-  int na = h.NH != c->n_head ? 6 : 4;
-  return merge(ctx, self, slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention), 3, qkv, na, attrs));
+  slapo_node *y = slapo__flash_attention(ctx, SLAPO_OP_DESC(flash_attention), 3, qkv,
+                                         "attn_dropout", true, 1.0 / sqrt((double)h.HS),
+                                         c->attn_dropout, h.NH, h.head0, c->n_head, 0);
+  return merge(ctx, self, y);
 }
 
 static void attn_describe(const slapo_module *self, char *buf, size_t cap) {

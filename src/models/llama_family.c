@@ -12,7 +12,8 @@ static slapo_status llama_dims(const char *config, slapo_model_dims *out) {
   *out = (slapo_model_dims){.n_ctx = c.n_ctx, .vocab_size = c.vocab_size,
                             .dropout = c.attn_dropout, .eos_token = c.vocab_size == 32000 ? 2 : -1,
                             .mask_token = -1, .pad_token = -1,
-                            .n_layer = c.n_layer, .width = c.hidden};
+                            .n_layer = c.n_layer, .width = c.hidden,
+                            .tokenizer = c.vocab_size == 32000 ? "llama" : "bytes"};
   snprintf(out->summary, sizeof out->summary,
            "%d layers, %lld wide, %d heads (%d kv), SwiGLU %lld, context %lld", c.n_layer,
            (long long)c.hidden, c.n_head, c.n_kv_head, (long long)c.intermediate,
@@ -20,11 +21,15 @@ static slapo_status llama_dims(const char *config, slapo_model_dims *out) {
   return SLAPO_OK;
 }
 
-/* dropout >= 0 sets attention_dropout, LLaMA's only dropout. */
-static slapo_status llama_create(const char *config, double dropout, slapo_module **out) {
+/* A dropout override sets attention_dropout, LLaMA's only dropout. */
+static slapo_status llama_create(const char *config, const slapo_model_opts *opts,
+                                 slapo_module **out) {
   slapo_llama_config c;
+  slapo_model_opts o;
   SLAPO_TRY(slapo_llama_config_named(config, &c));
-  if (dropout >= 0) c.attn_dropout = dropout;
+  SLAPO_TRY(slapo__model_opts_of("llama", opts, &o));
+  if (o.dropout >= 0) c.attn_dropout = o.dropout;
+  if (o.vocab_size) c.vocab_size = o.vocab_size;
   return slapo_llama_new(&c, out);
 }
 
@@ -39,4 +44,7 @@ const slapo_model_family slapo__family_llama = {
     .create = llama_create,
     .load = slapo_llama_load,
     .save = slapo_llama_save,
+    .tp_schedule = "llama_tp.sched",
+    .attention_type = "LlamaAttention",
+    .flash_attention_new = slapo__llama_flash_attention_new,
 };

@@ -1,7 +1,8 @@
 /* models/lm_common.c - what the language-model families share: config
  * lookup by name, modules owning a config copy, the stack of blocks, the
  * causal-LM root forward (logits, or the loss with labels), the example
- * inputs `trace` builds on. Layer: models. */
+ * inputs `trace` builds on, the checked overrides of a config. Layer:
+ * models. */
 #include <stdio.h>
 #include <string.h>
 
@@ -52,27 +53,15 @@ slapo_node *slapo__causal_lm_forward(slapo_ctx *ctx, slapo_module *self, const c
                                                  SLAPO_IGNORE_INDEX, g);
 }
 
-bool slapo__local_heads(slapo_ctx *ctx, const slapo_module *attn, const char *proj,
-                        int64_t rows_per_head, int64_t n_head, const char *what, int64_t *local,
-                        int64_t *head0) {
-  *local = n_head, *head0 = 0;
-  const slapo_module *l = slapo_module_child(attn, proj);
-  const slapo_parameter *w = l ? slapo_module_param(l, "weight") : NULL;
-  if (!w || !w->shard || w->value->ndim != 2) return true;
-  int64_t rows = w->value->shape[0];
-  if (rows == 0 || rows % rows_per_head) {
-    const char *o = slapo_ctx_origin(ctx);
-    slapo_ctx_fail(ctx, SLAPO_SHAPE,
-                   "%s: this rank's %s.weight keeps %lld of %lld rows (%d ranks), not whole "
-                   "heads of %lld rows: the tensor-parallel size must divide %s = %lld",
-                   o[0] ? o : "(root)", proj, (long long)rows, (long long)w->shard->full[0],
-                   w->shard->count, (long long)rows_per_head, what, (long long)n_head);
-    return false;
-  }
-  *local = rows / rows_per_head;
-  *head0 = slapo_shard_global_index(w->shard, 0) / w->shard->full[1] /
-           (rows_per_head / w->shard->parts);
-  return true;
+slapo_status slapo__model_opts_of(const char *family, const slapo_model_opts *opts,
+                                  slapo_model_opts *out) {
+  *out = opts ? *opts : SLAPO_MODEL_OPTS_DEFAULT;
+  if (!(out->dropout < 1))
+    return slapo_error(SLAPO_INVALID_ARG, "%s: dropout %g is not below 1", family, out->dropout);
+  if (out->vocab_size < 0)
+    return slapo_error(SLAPO_INVALID_ARG, "%s: vocab_size %lld is negative", family,
+                       (long long)out->vocab_size);
+  return SLAPO_OK;
 }
 
 slapo_status slapo__set_lm_example(slapo_module *lm, int64_t n_ctx) {

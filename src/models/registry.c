@@ -45,7 +45,7 @@ slapo_status slapo_model_new(const slapo_model_family *family, const char *confi
                              uint64_t seed, slapo_module **out) {
   *out = NULL;
   slapo_module *m;
-  SLAPO_TRY(family->create(config, dropout, &m));
+  SLAPO_TRY(family->create(config, &(slapo_model_opts){.dropout = dropout}, &m));
   slapo_status s = slapo_module_materialize(m, seed);
   if (s != SLAPO_OK) {
     slapo_module_free(m);
@@ -55,13 +55,48 @@ slapo_status slapo_model_new(const slapo_model_family *family, const char *confi
   return SLAPO_OK;
 }
 
+/* "A, B or C": the attention types of the families that have a
+ * FlashAttention, into buf [cap]. */
+static const char *attention_types(char *buf, size_t cap) {
+  size_t len = 0;
+  int n = 0, k = 0;
+  buf[0] = '\0';
+  for (int i = 0; i < slapo_model_count(); i++) n += k_families[i]->flash_attention_new != NULL;
+  for (int i = 0; i < slapo_model_count(); i++) {
+    const slapo_model_family *f = k_families[i];
+    if (!f->flash_attention_new) continue;
+    k++;
+    int w = snprintf(buf + len, cap - len, "%s%s", k == 1 ? "" : k == n ? " or " : ", ",
+                     f->attention_type);
+    if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
+  }
+  return buf;
+}
+
+slapo_status slapo_flash_attention_new(const slapo_module *replaced, slapo_module **out) {
+  *out = NULL;
+  for (int i = 0; replaced && i < slapo_model_count(); i++) {
+    const slapo_model_family *f = k_families[i];
+    if (f->flash_attention_new && !strcmp(f->attention_type, replaced->type->name))
+      return f->flash_attention_new(replaced, out);
+  }
+  char types[256];
+  return slapo_error(SLAPO_INVALID_ARG,
+                     "FlashAttention: can replace the attention of a model family (%s) only, got "
+                     "%s; it reuses that module's projections and dropout settings",
+                     attention_types(types, sizeof types), replaced ? replaced->type->name : "NULL");
+}
+
 slapo_status slapo_models_init(void) {
   SLAPO_TRY(slapo_subgraph_register("FusedLinear",
                                     "Linear calls on one input as one GEMM over the joined "
                                     "weights (horizontal replace)",
                                     slapo_fused_linear_new));
-  return slapo_module_register("FlashAttention",
-                               "attention through the fused flash_attention op (replaces "
-                               "a GPT2Attention, a LlamaAttention or a BertSelfAttention)",
-                               slapo_flash_attention_new);
+  /* Kept for the registry's lifetime (it holds the pointer). */
+  static char summary[320];
+  char types[256];
+  snprintf(summary, sizeof summary,
+           "attention through the fused flash_attention op (replaces a %s)",
+           attention_types(types, sizeof types));
+  return slapo_module_register("FlashAttention", summary, slapo_flash_attention_new);
 }

@@ -249,15 +249,9 @@ SLAPO_OP_DESCRIPTOR(gelu_backward) = {
 
 /* ---- typed builders ---- */
 
-slapo_node *slapo_relu(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(relu), x, 0, NULL);
-}
-slapo_node *slapo_sigmoid(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(sigmoid), x, 0, NULL);
-}
-slapo_node *slapo_silu(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(silu), x, 0, NULL);
-}
+EW_BUILDER1(relu)
+EW_BUILDER1(sigmoid)
+EW_BUILDER1(silu)
 slapo_node *slapo_gelu(slapo_ctx *ctx, slapo_node *x, bool use_tanh) {
   slapo_attr a = slapo_attr_str("approximate", use_tanh ? "tanh" : "none");
   return slapo__call1(ctx, SLAPO_OP_DESC(gelu), x, 1, &a);

@@ -299,6 +299,13 @@ static inline int64_t ew_row_len(const slapo_tensor *out) {
     NAME##_fast(in[0], in[1], out, (PARAM));                                   \
   }
 
+/* The typed builder slapo_NAME(ctx, x) of a one-input op without
+ * attributes (declared in slapo/ops.h). */
+#define EW_BUILDER1(NAME)                                                      \
+  slapo_node *slapo_##NAME(slapo_ctx *ctx, slapo_node *x) {                    \
+    return slapo__call1(ctx, SLAPO_OP_DESC(NAME), x, 0, NULL);                 \
+  }
+
 /* The kernels of op NAME from its math (slapo/ops/math.h), the reference
  * in double and the fast in float: NAME_ref/_fast and NAME_ref_k/_fast_k. */
 #define EW_MATH1(NAME)                                                         \

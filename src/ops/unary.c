@@ -104,21 +104,9 @@ UNARY_DESCRIPTOR(round_bf16,
 
 /* ---- typed builders ---- */
 
-slapo_node *slapo_neg(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(neg), x, 0, NULL);
-}
-slapo_node *slapo_exp(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(exp), x, 0, NULL);
-}
-slapo_node *slapo_log(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(log), x, 0, NULL);
-}
-slapo_node *slapo_tanh(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(tanh), x, 0, NULL);
-}
-slapo_node *slapo_sqrt(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(sqrt), x, 0, NULL);
-}
-slapo_node *slapo_rsqrt(slapo_ctx *ctx, slapo_node *x) {
-  return slapo__call1(ctx, SLAPO_OP_DESC(rsqrt), x, 0, NULL);
-}
+EW_BUILDER1(neg)
+EW_BUILDER1(exp)
+EW_BUILDER1(log)
+EW_BUILDER1(tanh)
+EW_BUILDER1(sqrt)
+EW_BUILDER1(rsqrt)

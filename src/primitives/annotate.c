@@ -1,18 +1,8 @@
 /* primitives/annotate.c - the `annotate` primitive: key/value tags on a
  * parameter. Layer: primitives.
  *
- * Signature   slapo_status slapo_annotate(slapo_sched *node, const char *param,
- *                                         const char *key, const char *value)
- * .sched form <path> annotate <param> key=value [key=value ...]
- * Applies to  a parameter of the node's module (local name: "weight").
- * Effect      the tag lives on the parameter object, so it survives replace
- *             (replacements share parameters) and is seen through tied uses.
- *             The optimizer reads weight_decay (AdamW's decoupled decay
- *             coefficient for that parameter). No change to the graph.
- * Fails       SLAPO_NOT_FOUND    the module has no such parameter
- *             SLAPO_INVALID_ARG  weight_decay is not a finite number; a key or
- *                                value a .sched line cannot hold
- * Verified by verify: bitwise equal (a tag changes no arithmetic of a step). */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help annotate` prints it). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -3,19 +3,8 @@
  * module list (Chen et al. 2016, "Training Deep Nets with Sublinear Memory
  * Cost"). Layer: primitives.
  *
- * Signature   slapo_status slapo_checkpoint(slapo_sched *node, double ratio)
- * .sched form <path> checkpoint [ratio=r]
- * Applies to  any module but the root; with ratio, a module with children.
- * Effect      the module's forward nodes form a recompute region: their
- *             intermediates die during the forward and autograd re-emits the
- *             region just before its backward. Activation memory falls by the
- *             region's intermediates; work grows by one forward of it.
- * Fails       SLAPO_INVALID_ARG  the root; ratio outside (0, 1]; ratio on a
- *                                module without children, or selecting none
- *             SLAPO_STATE        already checkpointed
- * Verified by verify: bitwise equal loss, outputs and gradients (the
- *             recompute repeats the same kernels; dropout masks are keyed by
- *             module path and step, DESIGN.md §3). */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help checkpoint` prints it). */
 #include <math.h>
 #include <stdio.h>
 

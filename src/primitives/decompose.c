@@ -3,19 +3,8 @@
  * parent exposes the add to fusion with what follows (bias + GELU).
  * Layer: primitives.
  *
- * Signature   slapo_status slapo_decompose(slapo_sched *node)
- * .sched form <path> decompose
- * Applies to  a Linear with a bias, not inlined into a flattened trace;
- *             decompose before tracing the parent with flatten=true.
- * Effect      the module is replaced by a DecomposedLinear holding the same
- *             parameter objects (Hugging Face paths unchanged): y = x W^T,
- *             then y + b. Alone it costs one more pass over y; fused with
- *             the next elementwise ops it saves one.
- * Fails       SLAPO_INVALID_ARG  not a Linear, or the root
- *             SLAPO_PRECOND      the Linear has no bias
- *             SLAPO_STATE        in an ancestor's flattened trace (inlined, or the
- *                                module call its graph keeps: decompose first)
- * Verified by verify: outputs and gradients within tolerance. */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help decompose` prints it). */
 #include <stdio.h>
 #include <string.h>
 

@@ -2,22 +2,8 @@
  * elementwise region of a traced module fused, each into its own Fused
  * module, with one call. Layer: primitives.
  *
- * Signature   slapo_status slapo_fuse_all(slapo_sched *node, const char *compiler,
- *                                         const char *name)
- * .sched form <path> fuse_all [compiler=cc] [name=Fused]
- * Applies to  a traced module (flatten=true exposes the elementwise ops of
- *             its children).
- * Effect      regions (pattern/regions.c: connected elementwise nodes whose
- *             values are used only inside the region but for its result,
- *             two ops or more) become calls of <name>_<k>; a region never
- *             crosses a value used outside it. Regions the backend cannot
- *             generate (a broadcast it does not handle) are left as they
- *             are and logged (SLAPO_DEBUG=1).
- * Fails       SLAPO_PRECOND      not traced
- *             SLAPO_NO_MATCH     no elementwise region of two ops or more
- *             SLAPO_UNSUPPORTED  the backend could fuse none of them
- *             SLAPO_INVALID_ARG  unknown compiler
- * Verified by verify: outputs and gradients within tolerance. */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help fuse_all` prints it). */
 #include <stdio.h>
 
 #include "primitives/internal.h"

@@ -1,25 +1,8 @@
 /* primitives/replace.c - the `replace` primitive: swap a module for a
  * registered replacement built from it. Layer: primitives.
  *
- * Signature   slapo_status slapo_replace(slapo_sched *node, const char *name)
- *             slapo_status slapo_replace_with(slapo_sched *node, slapo_module *mod)
- * .sched form <path> replace <ModuleName>
- * Applies to  any module but the root; the factory decides which types it
- *             can stand in for (FlashAttention: GPT2Attention,
- *             LlamaAttention, BertSelfAttention).
- * Effect      the parent's child table entry points at the new module, so
- *             the parent's forward calls it; the schedule subtree is rebuilt.
- *             Parameters the new module shares keep their Hugging Face paths
- *             (checkpoints still load). Memory and work change as the new
- *             module's do (FlashAttention: no [B, NH, T, T] buffers).
- * Fails       SLAPO_INVALID_ARG  the node is the root
- *             SLAPO_STATE        the module lies in an ancestor's flattened trace
- *                                (inlined, or a module call its graph keeps)
- *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
- *             SLAPO_NOT_FOUND    no module registered under that name
- *             (factory's status) the module cannot be replaced by it
- * Verified by verify: outputs and gradients equal within tolerance (the new
- *             module may compute in another order), dropout masks included. */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help replace` prints it). */
 #include <stdio.h>
 #include <string.h>
 
@@ -127,8 +110,8 @@ SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
     .doc = "replace <ModuleName> [pattern=P [horizontal=true]]\n"
            "  C: slapo_replace(node, \"FlashAttention\"); slapo_replace_with(node, module)\n"
            "  Applies to any module but the root; the replacement's factory decides which\n"
-           "  types it can stand in for (FlashAttention: GPT2Attention, LlamaAttention,\n"
-           "  BertSelfAttention).\n"
+           "  types it can stand in for (FlashAttention: each model family's attention,\n"
+           "  as `slapo models` lists them).\n"
            "  Effect: the parent's child table entry points at the new module and the\n"
            "  schedule subtree is rebuilt. Shared parameters keep their Hugging Face\n"
            "  paths, so checkpoints still load.\n"

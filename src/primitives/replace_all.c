@@ -1,22 +1,8 @@
 /* primitives/replace_all.c - the `replace_all` primitive: replace every
  * module of one type below a node. Layer: primitives.
  *
- * Signature   slapo_status slapo_replace_all(slapo_sched *node, const char *type_name,
- *                                            const char *name)
- * .sched form <path> replace_all <TypeName> <ModuleName>
- * Applies to  every module below the node (the node included) whose type is
- *             TypeName, in tree pre-order, from a snapshot taken first: a
- *             replacement that contains the old module is not replaced again,
- *             and a match inside another match is left to its ancestor's
- *             replacement.
- * Effect      as `replace` for each match; all replacements are built before
- *             any is swapped in, so a factory error changes nothing.
- * Fails       SLAPO_NO_MATCH     no module of that type below the node
- *             SLAPO_STATE        a match lies in an ancestor's flattened trace
- *             SLAPO_INVALID_ARG  a name a .sched line cannot hold as a bare word
- *             SLAPO_NOT_FOUND    no module registered under that name
- *             (factory's status) a module cannot be replaced by it
- * Verified by verify, as `replace`. */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help replace_all` prints it). */
 #include <stdio.h>
 #include <string.h>
 

@@ -2,34 +2,8 @@
  * axis across the tensor-parallel group (Shoeybi et al. 2019, Megatron-LM).
  * Layer: primitives.
  *
- * Signature   slapo_status slapo_shard_param(slapo_sched *node, const char *param,
- *                                            int axis, int parts, int64_t pad)
- * .sched form <path> shard <param> axis=A [parts=P] [pad=M]
- * Applies to  a parameter of the node's module; parts > 1 says the axis is P
- *             blocks each split on its own (GPT-2's c_attn: q|k|v, parts=3,
- *             so each rank keeps its own heads' q, k and v); pad=M pads axis
- *             0 with zero rows to a multiple of M x group size (a vocabulary
- *             of 50257: the padded classes are left out of the loss and
- *             checkpoints are saved unpadded).
- * Effect      the parameter holds this rank's piece (slapo_parameter_shard):
- *             a Linear's weight [out, in] on axis 0 is column parallel (the
- *             output is split along its last axis), on axis 1 row parallel
- *             (the output holds partial sums: `sync fwd_post all_reduce`); a
- *             bias follows axis 0; an Embedding's weight on axis 0 is vocab
- *             parallel (other ranks' ids read zeros: all_reduce after it). An
- *             attention learns its local heads from its c_attn weight. A
- *             tied parameter must be sharded at every use, the same way.
- *             With one process the group has one rank: the tensor is whole
- *             and only tagged.
- * Fails       SLAPO_NOT_FOUND   no such parameter (the message lists them)
- *             SLAPO_SHAPE       the size is not divisible by parts x group
- *                               size (names parameter, axis, size, group)
- *             SLAPO_INVALID_ARG axis outside the parameter, parts < 1, an
- *                               Embedding with parts > 1
- *             SLAPO_STATE       already sharded another way; the module or an
- *                               ancestor is traced (shard before trace)
- * Verified by verify: across ranks, gradients gathered to full shape
- * (within tolerance: sums run in another order). */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help shard` prints it). */
 #include <stdio.h>
 #include <string.h>
 

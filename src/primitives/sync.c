@@ -2,38 +2,8 @@
  * boundary, so sharded modules compute what the unsharded model computes
  * (Megatron-LM's f and g operators, Shoeybi et al. 2019). Layer: primitives.
  *
- * Signature   slapo_status slapo_sync(slapo_sched *node, const char *mode,
- *                                     const char *op, int axis, bool reduce_grad)
- * .sched form <path> sync fwd_pre|fwd_post|bwd_post OP [axis=A] [reduce=B]
- *             [group=tp|dp|world] [pattern=P]
- *             OP: all_reduce, all_gather, reduce_scatter, scatter
- * Effect      fwd_post OP: OP on the module's output (all_reduce sums the
- *             partial sums of a row-parallel Linear or a vocab-parallel
- *             Embedding; all_gather axis=-1 joins a column-parallel output;
- *             its backward reduce-scatters unless reduce=false). fwd_pre OP:
- *             on the first input (all_gather / scatter: sequence parallel).
- *             bwd_post all_reduce: identity forward, the input's gradient
- *             summed over the group (the input of a column-parallel region).
- *             A row-parallel Linear (or DecomposedLinear) with a bias becomes
- *             a SyncedLinear: x W^T, then the collective, then + b, so the
- *             bias is added once and its gradient is not scaled by the group
- *             size; a flattened trace sees the add and can fuse it.
- *             fwd_post OP pattern=P on a traced module: after the value of
- *             each match of P (e.g. a row-parallel matmul whose bias add
- *             was decomposed), so a collective lands inside a traced graph:
- *             each match becomes a child Synced_<k> re-emitting its ops
- *             with the collective after them.
- * Fails       SLAPO_INVALID_ARG an unknown mode or op, a mode/op pair that
- *                               does not exist (bwd_post takes all_reduce)
- *             SLAPO_PRECOND     a collective that does not fit what the
- *                               module's shards produce (all_reduce on a
- *                               split output, all_gather on partial sums):
- *                               the message names the collective needed;
- *                               any but scatter on a Linear or Embedding
- *                               whose weight is not sharded (every rank
- *                               has the whole value: all_reduce doubles it)
- *             SLAPO_STATE       inlined into a flattened trace (sync first)
- * Verified by verify across ranks (within tolerance). */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help sync` prints it). */
 #include <stdio.h>
 #include <string.h>
 

@@ -2,25 +2,8 @@
  * a static graph stored on the module, so find, subgraph replace and
  * subgraph checkpoint can work on it (DESIGN.md §3). Layer: primitives.
  *
- * Signature   slapo_status slapo_trace(slapo_sched *node,
- *                                      const slapo_trace_opts *opts)
- * .sched form <path> trace [flatten=true] [leaves="Type,path"]
- * Applies to  any module the model's forward calls on its example inputs
- *             (the root included), once.
- * Effect      the module emits its stored graph instead of calling its
- *             forward; children stay call_module nodes (their schedule state
- *             keeps working) unless flatten=true inlines every child that is
- *             not a leaf (types with an op form: Linear, LayerNorm,
- *             Embedding, Dropout, GELU, ReLU; plus `leaves`). No change to
- *             the arithmetic, memory or work of a step.
- * Fails       SLAPO_STATE        already traced; inlined into an ancestor's
- *                                flattened trace
- *             SLAPO_PRECOND      the model has no example inputs, or never
- *                                calls the module on them
- *             SLAPO_UNSUPPORTED  a child that cannot be inlined (checkpointed)
- *             (build errors)     the forward fails on the example inputs
- * Verified by verify: bitwise equal loss, outputs and gradients (the same
- *             ops with the same attributes and RNG streams are emitted). */
+ * Its form, effect, errors and how verify checks it are documented once,
+ * in the descriptor's .doc below (`slapo help trace` prints it). */
 #include <stdio.h>
 #include <string.h>
 

@@ -366,15 +366,15 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
   if (sharded == 0)
     say(t->cb, t->ud, "warning: --tp %d but no parameter is sharded (schedule: %s): each of "
         "the %d tensor-parallel ranks runs the whole model, the same work %d times; give a "
-        "schedule that shards (e.g. schedules/%s_tp.sched) or use the ranks for data "
+        "schedule that shards (e.g. schedules/%s) or use the ranks for data "
         "parallelism (--tp 1)", tp, t->c.schedule ? t->c.schedule : "none", tp, tp,
-        t->fam->name);
+        t->fam->tp_schedule ? t->fam->tp_schedule : "a family's *_tp.sched");
   return SLAPO_OK;
 }
 
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
-  SLAPO_TRY(t->fam->create(c->model_config, c->dropout, &t->model));
+  SLAPO_TRY(t->fam->create(c->model_config, &(slapo_model_opts){.dropout = c->dropout}, &t->model));
   if (c->schedule) {
     SLAPO_TRY(slapo_models_init());
     SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->disabled, c->n_disabled,

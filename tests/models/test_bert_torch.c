@@ -210,7 +210,7 @@ static void test_base_parameter_count(void **state) {
   assert_int_equal(slapo_model_find("bert", &f), SLAPO_OK);
   assert_int_equal(f->objective, SLAPO_OBJECTIVE_MASKED_LM);
   slapo_module *m;
-  assert_int_equal(f->create("base", -1, &m), SLAPO_OK);
+  assert_int_equal(f->create("base", NULL, &m), SLAPO_OK);
   print_message("base: %lld parameters, torch %s\n", (long long)slapo_module_numel(m), want);
   assert_int_equal(slapo_module_numel(m), strtoll(want, NULL, 10));
   assert_int_equal(slapo_module_numel(m), 109514298);

@@ -631,7 +631,7 @@ static void test_module_errors(void **state) {
   slapo_module *lin, *fa = NULL;
   OK(slapo_linear_new(4, 4, true, 0.02f, &lin));
   slapo_status s = slapo_flash_attention_new(lin, &fa);
-  expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "can replace a GPT2Attention, a LlamaAttention or a BertSelfAttention only, got Linear");
+  expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "(GPT2Attention, LlamaAttention or BertSelfAttention) only, got Linear");
   assert_null(fa);
   /* The module's forward checks its input. */
   slapo_gpt2_config cfg = {1, 2, 16, 8, 32, 0.1, 1e-5};
