@@ -22,8 +22,6 @@ typedef struct slapo_compile_opts {
   const char *const *values;
 } slapo_compile_opts;
 
-/* The value of option `key`, or NULL. */
-const char *slapo_compile_opt(const slapo_compile_opts *o, const char *key);
 
 /* A fusion backend. `compile` turns `region` into an op:
  *   region  placeholders = the op's inputs in order (dtype and shape as at

@@ -68,6 +68,13 @@ slapo_status slapo_verror(slapo_status s, const char *fmt, va_list ap);
 /* Clears this thread's error message. */
 void slapo_error_clear(void);
 
+/* Appends `name` to the comma-separated list in buf [cap] ("a, b" becomes
+ * "a, b, c"): the "known: ..." part of an error message, built in a loop
+ * over a registry. A name that does not fit ends the list with ", ..."
+ * (once); buf always stays a string. buf must start as "" and cap be at
+ * least 6. */
+void slapo_list_append(char *buf, size_t cap, const char *name);
+
 /* ------------------------------------------------------------------------ */
 /* Allocator hook                                                            */
 /* ------------------------------------------------------------------------ */

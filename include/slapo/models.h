@@ -135,8 +135,6 @@ typedef struct slapo_gpt2_config {
  * Byte configs use dropout 0, the GPT-2 sizes 0.1 (as Hugging Face).
  * Errors: SLAPO_NOT_FOUND listing the known names. */
 slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out);
-/* Names of the known configs, NULL-terminated. Static. */
-const char *const *slapo_gpt2_config_names(void);
 
 /* Builds GPT2LMHeadModel as a module tree with meta parameters:
  *   transformer.{wte, wpe, drop, h.N.{ln_1, attn.{c_attn, c_proj,
@@ -265,8 +263,6 @@ typedef struct slapo_bert_config {
  * positions, vocabulary 30522, [PAD] 0, [MASK] 103, dropout 0.1).
  * Errors: SLAPO_NOT_FOUND listing the known names. */
 slapo_status slapo_bert_config_named(const char *name, slapo_bert_config *out);
-/* Names of the known configs, NULL-terminated. Static. */
-const char *const *slapo_bert_config_names(void);
 
 /* Builds BertForMaskedLM (no pooler) as a module tree with meta parameters:
  *   bert.embeddings.{word_embeddings, position_embeddings,

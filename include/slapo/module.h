@@ -353,6 +353,9 @@ void slapo_runner_invalidate(slapo_runner *r);
 slapo_status slapo_step(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                         slapo_step_mode mode, const slapo_kernel_env *env,
                         const slapo_tensor **out);
+/* The most inputs a step takes (ids, labels, masks ...): more is
+ * SLAPO_INVALID_ARG naming both counts. */
+#define SLAPO_STEP_MAX_INPUTS 8
 /* slapo_step with the gradients weighted: TRAIN adds loss_scale * dloss/dθ
  * to each gradient (the backward's seed is loss_scale instead of 1; EVAL
  * ignores it). Micro-batches of one optimizer step are weighted this way by

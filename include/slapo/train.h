@@ -259,9 +259,8 @@ slapo_status slapo_memory_estimate_train(slapo_module *model, int64_t batch, int
 slapo_status slapo_memory_available(size_t *bytes, char *source, size_t cap);
 /* One line of the estimate's breakdown in MiB, into buf [cap]. */
 void slapo_memory_format(const slapo_memory_estimate *e, char *buf, size_t cap);
-/* This process's resident memory now / its peak (VmRSS / VmHWM), bytes. */
+/* This process's resident memory now (VmRSS), bytes. */
 size_t slapo_memory_resident(void);
-size_t slapo_memory_peak_resident(void);
 
 /* Draws a metrics file (one JSON object per step with "step", "loss",
  * "tokens_per_s" and sometimes "val_loss", as slapo_train writes it) as a

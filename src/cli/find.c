@@ -34,11 +34,9 @@ static void print_summary(int n, const char *kind, const char *what, const char 
  * rule is the '(' (see find_usage). */
 static slapo_status unknown_pattern(const char *name) {
   char known[512] = "";
-  size_t used = 0;
   int n = slapo_pattern_registered_count();
-  for (int i = 0; i < n && used < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             slapo_pattern_name(slapo_pattern_registered_at(i)));
+  for (int i = 0; i < n; i++)
+    slapo_list_append(known, sizeof known, slapo_pattern_name(slapo_pattern_registered_at(i)));
   return slapo_error(SLAPO_NOT_FOUND,
                      "--pattern '%s': no pattern is registered by that name (registered: %s); "
                      "a pattern containing '(' is read as text, e.g. --pattern 'gelu(x)'",

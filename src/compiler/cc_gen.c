@@ -552,7 +552,10 @@ static slapo_status analyse(gen *G) {
     } else if (n->kind == SLAPO_NODE_CALL_OP && n->op && n->op->random &&
                slapo_node_attr_float(n, "p", 1) != 0) { /* p = 0 draws nothing */
       if (G->plan->n_rand == SLAPO__CC_MAX_RAND)
-        return slapo_error(SLAPO_UNSUPPORTED, "cc: at most %d random ops", SLAPO__CC_MAX_RAND);
+        return slapo_error(SLAPO_UNSUPPORTED,
+                           "cc: the region has more than %d random ops (SLAPO__CC_MAX_RAND); "
+                           "fuse a smaller region",
+                           SLAPO__CC_MAX_RAND);
       G->rand_of[n->id] = G->plan->n_rand;
       G->plan->stream[G->plan->n_rand++] = (uint64_t)slapo_node_attr_int(n, "stream", 0);
     } else if (n->kind != SLAPO_NODE_CALL_OP) {

@@ -26,12 +26,6 @@ const slapo_compiler *slapo_compiler_at(int i) {
   return i >= 0 && i < N_COMPILERS ? k_compilers[i] : NULL;
 }
 
-const char *slapo_compile_opt(const slapo_compile_opts *o, const char *key) {
-  for (int i = 0; o && i < o->n; i++)
-    if (!strcmp(o->keys[i], key)) return o->values[i];
-  return NULL;
-}
-
 void slapo_compiler_cache_dir(char *buf, size_t cap) {
   const char *d = getenv("SLAPO_CACHE_DIR"), *x = getenv("XDG_CACHE_HOME"), *h = getenv("HOME");
   if (d && d[0]) snprintf(buf, cap, "%s", d);

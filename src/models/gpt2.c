@@ -25,8 +25,6 @@ static const slapo_gpt2_config k_configs[] = {
 _Static_assert(SLAPO_ARRAY_LEN(k_configs) + 1 == SLAPO_ARRAY_LEN(slapo__gpt2_config_names),
                "one name per config");
 
-const char *const *slapo_gpt2_config_names(void) { return slapo__gpt2_config_names; }
-
 slapo_status slapo_gpt2_config_named(const char *name, slapo_gpt2_config *out) {
   int i = slapo__config_index("gpt2", slapo__gpt2_config_names, name);
   if (i < 0) return SLAPO_NOT_FOUND;

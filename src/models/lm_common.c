@@ -12,11 +12,9 @@
 
 int slapo__config_index(const char *family, const char *const *names, const char *name) {
   char known[160] = "";
-  size_t len = 0;
   for (int i = 0; names[i]; i++) {
     if (name && !strcmp(names[i], name)) return i;
-    int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", names[i]);
-    if (w > 0 && (size_t)w < sizeof known - len) len += (size_t)w;
+    slapo_list_append(known, sizeof known, names[i]);
   }
   slapo_error(SLAPO_NOT_FOUND, "%s: unknown config '%s' (known: %s)", family,
               name ? name : "(null)", known);

@@ -28,14 +28,12 @@ const slapo_model_family *slapo_model_at(int i) {
 slapo_status slapo_model_find(const char *name, const slapo_model_family **out) {
   *out = NULL;
   char known[256] = "";
-  size_t len = 0;
   for (int i = 0; i < slapo_model_count(); i++) {
     if (name && !strcmp(k_families[i]->name, name)) {
       *out = k_families[i];
       return SLAPO_OK;
     }
-    int w = snprintf(known + len, sizeof known - len, "%s%s", i ? ", " : "", k_families[i]->name);
-    if (w > 0 && (size_t)w < sizeof known - len) len += (size_t)w;
+    slapo_list_append(known, sizeof known, k_families[i]->name);
   }
   return slapo_error(SLAPO_NOT_FOUND, "unknown model '%s' (known: %s)", name ? name : "(null)",
                      known);
@@ -55,21 +53,13 @@ slapo_status slapo_model_new(const slapo_model_family *family, const char *confi
   return SLAPO_OK;
 }
 
-/* "A, B or C": the attention types of the families that have a
- * FlashAttention, into buf [cap]. */
+/* The attention types of the families that have a FlashAttention, as a
+ * list into buf [cap]. */
 static const char *attention_types(char *buf, size_t cap) {
-  size_t len = 0;
-  int n = 0, k = 0;
   buf[0] = '\0';
-  for (int i = 0; i < slapo_model_count(); i++) n += k_families[i]->flash_attention_new != NULL;
-  for (int i = 0; i < slapo_model_count(); i++) {
-    const slapo_model_family *f = k_families[i];
-    if (!f->flash_attention_new) continue;
-    k++;
-    int w = snprintf(buf + len, cap - len, "%s%s", k == 1 ? "" : k == n ? " or " : ", ",
-                     f->attention_type);
-    if (w > 0 && (size_t)w < cap - len) len += (size_t)w;
-  }
+  for (int i = 0; i < slapo_model_count(); i++)
+    if (k_families[i]->flash_attention_new)
+      slapo_list_append(buf, cap, k_families[i]->attention_type);
   return buf;
 }
 
@@ -96,7 +86,7 @@ slapo_status slapo_models_init(void) {
   static char summary[320];
   char types[256];
   snprintf(summary, sizeof summary,
-           "attention through the fused flash_attention op (replaces a %s)",
+           "attention through the fused flash_attention op (replaces a family's attention: %s)",
            attention_types(types, sizeof types));
   return slapo_module_register("FlashAttention", summary, slapo_flash_attention_new);
 }

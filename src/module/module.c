@@ -112,10 +112,7 @@ slapo_status slapo_module_replace_child(slapo_module *m, const char *name, slapo
     if (!strcmp(m->children[i]->name, name)) at = i;
   if (at < 0) {
     char kids[512] = "";
-    size_t used = 0;
-    for (int i = 0; i < m->n_children && used + 1 < sizeof kids; i++)
-      used += (size_t)snprintf(kids + used, sizeof kids - used, "%s%s", i ? ", " : "",
-                               m->children[i]->name);
+    for (int i = 0; i < m->n_children; i++) slapo_list_append(kids, sizeof kids, m->children[i]->name);
     slapo_module_free(child);
     return slapo_error(SLAPO_NOT_FOUND,
                        "module: a %s has no child '%s' to replace; its children: %s",
@@ -257,10 +254,8 @@ slapo_status slapo_module_at(const slapo_module *m, const char *path, slapo_modu
     const slapo_module *next = slapo_module_child(cur, seg);
     if (!next) {
       char kids[512] = "";
-      size_t used = 0;
-      for (int i = 0; i < cur->n_children && used + 1 < sizeof kids; i++)
-        used += (size_t)snprintf(kids + used, sizeof kids - used, "%s%s", i ? ", " : "",
-                                 cur->children[i]->name);
+      for (int i = 0; i < cur->n_children; i++)
+        slapo_list_append(kids, sizeof kids, cur->children[i]->name);
       int prefix = (int)(p - path) - (p > path ? 1 : 0);
       return slapo_error(SLAPO_NOT_FOUND,
                          "no module '%s': '%.*s' (a %s) has no child '%s'; its children: %s",

@@ -16,16 +16,16 @@ typedef struct built_step {
   slapo_step_mode mode;
   uint64_t version;
   int n_in;
-  slapo_dtype dtypes[8];
-  int ndims[8];
-  int64_t shapes[8][SLAPO_MAX_DIMS];
+  slapo_dtype dtypes[SLAPO_STEP_MAX_INPUTS];
+  int ndims[SLAPO_STEP_MAX_INPUTS];
+  int64_t shapes[SLAPO_STEP_MAX_INPUTS][SLAPO_MAX_DIMS];
   int n_params;              /* TRAIN: outputs 1..n_params are gradients */
   slapo_parameter **params;  /* borrowed from the model                   */
   int n_absent;              /* TRAIN: the model's parameters the graph   */
   slapo_parameter **absent;  /*   does not use (zeroed by a WRITE step)   */
   bool measured;             /* the last run had SLAPO_ACC_MEASURE        */
   char *text;                /* printed graph (SLAPO_DEBUG_STEP)          */
-  slapo__index_bound bounds[8]; /* the integer inputs' ranges             */
+  slapo__index_bound bounds[SLAPO_STEP_MAX_INPUTS]; /* integer inputs' ranges */
 } built_step;
 
 struct slapo_runner {
@@ -173,7 +173,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   if (s != SLAPO_OK) goto done;
   slapo_ctx_set_user(ctx, &bs);
 
-  slapo_node *ins[8];
+  slapo_node *ins[SLAPO_STEP_MAX_INPUTS];
   for (int i = 0; i < n_in; i++) {
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
@@ -274,12 +274,13 @@ slapo_status slapo_step_grads(slapo_runner *r, int n_in, const slapo_tensor *con
   if (out) *out = NULL;
   SLAPO_NEED(r, "step");
   if (n_in > 0) SLAPO_NEED(in, "step");
-  for (int i = 0; i < n_in && i < 8; i++)
+  for (int i = 0; i < n_in && i < SLAPO_STEP_MAX_INPUTS; i++)
     if (!in[i]) return slapo_error(SLAPO_INVALID_ARG, "step: input %d is NULL", i);
   if (grads & ~(unsigned)(SLAPO_ACC_WRITE | SLAPO_ACC_MEASURE))
     return slapo_error(SLAPO_INVALID_ARG, "step: unknown gradient flags 0x%x", grads);
-  if (n_in < 0 || n_in > 8)
-    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
+  if (n_in < 0 || n_in > SLAPO_STEP_MAX_INPUTS)
+    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most %d, SLAPO_STEP_MAX_INPUTS)",
+                       n_in, SLAPO_STEP_MAX_INPUTS);
   bool debug = getenv("SLAPO_DEBUG_STEP") != NULL;
   uint64_t version = r->version + slapo_module_version(r->root);
   if (!r->have || debug || !key_matches(&r->cur, version, n_in, in, mode)) {
@@ -341,8 +342,9 @@ slapo_status slapo_runner_grad_sumsq(const slapo_runner *r, double *replicated, 
 slapo_status slapo_runner_estimate(slapo_runner *r, int n_in, const slapo_tensor *const *in,
                                    slapo_step_mode mode, size_t *peak_nbytes) {
   *peak_nbytes = 0;
-  if (n_in < 0 || n_in > 8)
-    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most 8)", n_in);
+  if (n_in < 0 || n_in > SLAPO_STEP_MAX_INPUTS)
+    return slapo_error(SLAPO_INVALID_ARG, "step: %d inputs (at most %d, SLAPO_STEP_MAX_INPUTS)",
+                       n_in, SLAPO_STEP_MAX_INPUTS);
   /* A meta model's parameters get their paths, which building needs. */
   SLAPO_TRY(slapo_module_name_params(r->root));
   built_step b;

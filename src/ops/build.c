@@ -218,15 +218,6 @@ slapo_status slapo__broadcast_shapes(const char *op, int na, const int64_t *a, i
   return SLAPO_OK;
 }
 
-slapo_status slapo__norm_axis(const char *op, int64_t axis, int ndim, int *out) {
-  int64_t a = axis < 0 ? axis + ndim : axis;
-  if (a < 0 || a >= (ndim ? ndim : 1))
-    return slapo_error(SLAPO_INVALID_ARG, "%s: axis %lld is out of range for a %d-d value", op,
-                       (long long)axis, ndim);
-  *out = (int)a;
-  return SLAPO_OK;
-}
-
 slapo_status slapo__want_dtype(const slapo_node *node, int i, slapo_dtype dt) {
   const slapo_node *x = node->inputs[i];
   if (x->dtype != dt)

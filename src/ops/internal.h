@@ -30,9 +30,6 @@ slapo_status slapo__rng_shard_attrs(const slapo_node *x, const char *op, slapo_a
 /* NumPy broadcasting of a's and b's shapes into (ndim, shape). */
 slapo_status slapo__broadcast_shapes(const char *op, int na, const int64_t *a, int nb,
                                      const int64_t *b, int *ndim, int64_t *shape);
-/* Normalizes axis (negative counts from the end) for a rank-`ndim` value;
- * SLAPO_INVALID_ARG when out of range. */
-slapo_status slapo__norm_axis(const char *op, int64_t axis, int ndim, int *out);
 /* Requires input i of node to have dtype dt (SLAPO_DTYPE otherwise). */
 slapo_status slapo__want_dtype(const slapo_node *node, int i, slapo_dtype dt);
 /* Requires input i to have an integer dtype (I32 or I64). */

@@ -300,11 +300,8 @@ slapo_status slapo_pattern_resolve(const char *value, bool is_text, const slapo_
   }
   if ((*out = slapo_pattern_lookup(value))) return SLAPO_OK;
   char known[512] = "";
-  size_t used = 0;
   int n = slapo_pattern_registered_count();
-  for (int i = 0; i < n && used < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             slapo_pattern_registered_at(i)->name);
+  for (int i = 0; i < n; i++) slapo_list_append(known, sizeof known, slapo_pattern_registered_at(i)->name);
   return slapo_error(SLAPO_NOT_FOUND,
                      "no pattern is registered as '%s' (registered: %s); a text pattern is "
                      "written in double quotes, pattern=\"add(relu(x), 1)\"",

@@ -11,6 +11,10 @@
 
 /* ---- the Fused module ---- */
 
+/* The most values a fused region reads (its inputs and parameters), and
+ * parameters among them: a larger region is SLAPO_LIMIT, saying so. */
+enum { FUSE_MAX_VALUES = 32, FUSE_MAX_PARAMS = 16 };
+
 typedef struct fused_cfg {
   slapo_module_type type; /* per instance: its name is the fused name   */
   char *name;
@@ -32,8 +36,12 @@ static void fused_free(void *p) {
 
 /* The region's ops on `args` (its placeholders' values, in order). */
 static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *const *args) {
-  int n = slapo_graph_count(c->region), k = 0;
-  slapo_node **val = slapo_calloc((size_t)n + 1, sizeof *val), *y = NULL;
+  int n = slapo_graph_count(c->region), k = 0, most = 1;
+  for (slapo_node *r = slapo_graph_first(c->region); r; r = r->next)
+    most = r->n_inputs > most ? r->n_inputs : most;
+  /* val: each region node's value; in: one node's inputs (any count). */
+  slapo_node **val = slapo_calloc((size_t)(n + 1 + most), sizeof *val), **in = val + n + 1;
+  slapo_node *y = NULL;
   if (!val) {
     slapo_ctx_fail(ctx, SLAPO_NOMEM, "fused: out of memory");
     return NULL;
@@ -41,8 +49,7 @@ static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *c
   slapo_graph_renumber(c->region);
   for (slapo_node *r = slapo_graph_first(c->region); r && slapo_ctx_status(ctx) == SLAPO_OK;
        r = r->next) {
-    slapo_node *in[8];
-    for (int i = 0; i < r->n_inputs && i < 8; i++) in[i] = val[r->inputs[i]->id];
+    for (int i = 0; i < r->n_inputs; i++) in[i] = val[r->inputs[i]->id];
     if (r->kind == SLAPO_NODE_PLACEHOLDER) val[r->id] = args[k++];
     else if (r->kind == SLAPO_NODE_CALL_OP)
       val[r->id] = slapo_op_apply(ctx, r->op, r->n_inputs, in, r->n_attrs, r->attrs);
@@ -60,7 +67,7 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                    slapo_ctx_origin(ctx), c->name, c->n_in, n_in);
     return NULL;
   }
-  slapo_node *args[32];
+  slapo_node *args[FUSE_MAX_VALUES]; /* c->n_in + c->n_params < FUSE_MAX_VALUES */
   for (int i = 0; i < n_in; i++) args[i] = in[i];
   for (int k = 0; k < c->n_params; k++) {
     char pn[16];
@@ -94,8 +101,8 @@ typedef struct region_build {
   slapo_graph *g;
   slapo_ctx *ctx;
   slapo_node **map;        /* traced-graph node id -> region node */
-  slapo_node *ph[32];      /* placeholders: node inputs then params */
-  const slapo_parameter *params[16];
+  slapo_node *ph[FUSE_MAX_VALUES]; /* placeholders: node inputs then params */
+  const slapo_parameter *params[FUSE_MAX_PARAMS];
   int n_in, n_params;
 } region_build;
 
@@ -117,8 +124,11 @@ static slapo_node *value_of(region_build *rb, const slapo_node *x) {
 static slapo_node *param_value(region_build *rb, const slapo_parameter *p) {
   for (int k = 0; k < rb->n_params; k++)
     if (rb->params[k] == p) return rb->ph[rb->n_in + k];
-  if (rb->n_params == 16 || rb->n_in + rb->n_params >= 32) {
-    slapo_ctx_fail(rb->ctx, SLAPO_LIMIT, "fuse: too many parameters in one region");
+  if (rb->n_params == FUSE_MAX_PARAMS || rb->n_in + rb->n_params >= FUSE_MAX_VALUES) {
+    slapo_ctx_fail(rb->ctx, SLAPO_LIMIT,
+                   "fuse: the region reads more than %d parameters or %d values in all "
+                   "(inputs and parameters); fuse a smaller region",
+                   FUSE_MAX_PARAMS, FUSE_MAX_VALUES);
     return NULL;
   }
   char nm[16];
@@ -155,6 +165,9 @@ static slapo_status build_region(region_build *rb) {
   for (int i = 0; i < rb->m->n_inputs; i++) {
     const slapo_match_value *v = &rb->m->inputs[i];
     if (!v->node) continue;
+    if (rb->n_in == FUSE_MAX_VALUES)
+      return slapo_error(SLAPO_LIMIT, "fuse: the region reads more than %d values; fuse a "
+                         "smaller region", FUSE_MAX_VALUES);
     char nm[16];
     snprintf(nm, sizeof nm, "x%d", rb->n_in);
     rb->ph[rb->n_in++] = slapo_input(rb->ctx, nm, v->dtype, v->ndim, v->shape);
@@ -237,10 +250,8 @@ slapo_status slapo__compiler_named(slapo_sched *node, const char *primitive, con
                                    const slapo_compiler **out) {
   if ((*out = slapo_compiler_find(name))) return SLAPO_OK;
   char known[256] = "";
-  size_t used = 0;
-  for (int i = 0; i < slapo_compiler_count() && used < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             slapo_compiler_at(i)->name);
+  for (int i = 0; i < slapo_compiler_count(); i++)
+    slapo_list_append(known, sizeof known, slapo_compiler_at(i)->name);
   return slapo_error(SLAPO_INVALID_ARG, "%s: %s: no compiler '%s' (known: %s)", primitive,
                      slapo__prim_path(node), name, known);
 }

@@ -33,10 +33,7 @@ slapo_status slapo_primitive_apply(slapo_sched *node, const slapo_sched_entry *e
   slapo_status s;
   if (!p) {
     char known[256] = "";
-    size_t used = 0;
-    for (int i = 0; i < N_PRIMS && used < sizeof known; i++)
-      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                               k_prims[i]->name);
+    for (int i = 0; i < N_PRIMS; i++) slapo_list_append(known, sizeof known, k_prims[i]->name);
     s = slapo_error(SLAPO_NOT_FOUND, "unknown primitive '%s' (known: %s)", e->primitive, known);
   } else {
     s = p->apply(node, e);
@@ -61,13 +58,10 @@ slapo_status slapo__prim_param(slapo_sched *node, const char *primitive, const c
   slapo_module *m = slapo_sched_module(node);
   if ((*out = slapo_module_param(m, name))) return SLAPO_OK;
   char known[256] = "";
-  size_t used = 0;
-  for (int i = 0; i < m->n_params && used + 1 < sizeof known; i++)
-    used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                             m->param_names[i]);
+  for (int i = 0; i < m->n_params; i++) slapo_list_append(known, sizeof known, m->param_names[i]);
   return slapo_error(SLAPO_NOT_FOUND, "%s: %s (a %s) has no parameter '%s'; its parameters: %s",
                      primitive, slapo__prim_path(node), m->type->name, name,
-                     used ? known : "(none)");
+                     known[0] ? known : "(none)");
 }
 
 static slapo_status log_append_to(slapo_sched_log *log, slapo_sched *node, const char *primitive,
@@ -147,12 +141,9 @@ slapo_status slapo__prim_not_in_trace(slapo_sched *node, const char *primitive) 
 /* The registered replacement modules' names, "A, B", into buf ("none" when
  * there are none); truncated to cap. */
 static void registered_text(char *buf, size_t cap) {
-  size_t used = 0;
   int n = slapo_module_registered_count();
   buf[0] = '\0';
-  for (int i = 0; i < n && used < cap; i++)
-    used += (size_t)snprintf(buf + used, cap - used, "%s%s", i ? ", " : "",
-                             slapo_module_registered_name(i));
+  for (int i = 0; i < n; i++) slapo_list_append(buf, cap, slapo_module_registered_name(i));
   if (n == 0) snprintf(buf, cap, "none");
 }
 

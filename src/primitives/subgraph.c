@@ -27,8 +27,8 @@ typedef struct sub_factory {
   slapo_subgraph_factory f;
 } sub_factory;
 
-static sub_factory g_facs[32];
-static int g_n_facs;
+static sub_factory *g_facs; /* grows; registrations live until exit */
+static int g_n_facs, g_cap_facs;
 
 slapo_status slapo_subgraph_register(const char *name, const char *summary,
                                      slapo_subgraph_factory f) {
@@ -38,9 +38,12 @@ slapo_status slapo_subgraph_register(const char *name, const char *summary,
                               : slapo_error(SLAPO_INVALID_ARG,
                                             "a subgraph module named '%s' is already registered",
                                             name);
-  if (g_n_facs == (int)SLAPO_ARRAY_LEN(g_facs))
-    return slapo_error(SLAPO_LIMIT, "subgraph registry: at most %d factories",
-                       (int)SLAPO_ARRAY_LEN(g_facs));
+  if (g_n_facs == g_cap_facs) {
+    int cap = g_cap_facs ? 2 * g_cap_facs : 8;
+    sub_factory *f2 = slapo_realloc(g_facs, (size_t)cap * sizeof *f2);
+    if (!f2) return slapo_error(SLAPO_NOMEM, "subgraph registry: out of memory");
+    g_facs = f2, g_cap_facs = cap;
+  }
   g_facs[g_n_facs++] = (sub_factory){name, summary, f};
   return SLAPO_OK;
 }
@@ -561,12 +564,9 @@ slapo_status slapo__replace_subgraph(slapo_sched *node, const slapo_pattern *p, 
   slapo_subgraph_factory f = slapo_subgraph_factory_find(name);
   if (!f) {
     char known[512] = "";
-    size_t used = 0;
-    for (int i = 0; i < g_n_facs && used < sizeof known; i++)
-      used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "",
-                               g_facs[i].name);
+    for (int i = 0; i < g_n_facs; i++) slapo_list_append(known, sizeof known, g_facs[i].name);
     return slapo_error(SLAPO_NOT_FOUND, "replace: %s: no subgraph module is registered as '%s' "
-                       "(registered: %s)", slapo__prim_path(node), name, used ? known : "none");
+                       "(registered: %s)", slapo__prim_path(node), name, known[0] ? known : "none");
   }
   bool replayable;
   slapo_sched_arg args[3] = {slapo_sched_arg_word(NULL, name), slapo__pattern_arg(p, &replayable),

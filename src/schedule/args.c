@@ -111,9 +111,7 @@ slapo_status slapo_sched_entry_check_args(const slapo_sched_entry *e, const char
     for (const char *const *k = known; k && *k && !ok; k++) ok = !strcmp(*k, a->key);
     if (ok) continue;
     char list[512] = "";
-    size_t used = 0;
-    for (const char *const *k = known; k && *k && used + 1 < sizeof list; k++)
-      used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", k == known ? "" : ", ", *k);
+    for (const char *const *k = known; k && *k; k++) slapo_list_append(list, sizeof list, *k);
     return slapo_error(SLAPO_INVALID_ARG, "%s: unknown argument '%s' (known: %s)",
                        where(e, w, sizeof w), a->key, list[0] ? list : "none");
   }

@@ -126,19 +126,8 @@ static slapo_sched *child_seg(const slapo_sched *s, const char *seg, size_t len)
 slapo_sched_log *slapo_sched_log_of(const slapo_sched *s) { return slapo_sched_root(s)->log; }
 
 void slapo__sched_children_text(const slapo_sched *s, char *buf, size_t cap) {
-  static const char more[] = ", ...";
-  SLAPO_ASSERT(cap > sizeof more);
   buf[0] = '\0';
-  size_t used = 0;
-  for (int i = 0; i < s->n_children; i++) {
-    const char *sep = i ? ", " : "";
-    size_t need = strlen(sep) + strlen(s->children[i]->name);
-    if (used + need + sizeof more > cap) {
-      memcpy(buf + used, more, sizeof more);
-      return;
-    }
-    used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep, s->children[i]->name);
-  }
+  for (int i = 0; i < s->n_children; i++) slapo_list_append(buf, cap, s->children[i]->name);
 }
 
 /* "'transformer.h' has children 0, 1, 2, 3" or "'x' has no children". */

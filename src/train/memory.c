@@ -30,7 +30,6 @@ static size_t proc_kb_field(const char *file, const char *key) {
 }
 
 size_t slapo_memory_resident(void) { return proc_kb_field("/proc/self/status", "VmRSS"); }
-size_t slapo_memory_peak_resident(void) { return proc_kb_field("/proc/self/status", "VmHWM"); }
 
 /* Activation peak of one step of `r`'s model on meta inputs [B, T] i32:
  * n_in 2 (idx, targets: a loss) or 1 (idx: logits). */

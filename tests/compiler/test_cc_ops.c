@@ -17,6 +17,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <dlfcn.h>
 #include <math.h>
 #include <stdio.h>
@@ -32,7 +34,6 @@
 #include "slapo/ops.h"
 #include "slapo/ops/math.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 enum { N = 64, EXPR_CAP = 1024 };
 #define SEED 42u

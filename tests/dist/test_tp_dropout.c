@@ -21,13 +21,14 @@
 
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include "core/assert.h"
 
 #include "slapo/apply.h"
 #include "slapo/dist.h"
 #include "slapo/primitives.h"
 
-#define OK(x) assert_int_equal((x), SLAPO_OK)
 
 enum { N = 8, IN = 4, HID = 64, OUT = 3 };
 

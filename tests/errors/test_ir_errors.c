@@ -7,13 +7,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "slapo/ir.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* x, y -> a = neg(x) -> b = add(a, x) -> c = mul(b, b) -> output(c) */
 typedef struct fixture {

@@ -8,12 +8,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 
 #include "common/opfix.h"
 #include "slapo/ops.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 static void test_no_broadcast(void **state) {
   opfix *f = *state;

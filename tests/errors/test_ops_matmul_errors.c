@@ -8,13 +8,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <string.h>
 
 #include "common/opfix.h"
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static void test_inner_dims(void **state) {
   opfix *f = *state;

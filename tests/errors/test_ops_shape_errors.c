@@ -12,10 +12,11 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include "common/opfix.h"
 #include "slapo/ops.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static void test_reshape_numel(void **state) {
   opfix *f = *state;

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+
+#include "common/check.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +17,6 @@
 #include "slapo/models.h"
 #include "slapo/pattern.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* ---- a toy module: forward number `which` over inputs x, y [2, 4] ---- */
 

@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <regex.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,7 +21,6 @@
 #include "slapo/ops.h"
 #include "slapo/pattern.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static char *print_pattern(const slapo_pattern *p) {
   char *buf = NULL;

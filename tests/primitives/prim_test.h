@@ -14,10 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "slapo/models.h"
 #include "slapo/pattern.h"
-
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* n_layer, n_head, n_embd, n_ctx, vocab, dropout, ln_eps. */
 static const slapo_gpt2_config k_tiny = {2, 4, 32, 32, 256, 0.1, 1e-5};

@@ -235,7 +235,7 @@ static void test_fail_factory_rejects_linear(void **state) {
   slapo_sched *root = pt_sched_new(&k_tiny);
   PT_EXPECT_REFUSED(root, slapo_replace(pt_at(root, "transformer.h.0.mlp.c_fc"), "FlashAttention"),
                     SLAPO_INVALID_ARG, "replace: transformer.h.0.mlp.c_fc: ",
-                    "(GPT2Attention, LlamaAttention or BertSelfAttention) only, got Linear");
+                    "(GPT2Attention, LlamaAttention, BertSelfAttention) only, got Linear");
   pt_sched_free(root);
 }
 

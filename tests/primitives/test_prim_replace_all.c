@@ -99,7 +99,7 @@ static void test_fail_factory_changes_nothing(void **state) {
   slapo_sched *root = pt_sched_new(&k_tiny);
   PT_EXPECT_REFUSED(
       root, slapo_replace_all(root, "Linear", "FlashAttention"), SLAPO_INVALID_ARG,
-      "replace_all: transformer.h.0.attn.c_attn: ", "(GPT2Attention, LlamaAttention or BertSelfAttention) only, got Linear");
+      "replace_all: transformer.h.0.attn.c_attn: ", "(GPT2Attention, LlamaAttention, BertSelfAttention) only, got Linear");
   pt_sched_free(root);
 }
 

@@ -366,11 +366,28 @@ static void checkpoint_subgraph(void **state) {
   pt_sched_free(root);
 }
 
+/* The C form of `sync fwd_post OP pattern=P`: NULL arguments and an
+ * unknown collective are refused, and a pattern on a module that is not
+ * traced is PRECOND, each naming what is wrong. */
+static void sync_pattern_refusals(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_sched *attn = pt_at(root, "transformer.h.0.attn");
+  slapo_pattern *p = pt_parse("matmul(x, y)");
+  expect_status(slapo_sync_pattern(attn, NULL, "all_reduce", -1, true), SLAPO_INVALID_ARG,
+                "pattern and op must not be NULL");
+  expect_status(slapo_sync_pattern(attn, p, "all_sum", -1, true), SLAPO_INVALID_ARG, "all_sum");
+  expect_status(slapo_sync_pattern(attn, p, "all_reduce", -1, true), SLAPO_PRECOND, "trace");
+  slapo_pattern_free(p);
+  pt_sched_free(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(vertical_module),
       cmocka_unit_test(vertical_op_function_and_arity),
       cmocka_unit_test(refusals),
+      cmocka_unit_test(sync_pattern_refusals),
       cmocka_unit_test(schedule_file_lines),
       cmocka_unit_test(registered_pattern_in_a_file),
       cmocka_unit_test(horizontal_fused_linear),

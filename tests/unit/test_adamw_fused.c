@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,7 +20,6 @@
 
 #include "slapo/train.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* A root module with Linear(301, 257) (77657 weights: a multiple of 4 plus
  * 1, more than 4 chunks of 16384) and Linear(5, 3) (15 + 3). */

@@ -15,6 +15,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +25,6 @@
 #include "common/torchfix.h"
 #include "slapo/module.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static char g_path[4096];
 static slapo_safetensors *g_fix;

@@ -18,13 +18,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <string.h>
 
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 enum { N = 1000, V = 40, C = 48, NI = 6 };
 

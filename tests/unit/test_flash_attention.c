@@ -13,6 +13,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -22,7 +24,6 @@
 #include "slapo/autograd.h"
 #include "slapo/models.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 #define STREAM 123457 /* the dropout stream both formulations share */
 
 static const int64_t k_shape[4] = {2, 3, 37, 16};
@@ -631,7 +632,7 @@ static void test_module_errors(void **state) {
   slapo_module *lin, *fa = NULL;
   OK(slapo_linear_new(4, 4, true, 0.02f, &lin));
   slapo_status s = slapo_flash_attention_new(lin, &fa);
-  expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "(GPT2Attention, LlamaAttention or BertSelfAttention) only, got Linear");
+  expect(s, SLAPO_INVALID_ARG, slapo_last_error(), "(GPT2Attention, LlamaAttention, BertSelfAttention) only, got Linear");
   assert_null(fa);
   /* The module's forward checks its input. */
   slapo_gpt2_config cfg = {1, 2, 16, 8, 32, 0.1, 1e-5};

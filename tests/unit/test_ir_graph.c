@@ -8,12 +8,13 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <string.h>
 
 #include "slapo/ir.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* Node names in list order, comma-separated (static buffer). */
 static const char *order_of(const slapo_graph *g) {

@@ -8,11 +8,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <string.h>
 
 #include "slapo/ir.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* x -> a = neg(x) -> b = add(a, x) -> split(b) (2 results) -> getitem 1 -> output */
 typedef struct fixture {

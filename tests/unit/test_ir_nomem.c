@@ -12,13 +12,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdbool.h>
 #include <string.h>
 
 #include "common/failalloc.h"
 #include "slapo/ir.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* FNV-1a over everything a failed call must leave alone: list order, names,
  * kinds, targets, inputs, user lists, attributes, metadata and origins.

@@ -7,13 +7,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "slapo/ir.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 typedef void (*print_fn)(const slapo_graph *g, FILE *f);
 

@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +19,6 @@
 #include "common/opfix.h"
 #include "slapo/ops.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* ---- helpers ---- */
 

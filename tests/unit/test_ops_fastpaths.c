@@ -15,6 +15,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -22,7 +24,6 @@
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 static const slapo_plan_opts k_ref = {.reference = true}, k_fast = {0};
 

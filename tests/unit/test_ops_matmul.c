@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -22,7 +24,6 @@
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* ---- helpers ---- */
 

@@ -11,13 +11,14 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <omp.h>
 #include <string.h>
 
 #include "slapo/ops.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static const slapo_kernel_env k_train = {.seed = 1234, .step = 7, .training = true};
 

@@ -10,11 +10,12 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include "common/opfix.h"
 #include "slapo/exec.h"
 #include "slapo/ops.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* Both kernels of node (ref, and fast where there is one) on `in` against
  * want [n], exactly: these ops only move values. */

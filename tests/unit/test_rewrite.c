@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <string.h>
 
 #include "slapo/core.h"
@@ -18,7 +20,6 @@
 #include "core/assert.h"
 #include "slapo/rewrite.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* ---- rules for the test ---- */
 

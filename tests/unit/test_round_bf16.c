@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <string.h>
 
 #include "slapo/autograd.h"
@@ -18,7 +20,6 @@
 #include "slapo/ops.h"
 #include "slapo/tensor.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 enum { N_EDGE = 16, N = 4096 };
 

@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <dirent.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -18,7 +20,6 @@
 
 #include "slapo/tensor.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 #define assert_msg(sub)                                                        \
   do {                                                                         \
     if (!strstr(slapo_last_error(), (sub)))                                    \

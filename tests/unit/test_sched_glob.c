@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,6 @@
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* Selects `glob` below s and checks the paths, in order, against the
  * NULL-terminated `want`. */

@@ -10,6 +10,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,6 @@
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* The example of DESIGN.md §7, as the printer writes it. */
 static const char k_design[] =

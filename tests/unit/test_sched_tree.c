@@ -9,6 +9,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,6 @@
 #include "slapo/models.h"
 #include "slapo/schedule.h"
 
-#define OK(expr) assert_int_equal((expr), SLAPO_OK)
 
 static size_t count_modules(const slapo_module *m) {
   size_t n = 1;

@@ -11,6 +11,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -19,7 +21,6 @@
 #include "slapo/primitives.h"
 #include "slapo/schedule.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 typedef struct fixture {
   slapo_module *m;

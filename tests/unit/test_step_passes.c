@@ -22,6 +22,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,7 +33,6 @@
 #include "slapo/exec.h"
 #include "slapo/models.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* Runs the rule `name` alone on g (a training step's graph) to its
  * fixpoint; *n receives how often it rewrote. */

@@ -7,6 +7,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +16,6 @@
 
 #include "slapo/tensor.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 #define assert_msg(sub)                                                        \
   do {                                                                         \
     if (!strstr(slapo_last_error(), (sub)))                                    \

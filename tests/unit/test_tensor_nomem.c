@@ -8,6 +8,8 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "common/check.h"
+
 #include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +19,6 @@
 #include "common/failalloc.h"
 #include "slapo/tensor.h"
 
-#define assert_ok(expr) assert_int_equal((expr), SLAPO_OK)
 
 /* One call under test. It runs with the failing allocator installed and must
  * free whatever it got back (under the same allocator) before returning.
