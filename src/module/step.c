@@ -148,6 +148,41 @@ static char *graph_text(const slapo_graph *g) {
   return s;
 }
 
+/* Train mode: the gradients of the loss y w.r.t. every parameter the
+ * forward used (bs), as outputs 1..n after y, seeded by an input dloss
+ * rather than the constant 1 so that a run can weight them
+ * (slapo_step_scaled: micro-batches by valid tokens); fills b's parameter
+ * lists. Errors: SLAPO_INVALID_ARG (y not a scalar), those of
+ * slapo_backward, NOMEM. */
+static slapo_status add_backward(slapo_runner *r, slapo_ctx *ctx, slapo__build_state *bs,
+                                 slapo_node *y, built_step *b) {
+  if (y->ndim != 0)
+    return slapo_error(SLAPO_INVALID_ARG,
+                       "step: train mode needs a scalar loss from the %s forward, got shape %s",
+                       r->root->type->name,
+                       slapo_shape_str(y->ndim, y->shape, (char[64]){0}, 64));
+  int n = (int)slapo_map_count(bs->param_nodes);
+  slapo_node **wrt = slapo_calloc((size_t)n + 1, sizeof *wrt);
+  slapo_node **outs = slapo_calloc((size_t)n + 1, sizeof *outs);
+  b->params = slapo_calloc((size_t)n + 1, sizeof *b->params);
+  slapo_status s = SLAPO_OK;
+  if (!wrt || !outs || !b->params) s = slapo_error(SLAPO_NOMEM, "step: out of memory");
+  for (int i = 0; s == SLAPO_OK && i < n; i++) {
+    wrt[i] = slapo_map_value_at(bs->param_nodes, (size_t)i);
+    b->params[i] = slapo_map_value_at(bs->param_objs, (size_t)i);
+  }
+  if (s == SLAPO_OK) b->n_params = n, s = find_absent(r->root, b);
+  if (s == SLAPO_OK) {
+    outs[0] = y;
+    slapo_node *dloss = slapo_input(ctx, "dloss", SLAPO_DTYPE_F32, 0, NULL);
+    s = dloss ? slapo_backward(ctx, y, dloss, n, wrt, outs + 1) : slapo_ctx_status(ctx);
+  }
+  if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
+  slapo_free(wrt);
+  slapo_free(outs);
+  return s;
+}
+
 /* Builds the step graph and plans it. With `estimate` non-NULL only the
  * planned activation peak is computed, into *estimate (nothing allocated,
  * parameters may be meta; b is cleared afterwards). */
@@ -164,7 +199,6 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   }
   slapo_ctx *ctx = NULL;
   slapo__build_state bs = {0};
-  slapo_node **wrt = NULL, **outs = NULL;
   slapo_status s = slapo__check_shards(r->root);
   if (s == SLAPO_OK) s = slapo_graph_new(&b->g);
   if (s == SLAPO_OK) s = slapo_ctx_new(b->g, &ctx);
@@ -189,36 +223,8 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   }
   slapo__index_bounds(r->root, n_in, ins, b->bounds);
   int n = (int)slapo_map_count(bs.param_nodes);
-  if (mode == SLAPO_STEP_TRAIN) {
-    if (y->ndim != 0) {
-      s = slapo_error(SLAPO_INVALID_ARG,
-                      "step: train mode needs a scalar loss from the %s forward, got shape %s",
-                      r->root->type->name, slapo_shape_str(y->ndim, y->shape, (char[64]){0}, 64));
-      goto done;
-    }
-    wrt = slapo_calloc((size_t)n + 1, sizeof *wrt);
-    outs = slapo_calloc((size_t)n + 1, sizeof *outs);
-    b->params = slapo_calloc((size_t)n + 1, sizeof *b->params);
-    if (!wrt || !outs || !b->params) {
-      s = slapo_error(SLAPO_NOMEM, "step: out of memory");
-      goto done;
-    }
-    for (int i = 0; i < n; i++) {
-      wrt[i] = slapo_map_value_at(bs.param_nodes, (size_t)i);
-      b->params[i] = slapo_map_value_at(bs.param_objs, (size_t)i);
-    }
-    b->n_params = n;
-    s = find_absent(r->root, b);
-    if (s != SLAPO_OK) goto done;
-    outs[0] = y;
-    /* The seed dL/dloss is an input, not the constant 1, so a run can weight
-     * its gradients (slapo_step_scaled: micro-batches by valid tokens). */
-    slapo_node *dloss = slapo_input(ctx, "dloss", SLAPO_DTYPE_F32, 0, NULL);
-    s = dloss ? slapo_backward(ctx, y, dloss, n, wrt, outs + 1) : slapo_ctx_status(ctx);
-    if (s == SLAPO_OK && !slapo_output(ctx, n + 1, outs)) s = slapo_ctx_status(ctx);
-  } else {
-    if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
-  }
+  if (mode == SLAPO_STEP_TRAIN) s = add_backward(r, ctx, &bs, y, b);
+  else if (!slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
   /* The step's graph rewrites (src/rewrite/step_rules.def): split
    * gradients joined with one concat, an embedding's gradient scattered
    * into its tied weight's, residual adds folded into the norm backwards,
@@ -247,8 +253,6 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   if (s == SLAPO_OK && getenv("SLAPO_DEBUG_STEP") && !(b->text = graph_text(b->g)))
     s = slapo_error(SLAPO_NOMEM, "step: out of memory");
 done:
-  slapo_free(wrt);
-  slapo_free(outs);
   slapo_map_free(bs.param_nodes);
   slapo_map_free(bs.param_objs);
   slapo_ctx_free(ctx);
