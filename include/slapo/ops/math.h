@@ -135,9 +135,14 @@
 
 /* The fused backward-only ops, (x, dy) -> dy * f'(x). */
 #define SLAPO_EW_relu_backward(M, x, y) ((x) > 0 ? (y) : SLAPO_K(M, 0))
-/* silu'(x) = s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x). */
-#define SLAPO_EW_silu_backward(M, x, y)                                        \
-  ((y) * (SLAPO_EW_sigmoid(M, x) * (SLAPO_K(M, 1) + (x) * (SLAPO_K(M, 1) - SLAPO_EW_sigmoid(M, x)))))
+/* silu'(x) = s + x s (1 - s) = s (1 + x (1 - s)), s = sigmoid(x); the
+ * float form is slapo__silu_grad (slapo/ops/vmath.h), which computes s once
+ * (libm's expf sets errno, so the compiler may not merge two calls). */
+#define SLAPO_EW_silu_d(M, x) SLAPO_EW_silu_d_##M(x)
+#define SLAPO_EW_silu_d_D(x)                                                   \
+  (SLAPO_EW_sigmoid(D, x) * (1.0 + (x) * (1.0 - SLAPO_EW_sigmoid(D, x))))
+#define SLAPO_EW_silu_d_F(x) slapo__silu_grad(x)
+#define SLAPO_EW_silu_backward(M, x, y) ((y) * SLAPO_EW_silu_d(M, x))
 #define SLAPO_EW_gelu_tanh_backward(M, x, y) ((y) * SLAPO_EW_gelu_tanh_d(M, x))
 #define SLAPO_EW_gelu_erf_backward(M, x, y) ((y) * SLAPO_EW_gelu_erf_d(M, x))
 

@@ -100,6 +100,13 @@ static inline float slapo__round_bf16(float x) {                                
   return x;                                                                                       \
 }                                                                                                 \
                                                                                                   \
+/* silu'(x) = s (1 + x (1 - s)), s = sigmoid(x) = 1 / (1 + e^-x), in float                     \
+ * with libm's expf: the fast kernels' and the cc backend's silu gradient. */                     \
+static inline float slapo__silu_grad(float x) {                                                   \
+  float s = 1.0f / (1.0f + expf(-x));                                                             \
+  return s * (1.0f + x * (1.0f - s));                                                             \
+}                                                                                                 \
+                                                                                                  \
 /* e^a for a float |a| <= 87 (callers clamp it; outside, the 2^n scale                            \
  * overflows), all in float: Cephes' expf reduction (n = round(a / ln 2) by                       \
  * the 1.5 * 2^23 shift, r = a - n ln2 with ln 2 split in two so                                  \
