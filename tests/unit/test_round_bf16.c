@@ -42,25 +42,13 @@ static const uint32_t EDGE[N_EDGE] = {
     0xffbfffffu, /* negative NaN, payload that rounding would carry */
 };
 
-static float f_of(uint32_t b) {
-  float f;
-  memcpy(&f, &b, 4);
-  return f;
-}
-
-static uint32_t bits_of(float f) {
-  uint32_t b;
-  memcpy(&b, &f, 4);
-  return b;
-}
-
 /* The inputs: the edge patterns, then pseudo-random bit patterns. */
 static void fill(float *x) {
-  for (int i = 0; i < N_EDGE; i++) x[i] = f_of(EDGE[i]);
+  for (int i = 0; i < N_EDGE; i++) x[i] = bits_f32(EDGE[i]);
   uint64_t s = 0x9e3779b97f4a7c15u;
   for (int i = N_EDGE; i < N; i++) {
     s = s * 6364136223846793005u + 1442695040888963407u;
-    x[i] = f_of((uint32_t)(s >> 32));
+    x[i] = bits_f32((uint32_t)(s >> 32));
   }
 }
 
@@ -93,9 +81,9 @@ static void run(const float *x, float *y, bool reference) {
 static void check(const float *x, const float *y, const char *what) {
   int bad = 0;
   for (int i = 0; i < N; i++) {
-    uint32_t want = (uint32_t)slapo_f32_to_bf16(x[i]) << 16, got = bits_of(y[i]);
+    uint32_t want = (uint32_t)slapo_f32_to_bf16(x[i]) << 16, got = f32_bits(y[i]);
     if (want != got && bad++ < 5)
-      print_message("%s: x = 0x%08x: got 0x%08x, want 0x%08x\n", what, bits_of(x[i]), got,
+      print_message("%s: x = 0x%08x: got 0x%08x, want 0x%08x\n", what, f32_bits(x[i]), got,
                     want);
   }
   if (bad) fail_msg("%s: %d of %d values differ from slapo_f32_to_bf16", what, bad, N);

@@ -31,18 +31,6 @@ static slapo_tensor *arange(int ndim, const int64_t *shape) {
   return t;
 }
 
-static uint32_t f32_bits(float v) {
-  uint32_t u;
-  memcpy(&u, &v, 4);
-  return u;
-}
-
-static float bits_f32(uint32_t u) {
-  float v;
-  memcpy(&v, &u, 4);
-  return v;
-}
-
 static void test_dtype_table(void **state) {
   (void)state;
   assert_int_equal(slapo_dtype_size(SLAPO_DTYPE_F32), 4);
