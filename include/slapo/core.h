@@ -166,25 +166,30 @@ size_t slapo_arena_used(const slapo_arena *a);
 
 /* The levels slapo's vector kernels are compiled for (one variant each,
  * picked per call at run time): baseline x86-64 (SSE2), AVX2 + FMA, and
- * AVX-512 (F, BW, VL, DQ). Every variant computes the same bits. */
+ * AVX-512 (F, BW, VL, DQ). Every variant computes the same bits.
+ * AVX512_BF16 is AVX-512 plus bf16 dot products (the AVX512_BF16 or the
+ * AMX-BF16 CPUID bit): slapo's own kernels run their AVX-512 variant there;
+ * what it adds is the licence for bf16 GEMMs in oneDNN (ops/gemm_dnnl.c),
+ * which without it would be emulated at a fraction of f32's speed. */
 typedef enum slapo_isa {
   SLAPO_ISA_BASELINE = 0,
   SLAPO_ISA_AVX2 = 1,
   SLAPO_ISA_AVX512 = 2,
+  SLAPO_ISA_AVX512_BF16 = 3,
 } slapo_isa;
 
 /* The best level this CPU and OS can run (AVX register state enabled). */
 slapo_isa slapo_isa_host(void);
 /* The level the kernels use: the host's, lowered to the cap. The cap comes
  * from slapo_isa_set_max, else from the environment variable SLAPO_MAX_ISA
- * (baseline, avx2 or avx512, any case; like oneDNN's ONEDNN_MAX_CPU_ISA it
+ * (baseline, avx2, avx512 or avx512_bf16, any case; like oneDNN's ONEDNN_MAX_CPU_ISA it
  * never raises the level above the host's). An unreadable SLAPO_MAX_ISA
  * means baseline; slapo_isa_check_env reports it. */
 slapo_isa slapo_isa_active(void);
 /* Caps the level from now on (tests and benchmarks run each variant this
  * way). Not to be called while kernels run on other threads. */
 void slapo_isa_set_max(slapo_isa cap);
-/* "baseline", "avx2", "avx512"; "unknown" outside the enum. Static string. */
+/* "baseline", "avx2", "avx512", "avx512_bf16"; "unknown" outside the enum. Static string. */
 const char *slapo_isa_name(slapo_isa isa);
 /* Parses a level name (case-insensitive). Errors: SLAPO_INVALID_ARG naming
  * the value and the accepted names. */

@@ -178,9 +178,19 @@ bool slapo_tensor_equal(const slapo_tensor *a, const slapo_tensor *b);
  * to f; a meta tensor prints as "f32[2, 3] (meta)". */
 void slapo_tensor_print(const slapo_tensor *t, FILE *f, int max_elems);
 
-/* bf16 <-> f32 (round to nearest even; NaN stays NaN). */
+/* bf16 <-> f32. bf16 is the top half of an f32: widening is exact. f32 ->
+ * bf16 rounds to nearest, ties to even; +-Inf and signed zeros are kept;
+ * finite values past the largest bf16 (3.3895e38) round to Inf as IEEE
+ * rounding says; subnormals are rounded like any other value (never
+ * flushed); a NaN stays a NaN of the same sign, quieted (bit 6 of the
+ * bf16 set), its top payload bits kept. */
 float slapo_bf16_to_f32(uint16_t v);
 uint16_t slapo_f32_to_bf16(float v);
+/* The same over n contiguous elements, vectorized (run-time ISA dispatch,
+ * the same bits at every level as the scalar forms). x and y must not
+ * overlap; n <= 0 does nothing. Single-threaded: callers split rows. */
+void slapo_f32_to_bf16_n(const float *x, uint16_t *y, int64_t n);
+void slapo_bf16_to_f32_n(const uint16_t *x, float *y, int64_t n);
 float slapo_f16_to_f32(uint16_t v);
 uint16_t slapo_f32_to_f16(float v);
 

@@ -47,6 +47,7 @@ static const char *compiler_cmd(void) {
 /* Flags for the active ISA level: explicit -m options. */
 static const char *isa_flags(void) {
   switch (slapo_isa_active()) {
+  case SLAPO_ISA_AVX512_BF16: /* generated kernels have no bf16 operands */
   case SLAPO_ISA_AVX512: return "-mavx2 -mfma -mavx512f -mavx512bw -mavx512vl -mavx512dq";
   case SLAPO_ISA_AVX2: return "-mavx2 -mfma";
   default: return "-march=x86-64";

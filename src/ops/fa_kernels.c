@@ -131,7 +131,7 @@ void slapo__fa_forward(const fa_geom *g, bool reference) {
   int64_t n_qt = (g->T + BR - 1) / BR;
   slapo_isa isa = slapo_isa_active();
   void (*fwd)(const fa_geom *, int64_t, int64_t) =
-      isa == SLAPO_ISA_AVX512 ? slapo__fa_fwd_job_avx512
+      isa >= SLAPO_ISA_AVX512 ? slapo__fa_fwd_job_avx512
       : isa == SLAPO_ISA_AVX2 ? slapo__fa_fwd_job_avx2 : slapo__fa_fwd_job_baseline;
   int64_t work = g->BH * g->T * (g->causal ? g->T / 2 + 1 : g->T) * (g->HS ? 2 * g->HS : 1);
   int nt = slapo__threads_for(work);
@@ -153,7 +153,7 @@ void slapo__fa_backward(const fa_geom *g, bool reference, float *out, int64_t n_
   }
   slapo_isa isa = slapo_isa_active();
   void (*bwd)(const fa_geom *, int64_t) =
-      isa == SLAPO_ISA_AVX512 ? slapo__fa_bwd_job_avx512
+      isa >= SLAPO_ISA_AVX512 ? slapo__fa_bwd_job_avx512
       : isa == SLAPO_ISA_AVX2 ? slapo__fa_bwd_job_avx2 : slapo__fa_bwd_job_baseline;
   int64_t work = g->BH * g->T * (g->causal ? g->T / 2 + 1 : g->T) * (g->HS ? 5 * g->HS : 1);
   /* One job per kv head, which owns (and zeroes) its dk, dv rows and those

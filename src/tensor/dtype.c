@@ -1,12 +1,14 @@
 /* tensor/dtype.c - the dtype table (sizes and names, generated from
- * SLAPO_DTYPE_LIST) and scalar conversions between f32 and the 16-bit float
- * formats bf16 and IEEE 754 binary16 (f16), rounding to nearest even.
+ * SLAPO_DTYPE_LIST) and conversions between f32 and the 16-bit float
+ * formats bf16 (scalar and vector) and IEEE 754 binary16 (f16, scalar),
+ * rounding to nearest even.
  * Layer: tensor. Formats: IEEE 754-2008 binary16; bfloat16 is the top half
  * of a binary32. */
 #include <math.h>
 #include <string.h>
 
 #include "core/assert.h"
+#include "slapo/core/simd.h"
 #include "slapo/tensor.h"
 
 static const struct {
@@ -57,15 +59,45 @@ static float bits_f32(uint32_t u) {
 
 float slapo_bf16_to_f32(uint16_t v) { return bits_f32((uint32_t)v << 16); }
 
-uint16_t slapo_f32_to_bf16(float v) {
-  uint32_t u = f32_bits(v);
-  /* Keep NaN a NaN (rounding could carry its payload into infinity): quiet it
-   * and keep the sign. */
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x0040u);
-  /* Round to nearest even: add 0x7fff plus the lowest kept bit, truncate. A
-   * carry out of the mantissa correctly bumps the exponent (up to inf). */
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return (uint16_t)(u >> 16);
+/* The bf16 of an f32 bit pattern u, shared by the scalar and the vector
+ * conversion so they cannot drift apart. Round to nearest even: add 0x7fff
+ * plus the lowest kept bit and truncate; a carry out of the mantissa bumps
+ * the exponent, up to infinity, as IEEE rounding says. Subnormals round the
+ * same way (no flush: AVX512_BF16's VCVTNEPS2BF16 would flush them, one
+ * reason slapo converts with integer operations instead). A NaN is kept a
+ * NaN, its sign and top payload bits kept and quieted: rounding could carry
+ * its payload into infinity. Written as a select, so loops vectorize. */
+static inline uint16_t bf16_bits(uint32_t u) {
+  uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  uint32_t q = (u >> 16) | 0x0040u;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+}
+
+uint16_t slapo_f32_to_bf16(float v) { return bf16_bits(f32_bits(v)); }
+
+SLAPO__SIMD_PROC(to_bf16_span, (const float *restrict x, uint16_t *restrict y, int64_t n),
+                 (x, y, n)) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, x + i, sizeof u);
+    y[i] = bf16_bits(u);
+  }
+}
+
+SLAPO__SIMD_PROC(from_bf16_span, (const uint16_t *restrict x, float *restrict y, int64_t n),
+                 (x, y, n)) {
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t u = (uint32_t)x[i] << 16;
+    memcpy(y + i, &u, sizeof u);
+  }
+}
+
+void slapo_f32_to_bf16_n(const float *x, uint16_t *y, int64_t n) {
+  if (n > 0) to_bf16_span(x, y, n);
+}
+
+void slapo_bf16_to_f32_n(const uint16_t *x, float *y, int64_t n) {
+  if (n > 0) from_bf16_span(x, y, n);
 }
 
 float slapo_f16_to_f32(uint16_t v) {

@@ -412,7 +412,16 @@ typedef struct convert_ctx {
 static void row_convert(char *a, int64_t sa, const char *b, int64_t sb, int64_t n, void *ctx) {
   const convert_ctx *c = ctx;
   int64_t ba = sa * (int64_t)slapo_dtype_size(c->to), bb = sb * (int64_t)slapo_dtype_size(c->from);
-  /* The f32 <-> 16-bit float pairs (checkpoint loading) get direct loops. */
+  /* The f32 <-> 16-bit float pairs (checkpoint loading, bf16 casts) get
+   * direct loops; contiguous bf16 rows the vector conversions. */
+  if (sa == 1 && sb == 1 && c->from == SLAPO_DTYPE_F32 && c->to == SLAPO_DTYPE_BF16) {
+    slapo_f32_to_bf16_n((const float *)(const void *)b, (uint16_t *)(void *)a, n);
+    return;
+  }
+  if (sa == 1 && sb == 1 && c->from == SLAPO_DTYPE_BF16 && c->to == SLAPO_DTYPE_F32) {
+    slapo_bf16_to_f32_n((const uint16_t *)(const void *)b, (float *)(void *)a, n);
+    return;
+  }
   if (c->from == SLAPO_DTYPE_F32 && (c->to == SLAPO_DTYPE_BF16 || c->to == SLAPO_DTYPE_F16)) {
     uint16_t (*cvt)(float) = c->to == SLAPO_DTYPE_BF16 ? slapo_f32_to_bf16 : slapo_f32_to_f16;
     for (int64_t i = 0; i < n; i++) {

@@ -157,7 +157,7 @@ static void adamw_span_sse ADAMW_PARAMS {
 /* The variant slapo_isa_active() names (SLAPO_MAX_ISA caps it). */
 static void adamw_span ADAMW_PARAMS {
   slapo_isa isa = slapo_isa_active();
-  if (isa == SLAPO_ISA_AVX512) adamw_span_avx512(w, g, m, v, n, k);
+  if (isa >= SLAPO_ISA_AVX512) adamw_span_avx512(w, g, m, v, n, k);
   else if (isa == SLAPO_ISA_AVX2) adamw_span_avx2(w, g, m, v, n, k);
   else adamw_span_sse(w, g, m, v, n, k);
 }

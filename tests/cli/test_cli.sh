@@ -212,7 +212,7 @@ check "plot no file" err "a metrics file is required"
 # The ISA cap: a bad value is an error before anything runs; a good one is
 # obeyed and named in the start-up line.
 run "bad isa cap" 1 env SLAPO_MAX_ISA=avx9000 "$SLAPO" show --config tiny
-check "bad isa cap" err "slapo: invalid_arg: SLAPO_MAX_ISA=avx9000: expected baseline, avx2 or avx512"
+check "bad isa cap" err "slapo: invalid_arg: SLAPO_MAX_ISA=avx9000: expected baseline, avx2, avx512 or avx512_bf16"
 run "isa cap" 0 env SLAPO_MAX_ISA=baseline "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 \
   --sample 0 --val-batches 1 --threads 1 --data "$TEXT"
 check "isa cap" out "slapo kernels baseline"

@@ -2,9 +2,8 @@
  * the loops that use it: no libm calls (glibc's vector libm needs
  * -ffast-math) and no float comparisons (without -fno-trapping-math GCC
  * will not if-convert them), only arithmetic and integer bit operations.
- * Plus SLAPO__SIMD_FN / SLAPO__SIMD_PROC, which compile a loop for AVX-512
- * and AVX2 as well as the baseline and pick one per call at run time (the
- * build targets plain x86-64). Layer: ops. Public (not part of the stable
+ * The loops that use it are compiled per ISA level with SLAPO__SIMD_FN /
+ * SLAPO__SIMD_PROC (slapo/core/simd.h). Layer: ops. Public (not part of the stable
  * API) because the train layer's loops and the cc backend's generated
  * source (compiler/cc_ops.c) use it too.
  * exp: Cody & Waite range reduction with the degree-7 polynomial of Cephes'
@@ -17,42 +16,7 @@
 #include <string.h>
 
 #include "slapo/core.h"
-
-/* SLAPO__SIMD_FN(RET, NAME, (params), (args)) { body } defines
- * `static RET NAME(params)`: the body is compiled once per ISA level
- * (slapo_isa in core.h) and each call runs the variant slapo_isa_active()
- * names, so SLAPO_MAX_ISA can select any variant the host can execute.
- * SLAPO__SIMD_PROC(NAME, (params), (args)) is the same for void functions.
- * The variants compute the same bits: the build is ISO C (-std=c17), where
- * the compiler contracts no a * b + c into an FMA, so every variant rounds
- * every operation the same way. The per-call switch costs one predictable
- * branch; callers put a whole row or block of work behind each call. */
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define SLAPO__TARGET_AVX2 __attribute__((target("arch=x86-64-v3")))
-#define SLAPO__TARGET_AVX512 __attribute__((target("arch=x86-64-v4")))
-#define SLAPO__SIMD_(RET, NAME, PARAMS, ARGS, RETURN)                          \
-  SLAPO__SIMD_BODY RET NAME##__body PARAMS;                                    \
-  SLAPO__TARGET_AVX512 static RET NAME##__avx512 PARAMS { RETURN NAME##__body ARGS; } \
-  SLAPO__TARGET_AVX2 static RET NAME##__avx2 PARAMS { RETURN NAME##__body ARGS; } \
-  static RET NAME##__baseline PARAMS { RETURN NAME##__body ARGS; }             \
-  __attribute__((unused)) static RET NAME PARAMS {                             \
-    slapo_isa isa_ = slapo_isa_active();                                       \
-    if (isa_ == SLAPO_ISA_AVX512) {                                            \
-      RETURN NAME##__avx512 ARGS;                                              \
-    } else if (isa_ == SLAPO_ISA_AVX2) {                                       \
-      RETURN NAME##__avx2 ARGS;                                                \
-    } else {                                                                   \
-      RETURN NAME##__baseline ARGS;                                            \
-    }                                                                          \
-  }                                                                            \
-  SLAPO__SIMD_BODY RET NAME##__body PARAMS
-/* The body is inlined into each variant and compiled for its target. */
-#define SLAPO__SIMD_BODY static inline __attribute__((always_inline, unused))
-#else
-#define SLAPO__SIMD_(RET, NAME, PARAMS, ARGS, RETURN) __attribute__((unused)) static RET NAME PARAMS
-#endif
-#define SLAPO__SIMD_FN(RET, NAME, PARAMS, ARGS) SLAPO__SIMD_(RET, NAME, PARAMS, ARGS, return)
-#define SLAPO__SIMD_PROC(NAME, PARAMS, ARGS) SLAPO__SIMD_(void, NAME, PARAMS, ARGS, )
+#include "slapo/core/simd.h"
 
 /* The scalar helpers below are defined through SLAPO__VMATH_SRC so that the
  * cc backend can paste the very same text into the kernels it generates
