@@ -71,6 +71,27 @@ int slapo_ctx_region(const slapo_ctx *ctx);
 /* Shapeless building (pattern graphs): while on, op calls skip shape
  * inference, so placeholders without shapes can stand for any value; nodes
  * keep dtype f32 and ndim 0. Off by default. */
+/* Autocast (the `autocast` primitive; PyTorch's torch.autocast): how
+ * slapo_linear and slapo_matmul build GEMMs from here on.
+ * - OFF: as given.
+ * - BF16: f32 operands are cast with to_bf16 first (one cast per value per
+ *   graph: a weight used twice is cast once), the GEMM reads bf16 and
+ *   accumulates and writes f32; its backward GEMMs read dy cast to bf16.
+ * - BF16_EMULATED: the same rounding points in f32 arithmetic: operands
+ *   through round_bf16, the GEMM in f32, its output through
+ *   round_bf16_grad (so dy is rounded where the bf16 backward casts it), a
+ *   bias added after it (its gradient sums dy unrounded, as in BF16). Runs
+ *   on any CPU; verify's reference for a bf16 schedule.
+ * The module layer sets it per module call (slapo_call); returns the
+ * previous mode, to be restored. */
+typedef enum slapo_autocast {
+  SLAPO_AUTOCAST_OFF = 0,
+  SLAPO_AUTOCAST_BF16 = 1,
+  SLAPO_AUTOCAST_BF16_EMULATED = 2,
+} slapo_autocast;
+slapo_autocast slapo_ctx_set_autocast(slapo_ctx *ctx, slapo_autocast mode);
+slapo_autocast slapo_ctx_autocast(const slapo_ctx *ctx);
+
 void slapo_ctx_set_shapeless(slapo_ctx *ctx, bool on);
 bool slapo_ctx_shapeless(const slapo_ctx *ctx);
 
@@ -232,6 +253,15 @@ const slapo_op *slapo_op_at(int i);
  * fit. */
 void slapo_kernels_describe(char *buf, size_t cap);
 
+/* Whether GEMMs with bf16 operands run on bf16 hardware: slapo's level is
+ * avx512_bf16 (slapo_isa_active), oneDNN's effective ISA is
+ * avx512_core_bf16 or avx512_core_amx, and oneDNN has not picked a non-bf16
+ * implementation for one (checked at each primitive's creation; the first
+ * refusal holds for the process). When false, why (if non-NULL) gets the
+ * reason in words, NUL-terminated into [cap], and bf16 GEMMs widen their
+ * operands to f32 (slapo__gemm_fast): correct, never faster than f32. */
+bool slapo_bf16_gemm_native(char *why, size_t cap);
+
 /* ------------------------------------------------------------------------ */
 /* Generic node builders                                                     */
 /* ------------------------------------------------------------------------ */
@@ -300,6 +330,11 @@ slapo_node *slapo_matmul(slapo_ctx *ctx, slapo_node *a, slapo_node *b, bool tran
 /* x [.., in] @ w[out, in]^T + b [out] -> [.., out]; b may be NULL
  * (PyTorch nn.functional.linear). */
 slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b);
+/* Both GEMM builders above follow slapo_ctx_autocast. Their operands are
+ * two f32 or two bf16 tensors (bias f32); the result is f32. */
+
+/* x f32 -> bf16, round to nearest even (ops/cast.c); gradient dy in f32. */
+slapo_node *slapo_to_bf16(slapo_ctx *ctx, slapo_node *x);
 /* 2-D convolution (PyTorch nn.functional.conv2d; cross-correlation):
  * x [N, C, H, W] f32, w [O, C/groups, KH, KW] f32, b [O] f32 or NULL ->
  * [N, O, OH, OW] with OH = floor((H + 2 padding[0] - dilation[0] (KH - 1)

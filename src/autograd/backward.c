@@ -98,21 +98,31 @@ static slapo_node *accumulate(walk *w, rec *r) {
   return g;
 }
 
+/* The dtype of a value's gradient: f32 for the 16-bit floats (autocast's
+ * bf16 operands accumulate their gradients in f32, as PyTorch's master
+ * gradients do), the value's own otherwise. */
+static slapo_dtype grad_dtype(slapo_dtype dt) {
+  return dt == SLAPO_DTYPE_BF16 || dt == SLAPO_DTYPE_F16 ? SLAPO_DTYPE_F32 : dt;
+}
+
 /* Checks a rule's output for input `i` of `n` before it is accumulated: a
  * rule must hand back gradients already reduced to the input's shape. */
 static slapo_status check_dx(slapo_ctx *ctx, const slapo_node *n, int i, const slapo_node *dx) {
   const slapo_node *x = n->inputs[i];
-  if (slapo_shape_equal(dx->ndim, dx->shape, x->ndim, x->shape) && dx->dtype == x->dtype)
+  if (slapo_shape_equal(dx->ndim, dx->shape, x->ndim, x->shape) &&
+      dx->dtype == grad_dtype(x->dtype))
     return SLAPO_OK;
   char sd[128], sx[128];
   return slapo_ctx_fail(ctx, SLAPO_STATE,
                         "backward: the rule of op '%s' (node %%%s, module %s) returned a %s%s "
-                        "gradient for input %d (%%%s), which is %s%s; a rule must reduce "
-                        "broadcast gradients to the input's shape (slapo__grad_to)",
+                        "gradient for input %d (%%%s), which is %s%s and takes %s gradients; "
+                        "a rule must reduce broadcast gradients to the input's shape "
+                        "(slapo__grad_to)",
                         n->target, n->name, path_of(n), slapo_dtype_name(dx->dtype),
                         slapo_shape_str(dx->ndim, dx->shape, sd, sizeof sd), i, x->name,
                         slapo_dtype_name(x->dtype),
-                        slapo_shape_str(x->ndim, x->shape, sx, sizeof sx));
+                        slapo_shape_str(x->ndim, x->shape, sx, sizeof sx),
+                        slapo_dtype_name(grad_dtype(x->dtype)));
 }
 
 /* Re-emits every call_op node of checkpoint region `region` (graph order),
@@ -269,11 +279,12 @@ static slapo_status check_args(slapo_ctx *ctx, slapo_graph *g, slapo_node *y, sl
                             "seed gradient must have y's shape",
                             dy->name, slapo_shape_str(dy->ndim, dy->shape, sd, sizeof sd),
                             y->name, slapo_shape_str(y->ndim, y->shape, sy, sizeof sy));
-    if (dy->dtype != y->dtype)
+    if (dy->dtype != grad_dtype(y->dtype))
       return slapo_ctx_fail(ctx, SLAPO_DTYPE,
-                            "backward: dy (%%%s) has dtype %s but y (%%%s) has dtype %s",
+                            "backward: dy (%%%s) has dtype %s but y (%%%s), of dtype %s, "
+                            "takes %s gradients",
                             dy->name, slapo_dtype_name(dy->dtype), y->name,
-                            slapo_dtype_name(y->dtype));
+                            slapo_dtype_name(y->dtype), slapo_dtype_name(grad_dtype(y->dtype)));
   }
   return SLAPO_OK;
 }

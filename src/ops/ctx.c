@@ -21,6 +21,7 @@ struct slapo_ctx {
   int region, n_regions; /* current checkpoint region; regions handed out */
   bool shapeless;        /* skip shape inference (pattern graphs) */
   bool copy_rng;         /* slapo_ctx_set_copy_rng: random ops copy shard attrs */
+  slapo_autocast autocast; /* slapo_ctx_set_autocast: GEMM operands' precision */
   void *user;
 };
 
@@ -123,6 +124,14 @@ int slapo_ctx_set_region(slapo_ctx *c, int region) {
 }
 
 int slapo_ctx_region(const slapo_ctx *c) { return c->region; }
+
+slapo_autocast slapo_ctx_set_autocast(slapo_ctx *c, slapo_autocast mode) {
+  slapo_autocast prev = c->autocast;
+  c->autocast = mode;
+  return prev;
+}
+
+slapo_autocast slapo_ctx_autocast(const slapo_ctx *c) { return c->autocast; }
 
 void slapo_ctx_set_shapeless(slapo_ctx *c, bool on) { c->shapeless = on; }
 bool slapo_ctx_shapeless(const slapo_ctx *c) { return c->shapeless; }

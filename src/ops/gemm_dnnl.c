@@ -9,6 +9,7 @@
  * Layer: ops. */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@
 typedef struct key {
   int nd;
   int has_bias;
+  int bf16; /* A and B bf16 (C and bias f32) */
   int nthr; /* OpenMP threads: dnnl fixes its work split at creation */
   int64_t a_dims[SLAPO_MAX_DIMS], a_str[SLAPO_MAX_DIMS];
   int64_t b_dims[SLAPO_MAX_DIMS], b_str[SLAPO_MAX_DIMS];
@@ -55,6 +57,7 @@ static int64_t extent(int64_t rows, int64_t cols, int64_t sr, int64_t sc) {
 /* Fills k from g; false when the problem is not for dnnl. */
 static bool make_key(const slapo__gemm *g, key *k) {
   memset(k, 0, sizeof *k);
+  k->bf16 = g->bf16;
   int64_t M = g->M, N = g->N, K = g->K;
   int64_t a_sm = g->a_sm, a_sk = g->a_sk, b_sk = g->b_sk, b_sn = g->b_sn;
 
@@ -124,6 +127,26 @@ static bool make_key(const slapo__gemm *g, key *k) {
 
 enum { MEM_A, MEM_B, MEM_BIAS, MEM_C, N_MEM };
 
+/* bf16 GEMMs: whether oneDNN may run them, decided once per process
+ * (slapo_bf16_gemm_native): 1 yes, 0 no, -1 not yet known. The check of
+ * the ISA levels comes first; then the implementation oneDNN picks for a
+ * bf16 matmul must be a bf16 one (brgemm on avx512_core_bf16 or amx): on
+ * a CPU without bf16 dot products oneDNN 2.6 accepts bf16 and runs it in
+ * gemm:jit emulation at a third of f32's speed, which slapo never does. A
+ * refusal at primitive creation turns it off for the process. */
+static atomic_int g_bf16_ok = 1;
+static char g_bf16_why[160];
+
+static bool bf16_impl_ok(const_dnnl_primitive_desc_t pd) {
+  const char *impl = NULL;
+  if (dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) != dnnl_success) impl = "";
+  if (impl && (strstr(impl, "avx512_core_bf16") || strstr(impl, "amx"))) return true;
+  snprintf(g_bf16_why, sizeof g_bf16_why,
+           "oneDNN picked '%s' for a bf16 matmul, not a bf16 kernel", impl ? impl : "?");
+  atomic_store(&g_bf16_ok, 0);
+  return false;
+}
+
 /* The cache's create function: the matmul primitive of the key ud. */
 static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
   const key *k = ud;
@@ -144,8 +167,9 @@ static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
   for (int i = 0; i < nd; i++) zs[i] = i == nd - 1 ? k->bias_sn : k->bias_sn * cd[nd - 1];
 
   dnnl_memory_desc_t amd, bmd, cmd, zmd;
-  if (dnnl_memory_desc_init_by_strides(&amd, nd, ad, dnnl_f32, as) != dnnl_success ||
-      dnnl_memory_desc_init_by_strides(&bmd, nd, bd, dnnl_f32, bs) != dnnl_success ||
+  dnnl_data_type_t ab = k->bf16 ? dnnl_bf16 : dnnl_f32;
+  if (dnnl_memory_desc_init_by_strides(&amd, nd, ad, ab, as) != dnnl_success ||
+      dnnl_memory_desc_init_by_strides(&bmd, nd, bd, ab, bs) != dnnl_success ||
       dnnl_memory_desc_init_by_strides(&cmd, nd, cd, dnnl_f32, cs) != dnnl_success ||
       (k->has_bias &&
        dnnl_memory_desc_init_by_strides(&zmd, nd, zd, dnnl_f32, zs) != dnnl_success))
@@ -155,6 +179,10 @@ static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
     return false;
   dnnl_primitive_desc_t pd;
   if (dnnl_primitive_desc_create(&pd, &md, NULL, eng, NULL) != dnnl_success) return false;
+  if (k->bf16 && !bf16_impl_ok(pd)) {
+    dnnl_primitive_desc_destroy(pd);
+    return false;
+  }
   dnnl_status_t st = dnnl_primitive_create(&e->prim, pd);
   dnnl_primitive_desc_destroy(pd);
   if (st != dnnl_success) {
@@ -223,7 +251,7 @@ static void add_bias(const slapo__gemm *g, int64_t rows) {
 #define PAD_FLOATS 16 /* 64 bytes */
 
 static bool b_wants_padding(const key *k) {
-  if (k->nd != 2) return false;
+  if (k->nd != 2 || k->bf16) return false; /* measured for f32 only */
   int64_t K = k->b_dims[0], N = k->b_dims[1], sk = k->b_str[0], sn = k->b_str[1];
   int64_t M = k->a_dims[0];
   return sn == 1 && sk >= N && (sk * (int64_t)sizeof(float)) % 4096 == 0 &&
@@ -231,7 +259,7 @@ static bool b_wants_padding(const key *k) {
 }
 
 static bool a_wants_padding(const key *k) {
-  if (k->nd != 2) return false;
+  if (k->nd != 2 || k->bf16) return false;
   int64_t M = k->a_dims[0], K = k->a_dims[1], sm = k->a_str[0], sk = k->a_str[1];
   int64_t N = k->b_dims[1];
   return sk == 1 && sm >= K && sm % PAD_FLOATS != 0 && K >= 4096 && M >= 128 && N >= 256;
@@ -269,7 +297,8 @@ static int64_t round_up_pad(int64_t n) { return (n + PAD_FLOATS - 1) / PAD_FLOAT
 
 /* The operands of one primitive call. */
 typedef struct operands {
-  const float *a, *b, *bias;
+  const void *a, *b; /* f32 or bf16 (key.bf16) */
+  const float *bias;
   float *c;
 } operands;
 
@@ -337,6 +366,8 @@ static enum split split_of(const key *k, int64_t *chunk) {
   return *chunk >= MIN_SPLIT && len > *chunk ? s : SPLIT_NONE;
 }
 
+static int64_t esize(const key *k) { return k->bf16 ? 2 : 4; }
+
 /* Thread t's share of k (and of o): rows or columns [t * chunk, ...) of C,
  * for one thread; false when t has none. */
 static bool share_of(const key *k, const operands *o, enum split s, int64_t chunk, int t,
@@ -350,11 +381,11 @@ static bool share_of(const key *k, const operands *o, enum split s, int64_t chun
   sub->c_dims[dim] = len - lo < chunk ? len - lo : chunk;
   if (s == SPLIT_ROWS) {
     sub->a_dims[0] = sub->c_dims[0];
-    so->a = o->a + lo * k->a_str[0];
+    so->a = (const char *)o->a + lo * k->a_str[0] * esize(k);
     so->c = o->c + lo * k->c_ld;
   } else {
     sub->b_dims[1] = sub->c_dims[1];
-    so->b = o->b + lo * k->b_str[1];
+    so->b = (const char *)o->b + lo * k->b_str[1] * esize(k);
     so->c = o->c + lo;
     if (o->bias) so->bias = o->bias + lo;
   }
@@ -384,6 +415,7 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     fill_bias(g, rows);
     return true;
   }
+  if (g->bf16 && !slapo_bf16_gemm_native(NULL, 0)) return false;
   key k;
   if (!make_key(g, &k)) return false;
   operands o = {g->a, g->b, k.has_bias ? g->bias : NULL, g->c};
@@ -408,6 +440,69 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
   if (!(s == SPLIT_NONE ? run_key(&k, &o) : run_split(&k, &o, s, chunk))) return false;
   if (g->bias && !k.has_bias) add_bias(g, rows);
   return true;
+}
+
+/* ---- bf16 operands ---- */
+
+static bool dnnl_has_bf16(dnnl_cpu_isa_t isa) {
+  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+static const char *dnnl_isa_name(dnnl_cpu_isa_t isa);
+
+bool slapo_bf16_gemm_native(char *why, size_t cap) {
+  slapo_isa isa = slapo_isa_active();
+  dnnl_cpu_isa_t d = dnnl_get_effective_cpu_isa();
+  const char *no = NULL;
+  char buf[200];
+  if (isa < SLAPO_ISA_AVX512_BF16) {
+    snprintf(buf, sizeof buf,
+             slapo_isa_host() >= SLAPO_ISA_AVX512_BF16
+                 ? "SLAPO_MAX_ISA caps slapo at %s, below avx512_bf16"
+                 : "this CPU has no bf16 dot products (no avx512_bf16 or amx_bf16; slapo level %s)",
+             slapo_isa_name(isa));
+    no = buf;
+  } else if (!dnnl_has_bf16(d)) {
+    snprintf(buf, sizeof buf, "oneDNN runs at %s (ONEDNN_MAX_CPU_ISA?), below avx512_core_bf16",
+             dnnl_isa_name(d));
+    no = buf;
+  } else if (!atomic_load(&g_bf16_ok)) {
+    no = g_bf16_why;
+  }
+  if (why && cap) snprintf(why, cap, "%s", no ? no : "");
+  return no == NULL;
+}
+
+/* The bf16 operand t widened to a new f32 tensor, or NULL (out of memory). */
+static slapo_tensor *widen(const slapo_tensor *t) {
+  slapo_tensor *w = NULL;
+  if (slapo_tensor_to_dtype(t, SLAPO_DTYPE_F32, &w) != SLAPO_OK) {
+    slapo_error_clear();
+    return NULL;
+  }
+  return w;
+}
+
+void slapo__gemm_fast(const slapo_tensor *a, bool trans_a, const slapo_tensor *b, bool trans_b,
+                      const slapo_tensor *bias, slapo_tensor *c) {
+  slapo__gemm g;
+  slapo__gemm_init(&g, a, trans_a, b, trans_b, bias, c);
+  if (slapo__gemm_dnnl(&g)) return;
+  if (g.bf16) {
+    /* No bf16 GEMM in hardware: the bf16 products are exact in f32, so
+     * widening first and running f32 computes what the bf16 kernel would,
+     * up to the order of the f32 sums, at f32's speed plus the copies. */
+    slapo_tensor *wa = widen(a), *wb = wa ? widen(b) : NULL;
+    if (wb) {
+      slapo__gemm f;
+      slapo__gemm_init(&f, wa, trans_a, wb, trans_b, bias, c);
+      if (!slapo__gemm_dnnl(&f)) slapo__gemm_ref(&f);
+    }
+    slapo_tensor_free(wa);
+    slapo_tensor_free(wb);
+    if (wb) return;
+  }
+  slapo__gemm_ref(&g);
 }
 
 /* ---- what runs: for benchmarks and the CLI's start-up line ---- */

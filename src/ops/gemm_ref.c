@@ -44,6 +44,8 @@ void slapo__gemm_init(slapo__gemm *g, const slapo_tensor *a, bool trans_a, const
   g->b_sn = trans_b ? b->strides[nbb - 2] : b->strides[nbb - 1];
   SLAPO_ASSERT((trans_b ? b->shape[nbb - 1] : b->shape[nbb - 2]) == g->K);
   SLAPO_ASSERT((trans_b ? b->shape[nbb - 2] : b->shape[nbb - 1]) == g->N);
+  SLAPO_ASSERT(a->dtype == b->dtype && (a->dtype == SLAPO_DTYPE_F32 || a->dtype == SLAPO_DTYPE_BF16));
+  g->bf16 = a->dtype == SLAPO_DTYPE_BF16;
   batch_strides(g, a, g->a_bs);
   batch_strides(g, b, g->b_bs);
   g->a = slapo_tensor_data(a);
@@ -54,6 +56,11 @@ void slapo__gemm_init(slapo__gemm *g, const slapo_tensor *a, bool trans_a, const
     g->bias_sn = bias->strides[0];
   }
   g->c = slapo_tensor_data(c);
+}
+
+/* Element i of operand p (f32, or bf16 widened exactly). */
+static inline double ld(const void *p, int64_t i, bool bf16) {
+  return bf16 ? (double)slapo_bf16_to_f32(((const uint16_t *)p)[i]) : (double)((const float *)p)[i];
 }
 
 /* Columns per tile of the row-accumulating loop (doubles on the stack). */
@@ -77,9 +84,10 @@ void slapo__gemm_ref(const slapo__gemm *g) {
       ao += idx * g->a_bs[i];
       bo += idx * g->b_bs[i];
     }
-    const float *arow = g->a + ao + m * g->a_sm; /* A[b, m, :] stride a_sk */
-    const float *bmat = g->b + bo;               /* B[b] [K, N] */
-    float *crow = g->c + r * N;                  /* C[b, m, :] contiguous */
+    const int64_t arow = ao + m * g->a_sm; /* A[b, m, :] stride a_sk */
+    const int64_t bmat = bo;               /* B[b] [K, N] */
+    const bool h = g->bf16;
+    float *crow = g->c + r * N;            /* C[b, m, :] contiguous */
 
     if (g->b_sn == 1 && N > 1) {
       /* B's rows are contiguous: sweep them, keeping a tile of accumulators,
@@ -89,9 +97,9 @@ void slapo__gemm_ref(const slapo__gemm *g) {
         double acc[N_TILE]; /* acc [nt] */
         for (int64_t j = 0; j < nt; j++) acc[j] = 0.0;
         for (int64_t k = 0; k < K; k++) {
-          double av = arow[k * g->a_sk];
-          const float *brow = bmat + k * g->b_sk + n0; /* B[b, k, n0:] */
-          for (int64_t j = 0; j < nt; j++) acc[j] += av * (double)brow[j];
+          double av = ld(g->a, arow + k * g->a_sk, h);
+          const int64_t brow = bmat + k * g->b_sk + n0; /* B[b, k, n0:] */
+          for (int64_t j = 0; j < nt; j++) acc[j] += av * ld(g->b, brow + j, h);
         }
         for (int64_t j = 0; j < nt; j++) {
           double v = acc[j];
@@ -101,10 +109,10 @@ void slapo__gemm_ref(const slapo__gemm *g) {
       }
     } else {
       for (int64_t n = 0; n < N; n++) {
-        const float *bcol = bmat + n * g->b_sn; /* B[b, :, n] stride b_sk */
+        const int64_t bcol = bmat + n * g->b_sn; /* B[b, :, n] stride b_sk */
         double acc = 0.0;
         for (int64_t k = 0; k < K; k++)
-          acc += (double)arow[k * g->a_sk] * (double)bcol[k * g->b_sk];
+          acc += ld(g->a, arow + k * g->a_sk, h) * ld(g->b, bcol + k * g->b_sk, h);
         if (g->bias) acc += g->bias[n * g->bias_sn];
         crow[n] = (float)acc;
       }

@@ -32,6 +32,18 @@ slapo_status slapo__broadcast_shapes(const char *op, int na, const int64_t *a, i
                                      const int64_t *b, int *ndim, int64_t *shape);
 /* Requires input i of node to have dtype dt (SLAPO_DTYPE otherwise). */
 slapo_status slapo__want_dtype(const slapo_node *node, int i, slapo_dtype dt);
+/* Requires a GEMM's inputs 0 and 1 to be both f32 or both bf16 (SLAPO_DTYPE
+ * naming both otherwise). ops/cast.c. */
+slapo_status slapo__want_gemm_operands(const slapo_node *node);
+/* dy as the backward GEMMs of GEMM `node` read it: cast to bf16 when the
+ * node's operands are bf16, else dy itself. */
+slapo_node *slapo__gemm_grad_operand(slapo_ctx *ctx, const slapo_node *node, slapo_node *dy);
+/* Under autocast (slapo_ctx_autocast): an f32 GEMM operand cast as the mode
+ * says (to_bf16, or round_bf16 when emulated), reusing a cast of the same
+ * value in the same checkpoint region; anything else unchanged. */
+slapo_node *slapo__autocast_operand(slapo_ctx *ctx, slapo_node *x);
+/* Under BF16_EMULATED: y through round_bf16_dy; otherwise y. */
+slapo_node *slapo__autocast_result(slapo_ctx *ctx, slapo_node *y);
 /* Requires input i to have an integer dtype (I32 or I64). */
 slapo_status slapo__want_index(const slapo_node *node, int i);
 /* Sets node meta to input i's dtype and shape. */

@@ -13,7 +13,8 @@ static slapo_status linear_infer(slapo_node *node) {
   if (node->n_inputs < 2 || node->n_inputs > 3)
     return slapo_error(SLAPO_INVALID_ARG, "linear: expects 2 or 3 inputs (x, w[, b]), got %d",
                        node->n_inputs);
-  for (int i = 0; i < node->n_inputs; i++) SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
+  SLAPO_TRY(slapo__want_gemm_operands(node));
+  if (node->n_inputs == 3) SLAPO_TRY(slapo__want_dtype(node, 2, SLAPO_DTYPE_F32));
   const slapo_node *x = node->inputs[0], *w = node->inputs[1];
   if (w->ndim != 2)
     return slapo_error(SLAPO_SHAPE, "linear: w %s must be 2-d [out, in] (x is %s)",
@@ -42,8 +43,8 @@ static slapo_status linear_infer(slapo_node *node) {
 
 /* The GEMM of a linear: a 1-d x [in] is a [1, in] matrix (the stack copies
  * below are views of the same storage, never freed). */
-static void setup(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                  slapo__gemm *g) {
+static void as_matrices(const slapo_tensor *const *in, slapo_tensor *out, slapo_tensor *xm,
+                        slapo_tensor *ym) {
   slapo_tensor x = *in[0], y = *out;
   if (x.ndim == 1) {
     x.ndim = 2, x.shape[1] = x.shape[0], x.strides[1] = x.strides[0];
@@ -51,23 +52,25 @@ static void setup(const slapo_node *node, const slapo_tensor *const *in, slapo_t
     y.ndim = 2, y.shape[1] = y.shape[0], y.strides[1] = 1;
     y.shape[0] = 1, y.strides[0] = y.shape[1];
   }
-  slapo__gemm_init(g, &x, false, in[1], true, node->n_inputs == 3 ? in[2] : NULL, &y);
+  *xm = x, *ym = y;
 }
 
 static void linear_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                        const slapo_kernel_env *env) {
   (void)env;
+  slapo_tensor x, y;
+  as_matrices(in, out, &x, &y);
   slapo__gemm g;
-  setup(node, in, out, &g);
+  slapo__gemm_init(&g, &x, false, in[1], true, node->n_inputs == 3 ? in[2] : NULL, &y);
   slapo__gemm_ref(&g);
 }
 
 static void linear_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                         const slapo_kernel_env *env) {
   (void)env;
-  slapo__gemm g;
-  setup(node, in, out, &g);
-  if (!slapo__gemm_dnnl(&g)) slapo__gemm_ref(&g);
+  slapo_tensor x, y;
+  as_matrices(in, out, &x, &y);
+  slapo__gemm_fast(&x, false, in[1], true, node->n_inputs == 3 ? in[2] : NULL, &y);
 }
 
 static slapo_node *reshape2(slapo_ctx *ctx, slapo_node *t, int64_t rows, int64_t cols) {
@@ -84,13 +87,16 @@ static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
   int64_t rows = 1;
   for (int i = 0; i < nd - 1; i++) rows *= x->shape[i];
   int64_t in = w->shape[1], out = w->shape[0];
+  /* With bf16 operands (autocast) the two backward GEMMs read dy in bf16
+   * too, one cast shared by both; the bias gradient sums dy in f32. */
+  slapo_node *dg = need[0] || need[1] ? slapo__gemm_grad_operand(ctx, node, dy) : dy;
   if (need[0]) {
     /* dx [.., in] = dy [.., out] @ w [out, in]; matmul broadcasts w over the
      * batch, and a 1-d dy goes through [1, out]. */
     if (nd >= 2) {
-      dx[0] = slapo_matmul(ctx, dy, w, false, false);
+      dx[0] = slapo_matmul(ctx, dg, w, false, false);
     } else {
-      slapo_node *g = slapo_matmul(ctx, reshape2(ctx, dy, 1, out), w, false, false);
+      slapo_node *g = slapo_matmul(ctx, reshape2(ctx, dg, 1, out), w, false, false);
       int64_t s[1] = {in};
       slapo_attr a = slapo_attr_ints("shape", 1, s);
       dx[0] = slapo__call1(ctx, SLAPO_OP_DESC(reshape), g, 1, &a);
@@ -98,7 +104,7 @@ static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
   }
   if (need[1]) {
     /* dw [out, in] = dy2^T [out, rows] @ x2 [rows, in]. */
-    dx[1] = slapo_matmul(ctx, reshape2(ctx, dy, rows, out), reshape2(ctx, x, rows, in), true,
+    dx[1] = slapo_matmul(ctx, reshape2(ctx, dg, rows, out), reshape2(ctx, x, rows, in), true,
                          false);
   }
   if (node->n_inputs == 3 && need[2]) {
@@ -137,6 +143,11 @@ SLAPO_OP_DESCRIPTOR(linear) = {
 };
 
 slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_node *b) {
-  slapo_node *in[3] = {x, w, b};
-  return slapo_op_apply(ctx, SLAPO_OP_DESC(linear), b ? 3 : 2, in, 0, NULL);
+  slapo_node *in[3] = {slapo__autocast_operand(ctx, x), slapo__autocast_operand(ctx, w), b};
+  if (slapo_ctx_autocast(ctx) != SLAPO_AUTOCAST_BF16_EMULATED)
+    return slapo_op_apply(ctx, SLAPO_OP_DESC(linear), b ? 3 : 2, in, 0, NULL);
+  /* Emulated: the bias after the rounding point of dy (slapo/ops.h). */
+  slapo_node *y = slapo__autocast_result(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(linear), 2, in,
+                                                             0, NULL));
+  return b ? slapo_add(ctx, y, b) : y;
 }

@@ -33,8 +33,7 @@ static const char *layout_hint(bool ta, bool tb) {
 }
 
 static slapo_status matmul_infer(slapo_node *node) {
-  SLAPO_TRY(slapo__want_dtype(node, 0, SLAPO_DTYPE_F32));
-  SLAPO_TRY(slapo__want_dtype(node, 1, SLAPO_DTYPE_F32));
+  SLAPO_TRY(slapo__want_gemm_operands(node));
   bool ta = false, tb = false;
   SLAPO_TRY(trans_attrs(node, &ta, &tb));
   const slapo_node *a = node->inputs[0], *b = node->inputs[1];
@@ -76,27 +75,21 @@ static slapo_status matmul_infer(slapo_node *node) {
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, n + 2, shape);
 }
 
-static void setup(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
-                  slapo__gemm *g) {
-  bool ta = slapo_node_attr_int(node, "trans_a", 0) != 0;
-  bool tb = slapo_node_attr_int(node, "trans_b", 0) != 0;
-  slapo__gemm_init(g, in[0], ta, in[1], tb, NULL, out);
-}
 
 static void matmul_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                        const slapo_kernel_env *env) {
   (void)env;
   slapo__gemm g;
-  setup(node, in, out, &g);
+  slapo__gemm_init(&g, in[0], slapo_node_attr_int(node, "trans_a", 0) != 0, in[1],
+                   slapo_node_attr_int(node, "trans_b", 0) != 0, NULL, out);
   slapo__gemm_ref(&g);
 }
 
 static void matmul_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                         const slapo_kernel_env *env) {
   (void)env;
-  slapo__gemm g;
-  setup(node, in, out, &g);
-  if (!slapo__gemm_dnnl(&g)) slapo__gemm_ref(&g);
+  slapo__gemm_fast(in[0], slapo_node_attr_int(node, "trans_a", 0) != 0, in[1],
+                   slapo_node_attr_int(node, "trans_b", 0) != 0, NULL, out);
 }
 
 /* Gradient of a matmul. With A = op(A_s), B = op(B_s) (op = transpose when
@@ -117,6 +110,8 @@ static slapo_status matmul_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
   slapo_node *a = node->inputs[0], *b = node->inputs[1];
   bool ta = slapo_node_attr_int(node, "trans_a", 0) != 0;
   bool tb = slapo_node_attr_int(node, "trans_b", 0) != 0;
+  /* bf16 operands (autocast): the backward GEMMs read dy in bf16 too. */
+  dy = slapo__gemm_grad_operand(ctx, node, dy);
   if (need[0]) {
     slapo_node *g = ta ? slapo_matmul(ctx, b, dy, tb, true) : slapo_matmul(ctx, dy, b, false, !tb);
     dx[0] = slapo__grad_to(ctx, g, a);
@@ -170,5 +165,7 @@ slapo_node *slapo_matmul(slapo_ctx *ctx, slapo_node *a, slapo_node *b, bool tran
   int n = 0;
   if (trans_a) attrs[n++] = slapo_attr_int("trans_a", 1);
   if (trans_b) attrs[n++] = slapo_attr_int("trans_b", 1);
-  return slapo__call2(ctx, SLAPO_OP_DESC(matmul), a, b, n, attrs);
+  slapo_node *y = slapo__call2(ctx, SLAPO_OP_DESC(matmul), slapo__autocast_operand(ctx, a),
+                               slapo__autocast_operand(ctx, b), n, attrs);
+  return slapo__autocast_result(ctx, y);
 }

@@ -184,7 +184,8 @@ static slapo_status case_build(gc_case *c, bool backward, char *report, size_t c
   }
   outs[0] = c->y;
   if (backward) {
-    if (c->y->dtype != SLAPO_DTYPE_F32) {
+    /* A bf16 output (to_bf16) has an f32 gradient, like every float. */
+    if (c->y->dtype != SLAPO_DTYPE_F32 && c->y->dtype != SLAPO_DTYPE_BF16) {
       say(report, cap,
           "output %s has dtype %s: not differentiable (set .test.exempt to say why)",
           c->y->name, slapo_dtype_name(c->y->dtype));
@@ -474,7 +475,7 @@ slapo_status isacheck_op(const slapo_op *op, uint64_t seed, char *report, size_t
     s = gc_case_run(c, report, cap);
     if (s == SLAPO_OK) s = snapshot(c, low);
     for (int i = 0; i < c->n_out && s == SLAPO_OK; i++) {
-      size_t nb = (size_t)slapo_tensor_numel(top[i]) * sizeof(float);
+      size_t nb = (size_t)slapo_tensor_numel(top[i]) * slapo_dtype_size(top[i]->dtype);
       if (memcmp(slapo_tensor_data(top[i]), slapo_tensor_data(low[i]), nb) != 0) {
         double d, m;
         gc_max_diff(top[i], low[i], &d, &m);

@@ -62,7 +62,29 @@ static void test_dtype(void **state) {
   slapo_node *a = opfix_input_dt(f, "a", SLAPO_DTYPE_I32, 2, (int64_t[]){2, 3});
   slapo_node *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
   opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_DTYPE, 2,
-                    OPFIX_SUBS("matmul: input 0 (a) has dtype i32, expected f32"));
+                    OPFIX_SUBS("matmul: operands a (i32) and b (f32): a GEMM takes two f32 or "
+                               "two bf16 operands"));
+}
+
+/* autocast's bf16 operands come in pairs: one bf16 and one f32 is refused
+ * (oneDNN has no such matmul), and a linear's bias stays f32. */
+static void test_mixed_bf16(void **state) {
+  opfix *f = *state;
+  slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3});
+  slapo_node *w = opfix_input_dt(f, "w", SLAPO_DTYPE_BF16, 2, (int64_t[]){5, 3});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_DTYPE, 2,
+                    OPFIX_SUBS("linear: operands x (f32) and w (bf16): a GEMM takes two f32 or "
+                               "two bf16 operands",
+                               "cast with to_bf16, or let autocast do it"));
+}
+
+static void test_bf16_bias(void **state) {
+  opfix *f = *state;
+  slapo_node *x = opfix_input_dt(f, "x", SLAPO_DTYPE_BF16, 2, (int64_t[]){2, 3});
+  slapo_node *w = opfix_input_dt(f, "w", SLAPO_DTYPE_BF16, 2, (int64_t[]){5, 3});
+  slapo_node *b = opfix_input_dt(f, "b", SLAPO_DTYPE_BF16, 1, (int64_t[]){5});
+  opfix_expect_fail(f, slapo_linear(f->ctx, x, w, b), SLAPO_DTYPE, 3,
+                    OPFIX_SUBS("linear: input 2 (b) has dtype bf16, expected f32"));
 }
 
 static void test_bad_trans_attr(void **state) {
@@ -157,6 +179,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_batch_not_broadcastable, opfix_setup, opfix_teardown),
       cmocka_unit_test_setup_teardown(test_vector_operand, opfix_setup, opfix_teardown),
       cmocka_unit_test_setup_teardown(test_dtype, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_mixed_bf16, opfix_setup, opfix_teardown),
+      cmocka_unit_test_setup_teardown(test_bf16_bias, opfix_setup, opfix_teardown),
       cmocka_unit_test_setup_teardown(test_bad_trans_attr, opfix_setup, opfix_teardown),
       cmocka_unit_test_setup_teardown(test_module_path_prefix, opfix_setup, opfix_teardown),
       cmocka_unit_test_setup_teardown(test_linear_weight_mismatch, opfix_setup, opfix_teardown),
