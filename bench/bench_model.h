@@ -29,7 +29,7 @@ static inline slapo_status bench_model_new(const char *family, const char *confi
   SLAPO_TRY(m->family->create(config, NULL, &m->model));
   if (schedule) {
     SLAPO_TRY(slapo_models_init());
-    SLAPO_TRY(slapo_schedule_file_apply(m->model, schedule, NULL, 0, &m->sched));
+    SLAPO_TRY(slapo_schedule_file_apply(m->model, schedule, NULL, NULL, 0, &m->sched));
   }
   SLAPO_TRY(slapo_module_materialize(m->model, 1));
   slapo_plan_opts opts = {.timing = timing};

@@ -35,16 +35,24 @@ typedef struct slapo_schedule_run {
   size_t applied;          /* steps applied                                 */
 } slapo_schedule_run;
 
-/* Parses the `.sched` file `path`, creates `model`'s schedule tree, expands
- * the lines into numbered steps and applies them (slapo_apply_schedule),
- * skipping the numbers in `disabled`. Replacement modules named by the file
- * must be registered (slapo_models_init). *out is filled as far as it got,
- * also on error (so the caller can print the steps), and must be deinit'ed.
- * Errors: those of parsing (file:line:column), expansion and the primitives
- * (file:line of the failing step). */
+/* The schedule a run applies: with precision "bf16" first the root line
+ * `. autocast dtype=bf16` (its source shown as "--precision bf16"), then
+ * the lines of the `.sched` file `path` (NULL: none). precision NULL or
+ * "f32" adds nothing. *out owned (slapo_sched_log_free).
+ * Errors: SLAPO_INVALID_ARG (precision not f32 or bf16), those of parsing
+ * (file:line:column), SLAPO_NOMEM. */
+slapo_status slapo_schedule_load(const char *path, const char *precision, slapo_sched_log **out);
+
+/* Loads the schedule (slapo_schedule_load), creates `model`'s schedule
+ * tree, expands the lines into numbered steps and applies them
+ * (slapo_apply_schedule), skipping the numbers in `disabled`. Replacement
+ * modules named by the file must be registered (slapo_models_init). *out
+ * is filled as far as it got, also on error (so the caller can print the
+ * steps), and must be deinit'ed. Errors: those of loading, expansion and
+ * the primitives (file:line of the failing step). */
 slapo_status slapo_schedule_file_apply(slapo_module *model, const char *path,
-                                       const size_t *disabled, size_t n_disabled,
-                                       slapo_schedule_run *out);
+                                       const char *precision, const size_t *disabled,
+                                       size_t n_disabled, slapo_schedule_run *out);
 void slapo_schedule_run_deinit(slapo_schedule_run *r); /* NULL is fine */
 
 /* Builds a fresh, materialized, unscheduled model (the same weights every

@@ -153,13 +153,24 @@ struct slapo_module {
   void *config;             /* type-specific, owned                      */
   /* Schedule state that slapo_call obeys (primitives set it). */
   bool checkpoint;          /* activations recomputed in backward        */
+  bool autocast_set;        /* the `autocast` primitive: GEMMs inside     */
+  slapo_autocast autocast;  /*   build this way (nearest set ancestor wins) */
   slapo_trace_state *trace; /* traced: slapo_call emits its stored graph */
   int n_syncs;              /* applied by slapo_call, in order           */
   slapo_module_sync *syncs; /* owned                                     */
   uint64_t version;         /* root only: bumped by slapo_module_touch   */
+  bool bf16_emulated;       /* root only: slapo_module_autocast_emulate  */
   int n_example;            /* root only: example inputs for `trace`     */
   slapo_tensor **example;   /*   (meta tensors, owned)                   */
 };
+
+/* Turns every bf16 autocast in m's tree (SLAPO_AUTOCAST_BF16), present and
+ * to come (the root remembers it for the `autocast` primitive), into its
+ * f32 emulation (SLAPO_AUTOCAST_BF16_EMULATED, slapo/ops.h): the same
+ * rounding points in f32 arithmetic, on any CPU. verify's reference for a
+ * schedule with autocast. Call it before a `trace` captures casts. Returns
+ * how many modules changed; touches m when any. */
+int slapo_module_autocast_emulate(slapo_module *m);
 
 /* Records that the tree containing m changed (a primitive was applied or
  * weights were replaced): bumps the root's version, so cached steps are

@@ -130,6 +130,12 @@ slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *ke
  * checkpointed). */
 slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
 
+/* autocast: node's GEMMs (and those below it, unless a descendant sets its
+ * own) take bf16 operands ("bf16") or f32 ones ("f32"). Documented once in
+ * the primitive's .doc (`slapo help autocast`). Errors: SLAPO_INVALID_ARG
+ * (dtype), SLAPO_STATE (traced, inlined, already set). */
+slapo_status slapo_autocast_module(slapo_sched *node, const char *dtype);
+
 /* find on a schedule node: slapo_find on its module (a query; nothing is
  * logged). Errors: those of slapo_find (SLAPO_PRECOND when not traced). */
 slapo_status slapo_sched_find(slapo_sched *node, const slapo_pattern *p, slapo_matches *out);

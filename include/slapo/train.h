@@ -362,6 +362,7 @@ typedef struct slapo_train_config {
   int top_k;
   int threads;              /* 0: OpenMP default                          */
   const char *schedule;     /* .sched file applied to the model, or NULL  */
+  const char *precision;    /* "bf16": a root autocast line first; NULL f32 */
   const size_t *disabled;   /* schedule step numbers to skip              */
   size_t n_disabled;
 } slapo_train_config;

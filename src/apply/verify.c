@@ -118,14 +118,29 @@ static void copy_one(slapo_parameter *p, const char *path, void *ud) {
   c->status = slapo_tensor_copy(q->value, p->value);
 }
 
-/* Compares a and b; updates the check's worst value. */
+/* The bound of a bf16 schedule against plain f32, as a fraction of each
+ * tensor's largest magnitude: a sanity bound (bf16 keeps 8 significant
+ * bits), where the tight check is against the emulated rounding. */
+#define LOOSE_FRACTION 0.05
+
+/* Compares a and b; updates the check's worst value. With loose, the bound
+ * is LOOSE_FRACTION of max |b| for every element instead of atol + rtol |b|. */
 static void compare(slapo_verify_check *c, const char *what, const slapo_tensor *a,
-                    const slapo_tensor *b, double atol, double rtol) {
+                    const slapo_tensor *b, double atol, double rtol, bool loose) {
   double worst = 0;
   if (!slapo_shape_equal(a->ndim, a->shape, b->ndim, b->shape)) {
     worst = INFINITY;
   } else if (c->bitwise) {
     worst = slapo_tensor_equal(a, b) ? 0 : 1;
+  } else if (loose) {
+    const float *x = slapo_tensor_data(a), *y = slapo_tensor_data(b);
+    double d = 0, m = 0;
+    for (int64_t i = 0; i < slapo_tensor_numel(a); i++) {
+      double e = fabs((double)x[i] - y[i]);
+      d = e > d || isnan(e) ? (isnan(e) ? INFINITY : e) : d;
+      m = fmax(m, fabs((double)y[i]));
+    }
+    worst = d == 0 ? 0 : d / (LOOSE_FRACTION * (m > 0 ? m : 1));
   } else {
     const float *x = slapo_tensor_data(a), *y = slapo_tensor_data(b);
     for (int64_t i = 0; i < slapo_tensor_numel(a); i++) {
@@ -143,6 +158,7 @@ typedef struct grad_state {
   slapo_module *other;
   slapo_verify_check *c;
   double atol, rtol;
+  bool loose;
   slapo_status status;
 } grad_state;
 
@@ -158,7 +174,7 @@ static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
   char what[300];
   snprintf(what, sizeof what, "grad %s", path);
   if (!q->shard || q->shard->count == 1) {
-    compare(g->c, what, q->grad, p->grad, g->atol, g->rtol);
+    compare(g->c, what, q->grad, p->grad, g->atol, g->rtol, g->loose);
     return;
   }
   /* A sharded parameter's gradient, gathered to full shape (every rank
@@ -166,7 +182,7 @@ static void compare_grad(slapo_parameter *p, const char *path, void *ud) {
   slapo_tensor *full;
   g->status = slapo_dist_gather_shards((slapo_group)q->shard_group, q->shard, q->grad, &full);
   if (g->status != SLAPO_OK) return;
-  compare(g->c, what, full, p->grad, g->atol, g->rtol);
+  compare(g->c, what, full, p->grad, g->atol, g->rtol, g->loose);
   slapo_tensor_free(full);
 }
 
@@ -214,7 +230,80 @@ static bool inside_tp(const slapo_sched_steps *steps, size_t upto, const slapo_v
   return true;
 }
 
-/* Verifies the prefix of steps 1..upto. */
+static bool is_autocast(const slapo_sched_step *st) {
+  return !strcmp(st->entry->primitive, "autocast");
+}
+
+/* The steps to skip for the schedule without its autocast lines: the
+ * disabled ones and every autocast step up to upto, into *skip (owned).
+ * Returns how many autocast steps would apply (0: *skip is NULL). */
+static size_t autocast_steps(const slapo_sched_steps *steps, size_t upto,
+                             const slapo_verify_opts *o, size_t **skip, size_t *n_skip) {
+  size_t n = 0;
+  *skip = NULL, *n_skip = 0;
+  for (size_t i = 0; i < steps->n && steps->items[i].number <= upto; i++)
+    n += is_autocast(&steps->items[i]) && !disabled(o, steps->items[i].number);
+  if (!n || !(*skip = slapo_calloc(o->n_disabled + n + 1, sizeof **skip))) return n;
+  for (size_t i = 0; i < o->n_disabled; i++) (*skip)[(*n_skip)++] = o->disabled[i];
+  for (size_t i = 0; i < steps->n && steps->items[i].number <= upto; i++)
+    if (is_autocast(&steps->items[i])) (*skip)[(*n_skip)++] = steps->items[i].number;
+  return n;
+}
+
+/* A fresh model with from's weights, the log's steps 1..upto applied but
+ * those in skip, bf16 autocast emulated in f32 when `emulated`, run into
+ * *o. */
+static slapo_status scheduled(slapo_model_builder build, void *ud, slapo_module *from,
+                              const slapo_sched_log *log, const size_t *skip, size_t n_skip,
+                              size_t upto, bool emulated, const slapo_verify_opts *opt,
+                              outcome *o) {
+  SLAPO_TRY(build(ud, &o->model));
+  copy_state cs = {o->model, SLAPO_OK};
+  slapo_status s = slapo_module_visit_params(from, copy_one, &cs);
+  if (s == SLAPO_OK) s = cs.status;
+  if (s == SLAPO_OK && emulated) slapo_module_autocast_emulate(o->model);
+  slapo_sched *root = NULL;
+  if (s == SLAPO_OK) s = slapo_sched_create(o->model, &root);
+  if (s == SLAPO_OK && upto > 0) s = slapo_apply_schedule(root, log, skip, n_skip, upto, NULL);
+  if (s == SLAPO_OK) s = run(o, opt, true);
+  slapo_sched_free(root);
+  return s;
+}
+
+/* Compares logits, loss and every gradient of sch against ref into c. */
+static slapo_status compare_outcomes(slapo_verify_check *c, const outcome *sch,
+                                     const outcome *ref, double atol, double rtol, bool loose) {
+  compare(c, "logits", sch->logits, ref->logits, atol, rtol, loose);
+  slapo_tensor *la, *lb;
+  int64_t one = 1;
+  slapo_status s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &sch->loss, &la);
+  if (s == SLAPO_OK) {
+    s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &ref->loss, &lb);
+    if (s == SLAPO_OK) compare(c, "loss", la, lb, atol, rtol, loose), slapo_tensor_free(lb);
+    slapo_tensor_free(la);
+  }
+  if (s == SLAPO_OK) {
+    grad_state g = {sch->model, c, atol, rtol, loose, SLAPO_OK};
+    s = slapo_module_visit_params(ref->model, compare_grad, &g);
+    if (s == SLAPO_OK) s = g.status;
+  }
+  return s;
+}
+
+/* Folds the sub-check l, labelled, into c when it is worse. */
+static void fold(slapo_verify_check *c, const slapo_verify_check *l, const char *label) {
+  if (l->worst <= c->worst) return;
+  c->worst = l->worst;
+  snprintf(c->what, sizeof c->what, "%.180s (%s)", l->what, label);
+}
+
+/* Verifies the prefix of steps 1..upto. A schedule with autocast lines is
+ * checked in three parts, so that neither hides the other: the schedule
+ * without them against the unscheduled model (its structure, at the
+ * tolerance); the schedule in bf16 against itself with the autocast
+ * emulated in f32 (the same rounding points: at the tolerance); and
+ * against the unscheduled f32 model within LOOSE_FRACTION (a sanity bound:
+ * bf16 keeps 8 significant bits). */
 static slapo_status check_prefix(slapo_model_builder build, void *ud, const slapo_sched_log *log,
                                  const slapo_sched_steps *steps, size_t upto,
                                  const slapo_verify_opts *o, slapo_verify_check *c) {
@@ -222,35 +311,34 @@ static slapo_status check_prefix(slapo_model_builder build, void *ud, const slap
   c->upto = upto;
   c->bitwise = all_bitwise(steps, upto, o);
   double atol = o->atol > 0 ? o->atol : 1e-5, rtol = o->rtol > 0 ? o->rtol : 1e-4;
-  outcome ref = {0}, sch = {0};
-  slapo_sched *root = NULL;
-  slapo_status s = build(ud, &ref.model);
-  if (s == SLAPO_OK) s = build(ud, &sch.model);
-  if (s == SLAPO_OK) {
-    copy_state cs = {sch.model, SLAPO_OK};
-    s = slapo_module_visit_params(ref.model, copy_one, &cs);
-    if (s == SLAPO_OK) s = cs.status;
-  }
-  if (s == SLAPO_OK) s = slapo_sched_create(sch.model, &root);
-  if (s == SLAPO_OK && upto > 0)
-    s = slapo_apply_schedule(root, log, o->disabled, o->n_disabled, upto, NULL);
+  outcome ref = {0}, sch = {0}, plain = {0}, emu = {0};
+  size_t *skip = NULL, n_skip = 0;
+  size_t n_autocast = autocast_steps(steps, upto, o, &skip, &n_skip);
+  slapo_status s = n_autocast && !skip ? slapo_error(SLAPO_NOMEM, "verify: out of memory")
+                                       : build(ud, &ref.model);
   if (s == SLAPO_OK) s = run(&ref, o, false);
-  if (s == SLAPO_OK) s = run(&sch, o, true);
-  if (s == SLAPO_OK) {
-    compare(c, "logits", sch.logits, ref.logits, atol, rtol);
-    slapo_tensor *la, *lb;
-    int64_t one = 1;
-    s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &sch.loss, &la);
-    if (s == SLAPO_OK) {
-      s = slapo_tensor_from_data(SLAPO_DTYPE_F32, 1, &one, &ref.loss, &lb);
-      if (s == SLAPO_OK) compare(c, "loss", la, lb, atol, rtol), slapo_tensor_free(lb);
-      slapo_tensor_free(la);
-    }
-  }
-  if (s == SLAPO_OK) {
-    grad_state g = {sch.model, c, atol, rtol, SLAPO_OK};
-    s = slapo_module_visit_params(ref.model, compare_grad, &g);
-    if (s == SLAPO_OK) s = g.status;
+  if (s == SLAPO_OK)
+    s = scheduled(build, ud, ref.model, log, o->disabled, o->n_disabled, upto, false, o, &sch);
+  if (s == SLAPO_OK && !n_autocast) s = compare_outcomes(c, &sch, &ref, atol, rtol, false);
+  if (s == SLAPO_OK && n_autocast) {
+    slapo_verify_check part[3];
+    for (int i = 0; i < 3; i++) part[i] = (slapo_verify_check){.upto = upto};
+    s = scheduled(build, ud, ref.model, log, skip, n_skip, upto, false, o, &plain);
+    if (s == SLAPO_OK) s = compare_outcomes(&part[0], &plain, &ref, atol, rtol, false);
+    if (s == SLAPO_OK)
+      s = scheduled(build, ud, ref.model, log, o->disabled, o->n_disabled, upto, true, o, &emu);
+    if (s == SLAPO_OK) s = compare_outcomes(&part[1], &sch, &emu, atol, rtol, false);
+    if (s == SLAPO_OK) s = compare_outcomes(&part[2], &sch, &ref, atol, rtol, true);
+    fold(c, &part[0], "the schedule without autocast against the unscheduled model");
+    fold(c, &part[1], "bf16 against its rounding emulated in f32");
+    char label[64];
+    snprintf(label, sizeof label, "bf16 against plain f32, bound %g x the tensor's max",
+             LOOSE_FRACTION);
+    fold(c, &part[2], label);
+    size_t len = strlen(c->what);
+    snprintf(c->what + len, sizeof c->what - len,
+             "; parts: structure %.3g, bf16 vs emulated %.3g, vs f32 %.3g", part[0].worst,
+             part[1].worst, part[2].worst);
   }
   /* Ranks agree on the verdict: the worst over all of them. */
   double worst = c->worst;
@@ -258,9 +346,11 @@ static slapo_status check_prefix(slapo_model_builder build, void *ud, const slap
   if (worst > c->worst) snprintf(c->what, sizeof c->what, "another rank");
   c->worst = worst;
   c->ok = s == SLAPO_OK && (c->bitwise ? c->worst == 0 : c->worst <= 1.0);
-  slapo_sched_free(root);
+  slapo_free(skip);
   outcome_free(&ref);
   outcome_free(&sch);
+  outcome_free(&plain);
+  outcome_free(&emu);
   return s;
 }
 

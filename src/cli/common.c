@@ -72,6 +72,7 @@ static const char *expected(int o) {
   case OPT_MIN_LR: case OPT_WD: case OPT_CLIP: return "a number >= 0";
   case OPT_DROPOUT: return "a probability in [0, 1)";
   case OPT_DISABLE: return "step numbers >= 1 without repeats, e.g. 2,5";
+  case OPT_PRECISION: return "f32 or bf16";
   default: return NULL;
   }
 }
@@ -151,6 +152,10 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
   case OPT_TP: return cli_parse_i64(arg, &m->tp) && m->tp >= 1 && m->tp <= 4096 ? 1 : -1;
   case OPT_COMM_TIMEOUT:
     return cli_parse_f(arg, &m->comm_timeout) && m->comm_timeout > 0 ? 1 : -1;
+  case OPT_PRECISION:
+    if (strcmp(arg, "f32") && strcmp(arg, "bf16")) return -1;
+    m->precision = strcmp(arg, "bf16") ? NULL : "bf16";
+    return 1;
   default: return 0;
   }
 }
@@ -160,6 +165,14 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
 static const char *schedule_dir(void) {
   const char *d = getenv("SLAPO_SCHEDULE_DIR");
   return d && *d ? d : SLAPO_SCHEDULE_DIR;
+}
+
+void cli_precision_for_speed(cli_model_opts *m, const char *cmd) {
+  char why[200];
+  if (!m->precision || slapo_bf16_gemm_native(why, sizeof why)) return;
+  fprintf(stderr, "slapo %s: --precision bf16: %s; running in f32 instead (bf16 GEMMs would "
+                  "be widened to f32 here, slower than f32)\n", cmd, why);
+  m->precision = NULL;
 }
 
 int cli_schedule_resolve(const slapo_model_family *f, const char *name, const char *cmd, char *path,
@@ -200,6 +213,7 @@ static void model_fields(cli_fields *a, const cli_model_opts *m, const char *cmd
   cli_fields_str(a, "--model", m->model);
   cli_fields_str(a, "--config", m->config);
   cli_fields_file(a, "--schedule", m->schedule);
+  cli_fields_str(a, "--precision", m->precision ? m->precision : "f32");
   char list[SLAPO_DIST_FIELD_SHOWN] = "(none)";
   size_t len = 0;
   for (size_t i = 0; i < m->n_disabled && len < sizeof list; i++) {
@@ -267,6 +281,9 @@ void cli_model_usage(FILE *f, const char *default_config) {
              "                      'none' or '': no schedule)\n"
              "  --disable LIST      skip these schedule steps (numbers from 'slapo show\n"
              "                      --schedule', e.g. 2,5)\n"
+             "  --precision P       f32, or bf16: the schedule starts with '. autocast\n"
+             "                      dtype=bf16' (GEMMs with bf16 operands, f32 accumulation;\n"
+             "                      needs a CPU with AVX512_BF16 or AMX-BF16 to be faster) [f32]\n"
              "  --tp K              tensor-parallel group size under mpirun -np N (N = K x\n"
              "                      data-parallel size) [1]\n"
              "  --comm-timeout S    under mpirun, end the job when a collective waits longer\n"

@@ -20,7 +20,7 @@ enum {
   OPT_VAL_BATCHES, OPT_METRICS, OPT_SAVE, OPT_SAVE_EVERY, OPT_RESUME, OPT_INIT, OPT_SAMPLE,
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
   OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
-  OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP, OPT_COMM_TIMEOUT
+  OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP, OPT_COMM_TIMEOUT, OPT_PRECISION
 };
 
 /* "slapo: <status>: <message>" on stderr; returns exit code 1. Under
@@ -57,6 +57,7 @@ void cli_fmt_duration(double s, char *buf, size_t cap);
  * (cli_schedule_resolve: NULL for none). */
 typedef struct cli_model_opts {
   const char *model, *config, *schedule;
+  const char *precision; /* --precision: "bf16", or NULL for f32           */
   int64_t tp;       /* --tp: tensor-parallel group size (0: 1)          */
   double comm_timeout; /* --comm-timeout seconds (0: not given)        */
   size_t *disabled; /* malloc'd */
@@ -69,7 +70,8 @@ typedef struct cli_model_opts {
   {"model", required_argument, 0, OPT_MODEL}, {"config", required_argument, 0, OPT_CONFIG},     \
       {"schedule", required_argument, 0, OPT_SCHEDULE},                                       \
       {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP},   \
-      {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT}
+      {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},                               \
+      {"precision", required_argument, 0, OPT_PRECISION}
 
 /* A schedule as --schedule and each side of profile --compare name it:
  * "default" is family f's default schedule (its path written into path, of
@@ -103,6 +105,11 @@ void cli_fields_file_size(cli_fields *a, const char *name, const char *path);
 void cli_fields_digest(cli_fields *a, const char *name, const char *shown, uint64_t digest);
 /* Adds a command's own fields to those of the model options. */
 typedef void (*cli_fields_fn)(cli_fields *a, const void *ud);
+
+/* For commands that run the model for speed (train, profile): with
+ * --precision bf16 on a CPU without bf16 GEMMs (slapo_bf16_gemm_native),
+ * says so on stderr and drops it, so the run is f32 rather than slower. */
+void cli_precision_for_speed(cli_model_opts *m, const char *cmd);
 
 /* Resolves the family and defaults; 0 or a usage error's exit code 2. */
 int cli_model_resolve(cli_model_opts *m, const char *cmd);

@@ -53,8 +53,9 @@ static slapo_status find(const cli_model_opts *mo, const char *pattern, const ch
   slapo_sched *node = NULL;
   slapo_status s = mo->family->create(mo->config, NULL, &m);
   if (s == SLAPO_OK) {
-    if (mo->schedule)
-      s = slapo_schedule_file_apply(m, mo->schedule, mo->disabled, mo->n_disabled, &run);
+    if (mo->schedule || mo->precision)
+      s = slapo_schedule_file_apply(m, mo->schedule, mo->precision, mo->disabled, mo->n_disabled,
+                                    &run);
     else s = slapo_sched_create(m, &run.tree);
   }
   /* Resolved after the schedule so a bad schedule is reported first. */

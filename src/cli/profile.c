@@ -66,8 +66,8 @@ static slapo_status run_one(const profile_args *a, const char *schedule, const s
   slapo_module *m = NULL;
   slapo_schedule_run run = {0};
   slapo_status s = f->create(a->mo.config, NULL, &m);
-  if (s == SLAPO_OK && schedule)
-    s = slapo_schedule_file_apply(m, schedule, disabled, n_disabled, &run);
+  if (s == SLAPO_OK && (schedule || a->mo.precision))
+    s = slapo_schedule_file_apply(m, schedule, a->mo.precision, disabled, n_disabled, &run);
   if (s == SLAPO_OK) s = warn_unsharded(m, schedule);
   if (s == SLAPO_OK) s = slapo_module_materialize(m, (uint64_t)a->seed);
   if (s == SLAPO_OK) {
@@ -320,6 +320,7 @@ int cmd_profile(int argc, char **argv) {
   if (rc < 0 && a.compare && !split_compare(a.compare, &buf, &ca, &cb))
     rc = cli_usage_error("profile", "--compare wants two schedules A,B, got '%s'", a.compare);
   bool ready = rc < 0 && (rc = cli_model_resolve(&a.mo, "profile")) == 0;
+  if (ready) cli_precision_for_speed(&a.mo, "profile");
   if (ready && a.compare) { /* each side as --schedule takes it */
     rc = cli_schedule_resolve(a.mo.family, ca, "profile", path_a, sizeof path_a, &ca);
     if (!rc) rc = cli_schedule_resolve(a.mo.family, cb, "profile", path_b, sizeof path_b, &cb);

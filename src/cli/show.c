@@ -51,7 +51,9 @@ static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int6
 }
 
 static void print_schedule(const cli_model_opts *mo, const slapo_schedule_run *run) {
-  printf("schedule %s: %zu step%s\n", mo->schedule, run->steps.n, run->steps.n == 1 ? "" : "s");
+  printf("schedule %s%s%s: %zu step%s\n", mo->precision ? "--precision bf16" : "",
+         mo->precision && mo->schedule ? " + " : "", mo->schedule ? mo->schedule : "",
+         run->steps.n, run->steps.n == 1 ? "" : "s");
   slapo_sched_steps_print(&run->steps, stdout);
   if (mo->n_disabled) {
     printf("disabled:");
@@ -108,11 +110,13 @@ static slapo_status show(const cli_model_opts *mo, int64_t B, int64_t T, const c
   slapo_schedule_run run = {0};
   slapo_status s = mo->family->create(mo->config, NULL, &m);
   if (s == SLAPO_OK && graph) {
-    if (mo->schedule)
-      s = slapo_schedule_file_apply(m, mo->schedule, mo->disabled, mo->n_disabled, &run);
+    if (mo->schedule || mo->precision)
+      s = slapo_schedule_file_apply(m, mo->schedule, mo->precision, mo->disabled, mo->n_disabled,
+                                    &run);
     if (s == SLAPO_OK) s = show_graph(m, graph, dot);
-  } else if (s == SLAPO_OK && mo->schedule) {
-    s = slapo_schedule_file_apply(m, mo->schedule, mo->disabled, mo->n_disabled, &run);
+  } else if (s == SLAPO_OK && (mo->schedule || mo->precision)) {
+    s = slapo_schedule_file_apply(m, mo->schedule, mo->precision, mo->disabled, mo->n_disabled,
+                                  &run);
     if (run.steps.n) print_schedule(mo, &run);
     if (s == SLAPO_OK) {
       printf("\napplied (%zu disabled):\n", mo->n_disabled);

@@ -227,7 +227,9 @@ int cmd_train(int argc, char **argv) {
   }
   if (rc < 0 && optind < argc) rc = cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
   if (rc < 0 && (rc = cli_model_resolve(&mo, "train")) == 0) {
+    cli_precision_for_speed(&mo, "train");
     c.model = mo.model, c.model_config = mo.config, c.schedule = mo.schedule;
+    c.precision = mo.precision;
     c.disabled = mo.disabled, c.n_disabled = mo.n_disabled;
     /* A family's own learning rate (BERT's post-LN blocks want a smaller
      * one) unless the user gave one. */

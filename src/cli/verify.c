@@ -66,15 +66,22 @@ static slapo_status make_batch(const verify_args *v, int64_t vocab, slapo_tensor
 
 static void print_start(const verify_args *v) {
   const cli_model_opts *mo = &v->mo;
-  printf("slapo verify: model=%s config=%s schedule=%s batch=%lld seq=%lld dropout=%g "
+  printf("slapo verify: model=%s config=%s schedule=%s%s batch=%lld seq=%lld dropout=%g "
          "atol=%g rtol=%g%s\n",
-         mo->model, mo->config, mo->schedule, (long long)v->batch, (long long)v->seq, v->dropout,
+         mo->model, mo->config, mo->schedule ? mo->schedule : "none",
+         mo->precision ? " precision=bf16" : "", (long long)v->batch, (long long)v->seq, v->dropout,
          v->atol, v->rtol, v->bisect ? " bisect" : v->per_entry ? " (checked after every step)" : "");
   if (slapo_dist_active()) {
     char layout[160];
     slapo_dist_describe(layout, sizeof layout);
     printf("distributed: %s (every rank also runs the unsharded model; sharded gradients are "
            "gathered to full shape)\n", layout);
+  }
+  if (mo->precision) {
+    char why[200];
+    bool hw = slapo_bf16_gemm_native(why, sizeof why);
+    printf("bf16 GEMMs: %s%s\n", hw ? "on bf16 hardware" : "widened to f32 here: ",
+           hw ? "" : why);
   }
   if (mo->n_disabled) {
     printf("disabled steps:");
@@ -93,7 +100,7 @@ static slapo_status verify(verify_args *v) {
   slapo_tensor *idx = NULL, *tgt = NULL;
   size_t first_bad = 0;
   slapo_status s = slapo_models_init();
-  if (s == SLAPO_OK) s = slapo_sched_parse_file(v->mo.schedule, &log);
+  if (s == SLAPO_OK) s = slapo_schedule_load(v->mo.schedule, v->mo.precision, &log);
   if (s == SLAPO_OK) s = make_batch(v, dims.vocab_size, &idx, &tgt);
   if (s == SLAPO_OK) {
     print_start(v);
@@ -160,14 +167,15 @@ int cmd_verify(int argc, char **argv) {
       rc = cli_option_error("verify", opts, o, argv);
   }
   if (rc < 0 && optind < argc) rc = cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
-  if (rc < 0 && !v.mo.schedule) rc = cli_usage_error("verify", "%s", "--schedule FILE is required");
+  if (rc < 0 && !v.mo.schedule && !v.mo.precision)
+    rc = cli_usage_error("verify", "%s", "--schedule FILE (or --precision bf16) is required");
   if (rc < 0 && v.bisect && !v.per_entry)
     rc = cli_usage_error("verify", "%s",
                          "--bisect checks prefixes of the schedule; --final-only checks only the "
                          "whole: give one of them");
   if (rc < 0 && (rc = cli_model_resolve(&v.mo, "verify")) == 0 &&
       (rc = cli_model_start(&v.mo, "verify", verify_fields, &v)) == 0) {
-    if (!v.mo.schedule) { /* resolved from 'none' or '' */
+    if (!v.mo.schedule && !v.mo.precision) { /* resolved from 'none' or '' */
       rc = cli_usage_error("verify", "%s",
                            "--schedule none leaves nothing to verify; give a "
                            ".sched file or 'default'");

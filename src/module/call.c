@@ -21,12 +21,22 @@ static slapo_module *child_of(slapo_ctx *ctx, slapo_module *self, const char *na
   return child;
 }
 
-slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in) {
+static slapo_node *forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in) {
   slapo__build_state *bs = slapo_ctx_user(ctx);
   if (bs && bs->capture && !bs->capture->done && bs->capture->m == m)
     return slapo__trace_capture(ctx, bs->capture, m, n_in, in);
   if (m->trace) return slapo__trace_emit(ctx, m, n_in, in);
   return m->type->forward(ctx, m, n_in, in);
+}
+
+slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in) {
+  /* autocast: the module's GEMMs (and its children's, unless they set
+   * their own) are built in its precision; a trace records the casts. */
+  slapo_autocast prev = slapo_ctx_autocast(ctx);
+  if (m->autocast_set) slapo_ctx_set_autocast(ctx, m->autocast);
+  slapo_node *y = forward(ctx, m, n_in, in);
+  slapo_ctx_set_autocast(ctx, prev);
+  return y;
 }
 
 slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,

@@ -547,4 +547,22 @@ static slapo_module *root_of(const slapo_module *m) {
 }
 
 void slapo_module_touch(slapo_module *m) { root_of(m)->version++; }
+
+static int emulate(slapo_module *m) {
+  int n = 0;
+  if (m->autocast_set && m->autocast == SLAPO_AUTOCAST_BF16) {
+    m->autocast = SLAPO_AUTOCAST_BF16_EMULATED;
+    n++;
+  }
+  for (int i = 0; i < m->n_children; i++) n += emulate(m->children[i]);
+  return n;
+}
+
+int slapo_module_autocast_emulate(slapo_module *m) {
+  if (!m) return 0;
+  root_of(m)->bf16_emulated = true;
+  int n = emulate(m);
+  if (n) slapo_module_touch(m);
+  return n;
+}
 uint64_t slapo_module_version(const slapo_module *m) { return root_of(m)->version; }

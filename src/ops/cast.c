@@ -131,6 +131,11 @@ slapo_status slapo__want_gemm_operands(const slapo_node *node) {
                      slapo_dtype_name(b->dtype));
 }
 
+slapo_node *slapo__gemm_recast(slapo_ctx *ctx, slapo_node *x) {
+  if (x->op != SLAPO_OP_DESC(to_bf16) || x->inputs[0]->kind != SLAPO_NODE_PARAM) return x;
+  return slapo_to_bf16(ctx, x->inputs[0]);
+}
+
 slapo_node *slapo__gemm_grad_operand(slapo_ctx *ctx, const slapo_node *node, slapo_node *dy) {
   return node->inputs[0]->dtype == SLAPO_DTYPE_BF16 ? slapo_to_bf16(ctx, dy) : dy;
 }

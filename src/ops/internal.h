@@ -38,6 +38,12 @@ slapo_status slapo__want_gemm_operands(const slapo_node *node);
 /* dy as the backward GEMMs of GEMM `node` read it: cast to bf16 when the
  * node's operands are bf16, else dy itself. */
 slapo_node *slapo__gemm_grad_operand(slapo_ctx *ctx, const slapo_node *node, slapo_node *dy);
+/* A GEMM operand as its backward reads it: a weight's bf16 cast is made
+ * again right there (a new to_bf16 of the parameter), so the forward's cast
+ * dies after the forward instead of living until the backward: a model's
+ * weights in bf16 never all sit in the activation arena at once, for one
+ * more pass over them. Anything else unchanged. */
+slapo_node *slapo__gemm_recast(slapo_ctx *ctx, slapo_node *x);
 /* Under autocast (slapo_ctx_autocast): an f32 GEMM operand cast as the mode
  * says (to_bf16, or round_bf16 when emulated), reusing a cast of the same
  * value in the same checkpoint region; anything else unchanged. */

@@ -94,9 +94,10 @@ static slapo_status linear_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
     /* dx [.., in] = dy [.., out] @ w [out, in]; matmul broadcasts w over the
      * batch, and a 1-d dy goes through [1, out]. */
     if (nd >= 2) {
-      dx[0] = slapo_matmul(ctx, dg, w, false, false);
+      dx[0] = slapo_matmul(ctx, dg, slapo__gemm_recast(ctx, w), false, false);
     } else {
-      slapo_node *g = slapo_matmul(ctx, reshape2(ctx, dg, 1, out), w, false, false);
+      slapo_node *g =
+          slapo_matmul(ctx, reshape2(ctx, dg, 1, out), slapo__gemm_recast(ctx, w), false, false);
       int64_t s[1] = {in};
       slapo_attr a = slapo_attr_ints("shape", 1, s);
       dx[0] = slapo__call1(ctx, SLAPO_OP_DESC(reshape), g, 1, &a);

@@ -112,6 +112,8 @@ static slapo_status matmul_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
   bool tb = slapo_node_attr_int(node, "trans_b", 0) != 0;
   /* bf16 operands (autocast): the backward GEMMs read dy in bf16 too. */
   dy = slapo__gemm_grad_operand(ctx, node, dy);
+  if (need[0]) b = slapo__gemm_recast(ctx, b);
+  if (need[1]) a = slapo__gemm_recast(ctx, a);
   if (need[0]) {
     slapo_node *g = ta ? slapo_matmul(ctx, b, dy, tb, true) : slapo_matmul(ctx, dy, b, false, !tb);
     dx[0] = slapo__grad_to(ctx, g, a);

@@ -375,12 +375,14 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config, &(slapo_model_opts){.dropout = c->dropout}, &t->model));
-  if (c->schedule) {
+  if (c->schedule || c->precision) {
     SLAPO_TRY(slapo_models_init());
-    SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->disabled, c->n_disabled,
-                                        &t->sched));
-    say(t->cb, t->ud, "schedule: %s: applied %zu steps (%zu disabled)", c->schedule,
-        t->sched.applied, c->n_disabled);
+    SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->precision, c->disabled,
+                                        c->n_disabled, &t->sched));
+    say(t->cb, t->ud, "schedule: %s%s%s: applied %zu steps (%zu disabled)",
+        c->precision ? "--precision " : "", c->precision ? c->precision : "",
+        c->schedule ? (c->precision ? " + " : "") : "", t->sched.applied, c->n_disabled);
+    if (c->schedule) say(t->cb, t->ud, "  from %s", c->schedule);
     say_schedule(t);
   }
   if (slapo_dist_active()) {

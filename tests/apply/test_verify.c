@@ -37,9 +37,34 @@ static slapo_status broken_new(const slapo_module *old, slapo_module **out) {
   return SLAPO_OK;
 }
 
+/* ---- BrokenBf16Linear: a Linear that drops its bias when it runs in bf16 ---- */
+
+static slapo_node *bf16_linear_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                       slapo_node *const *in) {
+  (void)n_in;
+  slapo_node *w = slapo_weight(ctx, self, "weight"), *b = slapo_weight(ctx, self, "bias");
+  bool bf16 = slapo_ctx_autocast(ctx) == SLAPO_AUTOCAST_BF16;
+  return slapo_linear(ctx, in[0], w, bf16 ? NULL : b);
+}
+
+static slapo_module_type k_broken_linear = {"BrokenBf16Linear", bf16_linear_forward, NULL, NULL,
+                                            NULL};
+
+static slapo_status broken_linear_new(const slapo_module *old, slapo_module **out) {
+  slapo_parameter *w = slapo_module_param(old, "weight"), *b = slapo_module_param(old, "bias");
+  slapo_status s = slapo_linear_new(w->value->shape[1], w->value->shape[0], true, 0.02f, out);
+  if (s == SLAPO_OK) s = slapo_module_tie_param(*out, "weight", w);
+  if (s == SLAPO_OK) s = slapo_module_tie_param(*out, "bias", b);
+  if (s == SLAPO_OK) (*out)->type = &k_broken_linear;
+  return s;
+}
+
 static int setup(void **state) {
   (void)state;
   if (slapo_models_init() != SLAPO_OK) return -1;
+  if (slapo_module_register("BrokenBf16Linear", "Linear without its bias in bf16 (a test's bug)",
+                            broken_linear_new) != SLAPO_OK)
+    return -1;
   return slapo_module_register("BrokenAttention", "FlashAttention x 1.01 (a test's bug)",
                                broken_new) == SLAPO_OK
              ? 0
@@ -55,6 +80,11 @@ static slapo_status build(void *ud, slapo_module **out) {
     slapo_module_free(*out);
     *out = NULL;
   }
+  /* Biases start at zero; one that is not shows a dropped bias. */
+  slapo_parameter *b = s == SLAPO_OK ? slapo_module_param_at(*out, "transformer.h.0.mlp.c_fc.bias")
+                                     : NULL;
+  for (int64_t i = 0; b && i < b->value->shape[0]; i++)
+    slapo_tensor_set(b->value, &i, 0.05 * (double)(i % 7) - 0.15);
   return s;
 }
 
@@ -227,6 +257,45 @@ static void test_final_only_reports_last_step(void **state) {
   run_deinit(&r);
 }
 
+/* autocast: the whole tiny GPT-2 in bf16, then its FlashAttention and
+ * checkpointed blocks: each prefix within the f32 tolerance of its own
+ * emulation and of the structure's f32 run, within bf16's bound of f32. */
+static void test_bf16_schedule_passes(void **state) {
+  (void)state;
+  run r;
+  run_init(&r, ". autocast dtype=bf16\n"
+               "transformer.h.*.attn replace FlashAttention\n"
+               "transformer.h checkpoint ratio=0.5\n"
+               "lm_head autocast dtype=f32\n",
+           "bf16.sched");
+  OK(run_verify(&r));
+  assert_int_equal(r.first_bad, 0);
+  assert_int_equal(r.k.n, 5); /* the glob is two steps */
+  for (size_t i = 0; i < 5; i++) {
+    assert_true(r.k.c[i].ok);
+    assert_false(r.k.c[i].bitwise);
+    assert_true(r.k.c[i].worst > 0 && r.k.c[i].worst <= 1.0);
+  }
+  run_deinit(&r);
+}
+
+/* A bf16 GEMM that drops its bias: its f32 structure is right, so only the
+ * comparison with the emulated rounding catches it, at its step. */
+static void test_broken_bf16_linear_found(void **state) {
+  (void)state;
+  run r;
+  run_init(&r, ". autocast dtype=bf16\n"
+               "transformer.h.0.mlp.c_fc replace BrokenBf16Linear\n",
+           "bf16_broken.sched");
+  assert_int_equal(run_verify(&r), SLAPO_VERIFY);
+  assert_int_equal(r.first_bad, 2);
+  assert_true(r.k.c[0].ok);
+  assert_false(r.k.c[1].ok);
+  assert_non_null(strstr(r.k.c[1].what, "bf16 against its rounding emulated in f32"));
+  assert_non_null(strstr(slapo_last_error(), "bf16_broken.sched:2"));
+  run_deinit(&r);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_flash_attention_schedule_passes_per_entry),
@@ -235,6 +304,8 @@ int main(void) {
       cmocka_unit_test(test_broken_step_found_by_bisect),
       cmocka_unit_test(test_disabling_the_broken_step_passes),
       cmocka_unit_test(test_final_only_reports_last_step),
+      cmocka_unit_test(test_bf16_schedule_passes),
+      cmocka_unit_test(test_broken_bf16_linear_found),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }

@@ -216,6 +216,22 @@ check "bad isa cap" err "slapo: invalid_arg: SLAPO_MAX_ISA=avx9000: expected bas
 run "isa cap" 0 env SLAPO_MAX_ISA=baseline "$SLAPO" train --config tiny --steps 1 --batch 1 --seq 8 \
   --sample 0 --val-batches 1 --threads 1 --data "$TEXT"
 check "isa cap" out "slapo kernels baseline"
+# --precision: a bad value is a usage error; bf16 where the GEMMs cannot run
+# in bf16 (capped at avx2 here, whatever the host) says so and trains in
+# f32; verify and show take it as the root autocast line.
+run "bad precision" 2 "$SLAPO" train --precision f16
+check "bad precision" err "--precision: bad value 'f16'; expected f32 or bf16"
+run "bf16 without bf16 units" 0 env SLAPO_MAX_ISA=avx2 "$SLAPO" train --config tiny --steps 1 \
+  --batch 1 --seq 8 --sample 0 --val-batches 1 --threads 1 --data "$TEXT" --precision bf16
+check "bf16 without bf16 units" err "--precision bf16: "
+check "bf16 without bf16 units: the fallback" err "running in f32 instead"
+run "verify bf16" 0 "$SLAPO" verify --config tiny --precision bf16 --final-only --seq 8
+check "verify bf16" out "bf16 GEMMs: "
+check "verify bf16: the parts" out "bf16 vs emulated 0"
+check "verify bf16: verdict" out "verify: ok"
+run "show bf16" 0 "$SLAPO" show --config tiny --precision bf16 --schedule none
+check "show bf16" out "schedule --precision bf16: 1 step"
+check "show bf16: its source" out "# --precision bf16:1"
 # Resuming the finished run continues its metrics file.
 run "resume" 0 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
   --val-batches 1 --threads 1 --data "$TEXT" --metrics "$M" --resume "$TMP/ckpt.safetensors"

@@ -188,7 +188,7 @@ static void test_profile_checkpoint(void **state) {
   write_text(path, "transformer.h checkpoint ratio=1.0\n");
   slapo_module *plain = new_model(), *ck = new_model();
   slapo_schedule_run run = {0};
-  assert_int_equal(slapo_schedule_file_apply(ck, path, NULL, 0, &run), SLAPO_OK);
+  assert_int_equal(slapo_schedule_file_apply(ck, path, NULL, NULL, 0, &run), SLAPO_OK);
   slapo_schedule_run_deinit(&run);
   unlink(path);
   slapo_profile_opts o = opts(2);
