@@ -164,6 +164,10 @@ struct slapo_module {
   slapo_tensor **example;   /*   (meta tensors, owned)                   */
 };
 
+/* The autocast mode m's GEMMs are built in: the nearest setting among m
+ * and its ancestors, SLAPO_AUTOCAST_OFF when none. */
+slapo_autocast slapo_module_autocast_of(const slapo_module *m);
+
 /* Turns every bf16 autocast in m's tree (SLAPO_AUTOCAST_BF16), present and
  * to come (the root remembers it for the `autocast` primitive), into its
  * f32 emulation (SLAPO_AUTOCAST_BF16_EMULATED, slapo/ops.h): the same

@@ -548,6 +548,12 @@ static slapo_module *root_of(const slapo_module *m) {
 
 void slapo_module_touch(slapo_module *m) { root_of(m)->version++; }
 
+slapo_autocast slapo_module_autocast_of(const slapo_module *m) {
+  for (; m; m = m->parent)
+    if (m->autocast_set) return m->autocast;
+  return SLAPO_AUTOCAST_OFF;
+}
+
 static int emulate(slapo_module *m) {
   int n = 0;
   if (m->autocast_set && m->autocast == SLAPO_AUTOCAST_BF16) {

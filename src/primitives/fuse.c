@@ -218,6 +218,22 @@ static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_modul
   return SLAPO_OK;
 }
 
+/* Under autocast a GEMM reads bf16 operands, which no compiler backend
+ * takes yet (dnnl fuses f32 GEMMs, cc no GEMMs): refused rather than
+ * silently fused in f32. */
+static slapo_status no_bf16_gemm(const slapo_module *owner, const char *path,
+                                 const slapo_graph *region) {
+  if (slapo_module_autocast_of(owner) == SLAPO_AUTOCAST_OFF) return SLAPO_OK;
+  for (const slapo_node *r = slapo_graph_first(region); r; r = r->next)
+    if (r->op == SLAPO_OP_DESC(linear) || r->op == SLAPO_OP_DESC(matmul))
+      return slapo_error(SLAPO_UNSUPPORTED,
+                         "fuse: %s runs under autocast dtype=bf16 and the region holds a GEMM "
+                         "(%s), which no compiler backend fuses in bf16; fuse a region without "
+                         "it, or keep the module in f32 (%s autocast dtype=f32)",
+                         path[0] ? path : ".", r->op->name, path[0] ? path : ".");
+  return SLAPO_OK;
+}
+
 slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
                                  slapo_module **out) {
   const slapo__fuse_req *rq = ud;
@@ -235,6 +251,7 @@ slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const sla
   if (s == SLAPO_OK) s = slapo_graph_new(&c->region);
   if (s == SLAPO_OK) s = slapo_ctx_new(c->region, &rb.ctx);
   if (s == SLAPO_OK) s = build_region(&rb);
+  if (s == SLAPO_OK) s = no_bf16_gemm(owner, path, c->region);
   if (s == SLAPO_OK) s = rq->compiler->compile(c->region, rq->name, rq->opts, &c->op);
   if (s == SLAPO_OK) s = make_fused(c, &rb, out); /* owns c from here, also on error */
   else if (c) fused_free(c);

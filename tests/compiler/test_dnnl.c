@@ -241,12 +241,32 @@ static void gpt2_bias_gelu(void **state) {
   pt_sched_free(root);
 }
 
+/* Under autocast the GEMM reads bf16 operands, which the dnnl backend does
+ * not fuse: refused with a message, the module left as it was. */
+static void bf16_region_refused(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  pt_apply(root, ". autocast dtype=bf16\ntransformer.h.0.mlp trace flatten=true\n");
+  slapo_sched_log *log;
+  OK(slapo_sched_parse("transformer.h.0.mlp fuse pattern=\"gelu(linear(x, w, b))\" "
+                       "compiler=dnnl name=FusedLinearGeLU\n",
+                       "bf16.sched", &log));
+  assert_int_equal(slapo_apply_schedule(root, log, NULL, 0, 0, NULL), SLAPO_UNSUPPORTED);
+  const char *msg = slapo_last_error();
+  if (!strstr(msg, "fuse: transformer.h.0.mlp runs under autocast dtype=bf16 and the region "
+                   "holds a GEMM (linear), which no compiler backend fuses in bf16"))
+    fail_msg("message: %s", msg);
+  slapo_sched_log_free(log);
+  pt_sched_free(root);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_chain_dnnl_vs_none),
       cmocka_unit_test(one_op_per_region),
       cmocka_unit_test(unsupported_chains),
       cmocka_unit_test(gpt2_bias_gelu),
+      cmocka_unit_test(bf16_region_refused),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
