@@ -34,7 +34,7 @@ static inline slapo_status bench_model_new(const char *family, const char *confi
   SLAPO_TRY(slapo_module_materialize(m->model, 1));
   slapo_plan_opts opts = {.timing = timing};
   SLAPO_TRY(slapo_runner_new(m->model, &opts, &m->runner));
-  SLAPO_TRY(slapo_adamw_new(m->model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f}, &m->opt));
+  SLAPO_TRY(slapo_adamw_new(m->model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, false}, &m->opt));
   int64_t sh[2] = {B, T};
   SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &m->x));
   SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, sh, &m->y));

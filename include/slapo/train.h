@@ -29,6 +29,13 @@ typedef struct slapo_adamw slapo_adamw;
 
 typedef struct slapo_adamw_config {
   float beta1, beta2, eps, weight_decay; /* 0.9, 0.95, 1e-8, 0.1 */
+  /* Keep m and v in bf16 (half the state's memory): each update widens
+   * them, computes in f32 exactly as the f32 state does, and stores them
+   * back with stochastic rounding (a Philox draw per element, keyed by the
+   * parameter's path, the step and the element: deterministic, so a resumed
+   * run stays bit-identical). Round-to-nearest would stall v: once v is
+   * near g^2, (1 - beta2) (g^2 - v) is below half a bf16 ulp of v. */
+  bool state_bf16;
 } slapo_adamw_config;
 
 /* Creates the optimizer over every parameter of `model` (materialized;
@@ -234,7 +241,8 @@ slapo_status slapo_train_update(slapo_runner *r, slapo_module *model, slapo_adam
 
 /* What a training run needs, in bytes (slapo_memory_estimate_train). */
 typedef struct slapo_memory_estimate {
-  size_t weights, grads, optimizer; /* f32 copies of the parameters (AdamW: m, v) */
+  size_t weights, grads, optimizer; /* f32 copies of the parameters; AdamW's m, v
+                                       (f32, or bf16 with optimizer_bf16)        */
   size_t train_activations;         /* planned peak of the TRAIN step             */
   size_t eval_activations;          /* the validation step [B, T]                 */
   size_t sample_activations;        /* the sampling window [1, n_ctx] (0: none)   */
@@ -250,7 +258,8 @@ typedef struct slapo_memory_estimate {
  * activation peaks come from planning the step graphs on meta tensors.
  * Errors: those of building and planning the steps. */
 slapo_status slapo_memory_estimate_train(slapo_module *model, int64_t batch, int64_t seq,
-                                         int64_t sample_ctx, slapo_memory_estimate *out);
+                                         int64_t sample_ctx, bool optimizer_bf16,
+                                         slapo_memory_estimate *out);
 /* The memory a run may use, in bytes, and where the figure comes from:
  * SLAPO_MEMORY_LIMIT when set (bytes, or with K/M/G/T), else the smaller of
  * the system's MemAvailable (plus what this process holds already) and the
@@ -346,6 +355,7 @@ typedef struct slapo_train_config {
   float lr, min_lr;
   int64_t warmup;
   float weight_decay, grad_clip;
+  bool optimizer_state_bf16; /* AdamW m and v in bf16 (slapo_adamw_config) */
   uint64_t seed;
   double dropout;           /* < 0: the config's default                  */
   int64_t val_every, val_batches;

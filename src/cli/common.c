@@ -72,7 +72,7 @@ static const char *expected(int o) {
   case OPT_MIN_LR: case OPT_WD: case OPT_CLIP: return "a number >= 0";
   case OPT_DROPOUT: return "a probability in [0, 1)";
   case OPT_DISABLE: return "step numbers >= 1 without repeats, e.g. 2,5";
-  case OPT_PRECISION: return "f32 or bf16";
+  case OPT_PRECISION: case OPT_OPT_STATE: return "f32 or bf16";
   default: return NULL;
   }
 }

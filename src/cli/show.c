@@ -27,12 +27,14 @@ static void show_usage(void) {
   cli_model_usage(stdout, NULL);
   printf("  --batch B           sequences per micro-batch for the estimate [4]\n"
          "  --seq T             tokens per sequence (0: the context, at most 256) [0]\n"
+         "  --optimizer-state D AdamW state dtype for the estimate: f32 or bf16 [f32]\n"
          "  --graph PATH        print the traced module PATH's graph (e.g. transformer.h.0)\n"
          "  --dot FILE          with --graph: write the graph as Graphviz DOT to FILE\n");
 }
 
 /* What `slapo train` at this batch and sequence would need. */
-static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int64_t B, int64_t T) {
+static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int64_t B, int64_t T,
+                                 bool state_bf16) {
   slapo_model_dims d;
   SLAPO_TRY(mo->family->dims(mo->config, &d));
   if (T == 0) T = d.n_ctx < 256 ? d.n_ctx : 256;
@@ -42,7 +44,7 @@ static slapo_status print_memory(const cli_model_opts *mo, slapo_module *m, int6
   slapo_memory_estimate e;
   /* Only a causal LM ends training with a sample (train/loop.c). */
   bool samples = mo->family->objective == SLAPO_OBJECTIVE_CAUSAL_LM;
-  SLAPO_TRY(slapo_memory_estimate_train(m, B, T, samples ? d.n_ctx : 0, &e));
+  SLAPO_TRY(slapo_memory_estimate_train(m, B, T, samples ? d.n_ctx : 0, state_bf16, &e));
   char line[512];
   slapo_memory_format(&e, line, sizeof line);
   printf("training memory (batch %lld x seq %lld, estimated): %s\n", (long long)B, (long long)T,
@@ -104,7 +106,8 @@ static slapo_status show_graph(slapo_module *m, const char *path, const char *do
   return SLAPO_OK;
 }
 
-static slapo_status show(const cli_model_opts *mo, int64_t B, int64_t T, const char *graph,
+static slapo_status show(const cli_model_opts *mo, int64_t B, int64_t T, bool state_bf16,
+                         const char *graph,
                          const char *dot) {
   slapo_module *m = NULL;
   slapo_schedule_run run = {0};
@@ -127,7 +130,7 @@ static slapo_status show(const cli_model_opts *mo, int64_t B, int64_t T, const c
   if (s == SLAPO_OK && !graph) {
     slapo_module_print(m, stdout);
     printf("total: %lld parameters\n", (long long)slapo_module_numel(m));
-    s = print_memory(mo, m, B, T);
+    s = print_memory(mo, m, B, T, state_bf16);
   }
   slapo_schedule_run_deinit(&run);
   slapo_module_free(m);
@@ -140,10 +143,12 @@ int cmd_show(int argc, char **argv) {
                                        {"seq", required_argument, 0, OPT_SEQ},
                                        {"graph", required_argument, 0, OPT_GRAPH},
                                        {"dot", required_argument, 0, OPT_DOT},
+                                       {"optimizer-state", required_argument, 0, OPT_OPT_STATE},
                                        {"help", no_argument, 0, OPT_HELP},
                                        {0, 0, 0, 0}};
   cli_model_opts mo = {0};
   int64_t B = 4, T = 0;
+  bool state_bf16 = false;
   const char *graph = NULL, *dot = NULL;
   int o, rc = -1;
   opterr = 0;
@@ -154,6 +159,9 @@ int cmd_show(int argc, char **argv) {
     else if (o == OPT_SEQ) ok = cli_parse_i64(optarg, &T) && T >= 0;
     else if (o == OPT_GRAPH) graph = optarg;
     else if (o == OPT_DOT) ok = *(dot = optarg) != '\0';
+    else if (o == OPT_OPT_STATE)
+      ok = (!strcmp(optarg, "f32") || !strcmp(optarg, "bf16")) &&
+           ((state_bf16 = !strcmp(optarg, "bf16")), true);
     else ok = cli_model_option(&mo, o, optarg) == 1;
     if (!ok) rc = cli_option_error("show", opts, o, argv);
   }
@@ -161,7 +169,7 @@ int cmd_show(int argc, char **argv) {
   if (rc < 0 && dot && !graph) rc = cli_usage_error("show", "%s", "--dot needs --graph PATH");
   if (rc < 0 && (rc = cli_model_finish(&mo, "show")) == 0) {
     slapo_status s = slapo_models_init();
-    if (s == SLAPO_OK) s = show(&mo, B, T, graph, dot);
+    if (s == SLAPO_OK) s = show(&mo, B, T, state_bf16, graph, dot);
     rc = s == SLAPO_OK ? 0 : cli_fail(s);
   }
   cli_model_opts_deinit(&mo);

@@ -78,6 +78,8 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
           "  --min-lr X          final learning rate [%g; a tenth of a family's own]\n"
           "  --warmup N          warmup steps [%lld]\n"
           "  --weight-decay X    AdamW decoupled weight decay [%g]\n"
+          "  --optimizer-state D AdamW's m and v in f32, or bf16 (half the memory; stored\n"
+          "                      with stochastic rounding; files convert both ways) [f32]\n"
           "  --grad-clip X       clip the global gradient norm (0: off) [%g]\n"
           "  --dropout P         dropout probability (default: the config's)\n"
           "  --seed S            seed for weights, data order and dropout [%llu]\n"
@@ -107,7 +109,8 @@ static const struct option k_opts[] = {
     {"batch", required_argument, 0, OPT_BATCH}, {"seq", required_argument, 0, OPT_SEQ},
     {"grad-accum", required_argument, 0, OPT_ACCUM}, {"lr", required_argument, 0, OPT_LR},
     {"min-lr", required_argument, 0, OPT_MIN_LR}, {"warmup", required_argument, 0, OPT_WARMUP},
-    {"weight-decay", required_argument, 0, OPT_WD}, {"grad-clip", required_argument, 0, OPT_CLIP},
+    {"weight-decay", required_argument, 0, OPT_WD},
+    {"optimizer-state", required_argument, 0, OPT_OPT_STATE}, {"grad-clip", required_argument, 0, OPT_CLIP},
     {"dropout", required_argument, 0, OPT_DROPOUT}, {"seed", required_argument, 0, OPT_SEED},
     {"val-every", required_argument, 0, OPT_VAL_EVERY},
     {"val-batches", required_argument, 0, OPT_VAL_BATCHES},
@@ -134,6 +137,10 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   case OPT_WARMUP: return cli_parse_i64(a, &c->warmup) && c->warmup >= 0;
   case OPT_WD: return cli_parse_f(a, &f) && f >= 0 && (c->weight_decay = (float)f, true);
   case OPT_CLIP: return cli_parse_f(a, &f) && f >= 0 && (c->grad_clip = (float)f, true);
+  case OPT_OPT_STATE:
+    if (strcmp(a, "f32") && strcmp(a, "bf16")) return false;
+    c->optimizer_state_bf16 = !strcmp(a, "bf16");
+    return true;
   case OPT_DROPOUT: return cli_parse_f(a, &c->dropout) && c->dropout >= 0 && c->dropout < 1;
   case OPT_SEED: return cli_parse_i64(a, &i) && i >= 0 && (c->seed = (uint64_t)i, true);
   case OPT_VAL_EVERY: return cli_parse_i64(a, &c->val_every) && c->val_every >= 0;
@@ -181,6 +188,7 @@ static void train_fields(cli_fields *a, const void *ud) {
   cli_fields_f64(a, "--min-lr", c->min_lr);
   cli_fields_i64(a, "--warmup", c->warmup);
   cli_fields_f64(a, "--weight-decay", c->weight_decay);
+  cli_fields_str(a, "--optimizer-state", c->optimizer_state_bf16 ? "bf16" : "f32");
   cli_fields_f64(a, "--grad-clip", c->grad_clip);
   cli_fields_f64(a, "--dropout", c->dropout);
   cli_fields_i64(a, "--seed", (int64_t)c->seed);

@@ -14,7 +14,8 @@
 typedef struct slot {
   slapo_parameter *p;
   char *path;
-  slapo_tensor *m, *v; /* same shape as p */
+  slapo_tensor *m, *v; /* same shape as p; f32, or bf16 (state_bf16) */
+  uint64_t rng_key;    /* state_bf16: the stochastic rounding's Philox key */
 } slot;
 
 struct slapo_adamw {
@@ -46,9 +47,10 @@ static void add_slot(slapo_parameter *p, const char *path, void *ud) {
   memset(s, 0, sizeof *s);
   s->p = p;
   s->path = slapo_strdup(path);
-  if (!s->path ||
-      slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &s->m) != SLAPO_OK ||
-      slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &s->v) != SLAPO_OK) {
+  s->rng_key = slapo_rng_key(slapo_hash_str(path), 0x4164616d57ull /* "AdamW" */);
+  slapo_dtype dt = o->cfg.state_bf16 ? SLAPO_DTYPE_BF16 : SLAPO_DTYPE_F32;
+  if (!s->path || slapo_tensor_new(dt, p->value->ndim, p->value->shape, &s->m) != SLAPO_OK ||
+      slapo_tensor_new(dt, p->value->ndim, p->value->shape, &s->v) != SLAPO_OK) {
     slapo_free(s->path);
     slapo_tensor_free(s->m);
     o->status = slapo_error(SLAPO_NOMEM, "adamw: out of memory for %s", path);
@@ -168,6 +170,46 @@ static void adamw_span(float *restrict w, float *restrict g, float *restrict m,
 }
 #endif
 
+/* x's f32 bits rounded to bf16 stochastically: r (16 random bits) added
+ * below the kept bits, then truncated, so x rounds up in magnitude with
+ * probability (its distance from the lower bf16) / ulp: unbiased. A NaN is
+ * kept a NaN (quieted), as slapo_f32_to_bf16; infinities stay infinite. */
+static inline uint16_t bf16_stochastic(float x, uint32_t r) {
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  uint32_t q = (u >> 16) | 0x0040u, s = (u + (r & 0xffffu)) >> 16;
+  return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : s);
+}
+
+/* The bf16 state's update of w, g [n] with m, v bf16 [n], starting at
+ * element `first` of the parameter: widened into f32 blocks, updated by the
+ * f32 kernel (the same arithmetic as the f32 state), rounded back
+ * stochastically with one Philox block (4 x 32 bits: 16 for m, 16 for v)
+ * per 4 elements. first is a multiple of 4. */
+#define SR_BLOCK 256
+static void adamw_span_bf16(float *restrict w, float *restrict g, uint16_t *restrict m,
+                            uint16_t *restrict v, int64_t n, const adamw_consts *k,
+                            uint64_t key, uint64_t step, int64_t first) {
+  float mf[SR_BLOCK], vf[SR_BLOCK];
+  for (int64_t j = 0; j < n; j += SR_BLOCK) {
+    int64_t len = n - j < SR_BLOCK ? n - j : SR_BLOCK;
+    slapo_bf16_to_f32_n(m + j, mf, len);
+    slapo_bf16_to_f32_n(v + j, vf, len);
+    adamw_span(w + j, g + j, mf, vf, len, k);
+    for (int64_t i = 0; i < len; i += 4) {
+      uint32_t ctr[4], r[4];
+      uint64_t block = (uint64_t)(first + j + i) / 4;
+      ctr[0] = (uint32_t)block, ctr[1] = (uint32_t)(block >> 32);
+      ctr[2] = (uint32_t)step, ctr[3] = (uint32_t)(step >> 32);
+      slapo_philox4x32_10(ctr, (const uint32_t[2]){(uint32_t)key, (uint32_t)(key >> 32)}, r);
+      for (int64_t e = 0; e < 4 && i + e < len; e++) {
+        m[j + i + e] = bf16_stochastic(mf[i + e], r[e]);
+        v[j + i + e] = bf16_stochastic(vf[i + e], r[e] >> 16);
+      }
+    }
+  }
+}
+
 void slapo_adamw_step(slapo_adamw *o, float lr) { slapo_adamw_step_scaled(o, lr, 1.0f, false); }
 
 /* g * 1.0f is g bitwise, so slapo_adamw_step is this with grad_scale 1. */
@@ -181,7 +223,8 @@ void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool ze
     slot *s = &o->slots[i];
     float *w = slapo_tensor_data(s->p->value); /* [numel] */
     float *g = slapo_tensor_data(s->p->grad);
-    float *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);
+    void *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);
+    const bool bf16 = s->m->dtype == SLAPO_DTYPE_BF16;
     /* A "weight_decay" tag (annotate) overrides the coefficient for this
      * parameter; otherwise 1-D parameters are not decayed. */
     const char *tag = slapo_parameter_tag(s->p, "weight_decay");
@@ -195,7 +238,11 @@ void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool ze
 #pragma omp parallel for schedule(static) if (n_chunks > 4)
     for (int64_t c = 0; c < n_chunks; c++) {
       int64_t j0 = c * chunk, len = n - j0 < chunk ? n - j0 : chunk;
-      adamw_span(w + j0, g + j0, m + j0, v + j0, len, &k);
+      if (bf16)
+        adamw_span_bf16(w + j0, g + j0, (uint16_t *)m + j0, (uint16_t *)v + j0, len, &k,
+                        s->rng_key, (uint64_t)o->t, j0);
+      else
+        adamw_span(w + j0, g + j0, (float *)m + j0, (float *)v + j0, len, &k);
     }
   }
 }
@@ -272,16 +319,18 @@ slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
   return s;
 }
 
-/* Checks that `f` holds f32 tensors `name` shaped like `want`. */
+/* Checks that `f` holds f32 or bf16 tensors `name` shaped like `want`
+ * (either converts to the optimizer's state dtype on load). */
 static slapo_status check_state(const slapo_safetensors *f, const char *path, const char *name,
                                 const slapo_tensor *want) {
   slapo_tensor *meta;
   SLAPO_TRY(slapo_safetensors_meta(f, name, &meta));
   slapo_status s = SLAPO_OK;
-  if (meta->dtype != SLAPO_DTYPE_F32 ||
+  if ((meta->dtype != SLAPO_DTYPE_F32 && meta->dtype != SLAPO_DTYPE_BF16) ||
       !slapo_shape_equal(meta->ndim, meta->shape, want->ndim, want->shape)) {
     char a[96], b[96];
-    s = slapo_error(SLAPO_SHAPE, "adamw: %s: '%s' is %s %s, the model needs f32 %s", path, name,
+    s = slapo_error(SLAPO_SHAPE, "adamw: %s: '%s' is %s %s, the model needs f32 or bf16 %s",
+                    path, name,
                     slapo_dtype_name(meta->dtype),
                     slapo_shape_str(meta->ndim, meta->shape, a, sizeof a),
                     slapo_shape_str(want->ndim, want->shape, b, sizeof b));
@@ -330,6 +379,12 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
           if (s == SLAPO_OK) s = check_state(f, path, name, want ? want : dst);
         } else if (s == SLAPO_OK) {
           s = slapo_safetensors_get(f, name, &src);
+          if (s == SLAPO_OK && src->dtype != o->slots[i].m->dtype) { /* f32 <-> bf16 state */
+            slapo_tensor *conv = NULL;
+            s = slapo_tensor_to_dtype(src, o->slots[i].m->dtype, &conv);
+            slapo_tensor_free(src);
+            src = conv;
+          }
           if (s == SLAPO_OK && p->shard) { /* back to the parameter's layout, then its piece */
             slapo_tensor *un = NULL;
             s = file_view(src, tr, &un);

@@ -290,7 +290,8 @@ static slapo_status check_memory(trainer *t) {
   const slapo_train_config *c = &t->c;
   slapo_memory_estimate e;
   SLAPO_TRY(slapo_memory_estimate_train(t->model, c->batch, c->seq,
-                                        samples(t) ? t->dims.n_ctx : 0, &e));
+                                        samples(t) ? t->dims.n_ctx : 0, c->optimizer_state_bf16,
+                                        &e));
   size_t avail;
   char source[96], line[512];
   SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
@@ -414,7 +415,7 @@ static slapo_status build_model(trainer *t) {
     say(t->cb, t->ud, "note: --warmup %lld is not shorter than --steps %lld: the learning rate "
         "never reaches its peak", (long long)c->warmup, (long long)c->steps);
   SLAPO_TRY(slapo_runner_new(t->model, NULL, &t->runner));
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, c->weight_decay};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, c->weight_decay, c->optimizer_state_bf16};
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 

@@ -45,11 +45,12 @@ static slapo_status step_peak(slapo_runner *r, slapo_step_mode mode, int n_in, i
 }
 
 slapo_status slapo_memory_estimate_train(slapo_module *model, int64_t batch, int64_t seq,
-                                         int64_t sample_ctx, slapo_memory_estimate *out) {
+                                         int64_t sample_ctx, bool optimizer_bf16,
+                                         slapo_memory_estimate *out) {
   memset(out, 0, sizeof *out);
   size_t state = (size_t)slapo_module_numel(model) * sizeof(float);
   out->weights = out->grads = state;
-  out->optimizer = 2 * state;
+  out->optimizer = optimizer_bf16 ? state : 2 * state; /* m and v: 2 or 4 bytes each */
   slapo_runner *r;
   SLAPO_TRY(slapo_runner_new(model, NULL, &r));
   slapo_status s = step_peak(r, SLAPO_STEP_TRAIN, 2, batch, seq, &out->train_activations);

@@ -279,7 +279,7 @@ slapo_status slapo_profile_run(slapo_module *model, const slapo_profile_opts *op
   slapo_tensor *idx = NULL, *tgt = NULL;
   int64_t shape[2] = {o->batch, o->seq};
   slapo_plan_opts po = {.timing = true};
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   slapo_status s = slapo_map_new(&pr.by_path);
   if (s == SLAPO_OK) s = slapo_runner_new(model, &po, &r);
   if (s == SLAPO_OK) s = slapo_adamw_new(model, &ac, &opt);

@@ -232,6 +232,15 @@ check "verify bf16: verdict" out "verify: ok"
 run "show bf16" 0 "$SLAPO" show --config tiny --precision bf16 --schedule none
 check "show bf16" out "schedule --precision bf16: 1 step"
 check "show bf16: its source" out "# --precision bf16:1"
+# GPT-2 1.5B's estimate on meta tensors: AdamW's m and v take 4 bytes a
+# parameter in bf16 (5,941.8 MiB) instead of 8 (11,883.6 MiB).
+run "bad optimizer state" 2 "$SLAPO" train --optimizer-state f16
+check "bad optimizer state" err "--optimizer-state: bad value 'f16'; expected f32 or bf16"
+run "1.5B estimate f32 state" 0 "$SLAPO" show --config 1.5B --batch 1 --seq 256 --schedule none
+check "1.5B estimate f32 state" out "AdamW state 11883.6 MiB"
+run "1.5B estimate bf16 state" 0 "$SLAPO" show --config 1.5B --batch 1 --seq 256 --schedule none \
+  --precision bf16 --optimizer-state bf16
+check "1.5B estimate bf16 state" out "weights 5941.8 MiB + gradients 5941.8 MiB + AdamW state 5941.8 MiB"
 # Resuming the finished run continues its metrics file.
 run "resume" 0 "$SLAPO" train --config tiny --steps 3 --batch 1 --seq 8 --sample 0 \
   --val-batches 1 --threads 1 --data "$TEXT" --metrics "$M" --resume "$TMP/ckpt.safetensors"

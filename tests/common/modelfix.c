@@ -102,7 +102,7 @@ void modelfix_gradients(const modelfix *c, int n_params, double tol) {
 void modelfix_adamw(const modelfix *c, double tol) {
   slapo_runner *r = runner(c);
   slapo_adamw *opt;
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   assert_int_equal(slapo_adamw_new(c->model, &ac, &opt), SLAPO_OK);
   inputs x = get_inputs(c);
   slapo_tensor *want = torchfix_get(c->fix, "adamw_losses");

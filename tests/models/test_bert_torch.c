@@ -176,7 +176,7 @@ static void test_adamw_losses(void **state) {
   slapo_runner *r;
   slapo_adamw *opt;
   assert_int_equal(slapo_runner_new(m, NULL, &r), SLAPO_OK);
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   assert_int_equal(slapo_adamw_new(m, &ac, &opt), SLAPO_OK);
   slapo_tensor *idx = fixture("input_ids"), *labels = fixture("labels");
   slapo_tensor *mask = fixture("attention_mask"), *want = fixture("adamw_losses");

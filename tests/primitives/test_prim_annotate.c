@@ -130,7 +130,7 @@ static void test_tags_survive_replace(void **state) {
 /* One AdamW step (weight decay 0.1) from m's current gradients. */
 static void adamw_once(slapo_module *m) {
   slapo_adamw *o;
-  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   OK(slapo_adamw_new(m, &cfg, &o));
   slapo_adamw_step(o, 0.01f);
   slapo_adamw_free(o);

@@ -68,7 +68,7 @@ static void test_scaled_step_is_clip_then_step(void **state) {
   (void)state;
   slapo_module *a = model(), *b = model();
   slapo_adamw *oa, *ob;
-  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   assert_ok(slapo_adamw_new(a, &cfg, &oa));
   assert_ok(slapo_adamw_new(b, &cfg, &ob));
   for (int t = 0; t < 3; t++) {
@@ -147,7 +147,7 @@ static void gather_w(slapo_parameter *p, const char *path, void *ud) {
 static void update_matches_scalar_formula(void) {
   slapo_module *a = model();
   slapo_adamw *o;
-  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config cfg = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   assert_ok(slapo_adamw_new(a, &cfg, &o));
   fill f = {0};
   slapo_module_visit_params(a, set_grad, &f);

@@ -112,7 +112,7 @@ static void check_profile(slapo_module *m, const slapo_profile *p, const slapo_p
   assert_true(p->live_peak_nbytes <= p->planned_peak_nbytes);
   /* ... and the planned peak is the memory estimate's TRAIN figure. */
   slapo_memory_estimate e;
-  assert_int_equal(slapo_memory_estimate_train(m, o->batch, o->seq, 0, &e), SLAPO_OK);
+  assert_int_equal(slapo_memory_estimate_train(m, o->batch, o->seq, 0, false, &e), SLAPO_OK);
   assert_int_equal(p->planned_peak_nbytes, e.train_activations);
 }
 

@@ -161,7 +161,7 @@ static void test_adamw_closed_form(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
   slapo_module *m = new_model(&c, 3);
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   slapo_adamw *o;
   assert_int_equal(slapo_adamw_new(m, &ac, &o), SLAPO_OK);
   assert_int_equal(slapo_adamw_steps(o), 0);
@@ -224,7 +224,7 @@ static void steps_with_grads(slapo_module *m, slapo_adamw *o, int n) {
 static void test_adamw_save_load(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   slapo_module *m1 = new_model(&c, 5), *m2 = new_model(&c, 5);
   slapo_adamw *o1, *o2;
   assert_int_equal(slapo_adamw_new(m1, &ac, &o1), SLAPO_OK);
@@ -390,7 +390,7 @@ static void test_load_checks_before_copying(void **state) {
 static void test_adamw_load_mismatch(void **state) {
   (void)state;
   slapo_gpt2_config c = tiny_cfg();
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
   slapo_module *m = new_model(&c, 5);
   slapo_adamw *o;
   assert_int_equal(slapo_adamw_new(m, &ac, &o), SLAPO_OK);
@@ -1057,7 +1057,7 @@ static void test_memory_estimate_matches_plan(void **state) {
   slapo_module *meta;
   assert_int_equal(slapo_gpt2_new(&c, &meta), SLAPO_OK);
   slapo_memory_estimate e;
-  assert_int_equal(slapo_memory_estimate_train(meta, 2, 16, 16, &e), SLAPO_OK);
+  assert_int_equal(slapo_memory_estimate_train(meta, 2, 16, 16, false, &e), SLAPO_OK);
   size_t n = (size_t)slapo_module_numel(meta);
   assert_int_equal(e.weights, 4 * n);
   assert_int_equal(e.optimizer, 8 * n);

@@ -130,17 +130,28 @@ static int count_lines(const char *text) {
   return n;
 }
 
-static void test_resume_is_exact(void **state) {
-  (void)state;
+/* With bf16: --precision bf16 (GEMMs with bf16 operands, widened to f32
+ * where the CPU has no bf16 units) and AdamW state in bf16 with stochastic
+ * rounding; the checkpoint still holds f32 weights in the Hugging Face
+ * layout and the resumed run is still bit-identical. */
+static void resume_exact(bool bf16) {
   char save_a[512], ckpt3[512], metrics_a[512], save_b[512], metrics_b[512];
   tmp_path(save_a, sizeof save_a, "a.safetensors");
   tmp_path(ckpt3, sizeof ckpt3, "a_step3.safetensors");
   tmp_path(metrics_a, sizeof metrics_a, "a.jsonl");
   tmp_path(save_b, sizeof save_b, "b.safetensors");
   tmp_path(metrics_b, sizeof metrics_b, "b.jsonl");
+  /* A fresh start (the other precision's run used these names). */
+  const char *fresh[] = {save_a, ckpt3, metrics_a, save_b, metrics_b};
+  for (size_t i = 0; i < sizeof fresh / sizeof fresh[0]; i++) {
+    char o[600];
+    optim_sibling(fresh[i], o, sizeof o);
+    unlink(fresh[i]), unlink(o);
+  }
 
   /* Run A: 6 steps, checkpoints at 3 (copied aside) and 6. */
   slapo_train_config a = base_config();
+  if (bf16) a.precision = "bf16", a.optimizer_state_bf16 = true;
   a.save = save_a;
   a.save_every = 3;
   a.metrics = metrics_a;
@@ -150,6 +161,7 @@ static void test_resume_is_exact(void **state) {
 
   /* Run B: resume from step 3 with the same total. */
   slapo_train_config b = base_config();
+  if (bf16) b.precision = "bf16", b.optimizer_state_bf16 = true;
   b.resume = ckpt3;
   b.save = save_b;
   b.metrics = metrics_b;
@@ -207,6 +219,7 @@ static void test_resume_is_exact(void **state) {
   slapo_tensor *t;
   assert_int_equal(slapo_safetensors_meta(f, "transformer.h.0.attn.c_attn.weight", &t), SLAPO_OK);
   assert_int_equal(t->ndim, 2);
+  assert_int_equal(t->dtype, SLAPO_DTYPE_F32); /* master weights, also from a bf16 run */
   assert_int_equal(t->shape[0], 128), assert_int_equal(t->shape[1], 384);
   slapo_tensor_free(t);
   assert_int_equal(slapo_safetensors_meta(f, "transformer.h.3.mlp.c_proj.weight", &t), SLAPO_OK);
@@ -221,7 +234,21 @@ static void test_resume_is_exact(void **state) {
   optim_sibling(ckpt3, o3, sizeof o3);
   assert_int_equal(slapo_safetensors_read(o3, &f), SLAPO_OK);
   assert_string_equal(slapo_safetensors_metadata(f, "step"), "3");
+  assert_int_equal(slapo_safetensors_meta(f, "transformer.h.0.attn.c_attn.weight.exp_avg_sq", &t),
+                   SLAPO_OK);
+  assert_int_equal(t->dtype, bf16 ? SLAPO_DTYPE_BF16 : SLAPO_DTYPE_F32);
+  slapo_tensor_free(t);
   slapo_safetensors_free(f);
+}
+
+static void test_resume_is_exact(void **state) {
+  (void)state;
+  resume_exact(false);
+}
+
+static void test_resume_is_exact_bf16(void **state) {
+  (void)state;
+  resume_exact(true);
 }
 
 /* ---- checkpoint import ---- */
@@ -440,7 +467,7 @@ static void test_optim_state_layout(void **state) {
   const char *mods[] = {"transformer.h.0.attn.c_attn", "transformer.h.0.attn.c_proj",
                         "transformer.h.1.mlp.c_fc", "transformer.h.1.mlp.c_proj",
                         "transformer.wte"};
-  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.0f};
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.0f, false};
   slapo_adamw *o;
   assert_int_equal(slapo_adamw_new(m, &ac, &o), SLAPO_OK);
   slapo_module_zero_grad(m);
@@ -590,6 +617,7 @@ int main(void) {
       cmocka_unit_test(test_checkpoint_errors), cmocka_unit_test(test_val_loss_falls),
       cmocka_unit_test(test_train_errors),      cmocka_unit_test(test_untied_head_refused),
       cmocka_unit_test(test_optim_state_layout),
+      cmocka_unit_test(test_resume_is_exact_bf16),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
