@@ -91,7 +91,7 @@ SLAPO_PRIMITIVE_DESCRIPTOR(autocast) = {
            "  Verified: against the unscheduled model with the same autocast lines\n"
            "  emulated in f32 (operands through round_bf16, dy through\n"
            "  round_bf16_dy) at the f32 tolerance, and against plain f32 within\n"
-           "  5% of each tensor's largest magnitude.\n",
+           "  5% of each tensor's largest magnitude (at least 1e-3).\n",
     .bitwise = false,
     .apply = apply,
 };

@@ -291,7 +291,7 @@ static void test_broken_bf16_linear_found(void **state) {
   assert_int_equal(r.first_bad, 2);
   assert_true(r.k.c[0].ok);
   assert_false(r.k.c[1].ok);
-  assert_non_null(strstr(r.k.c[1].what, "bf16 against its rounding emulated in f32"));
+  assert_non_null(strstr(r.k.c[1].what, "bf16 vs its rounding emulated in f32"));
   assert_non_null(strstr(slapo_last_error(), "bf16_broken.sched:2"));
   run_deinit(&r);
 }

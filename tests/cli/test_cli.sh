@@ -229,6 +229,12 @@ run "verify bf16" 0 "$SLAPO" verify --config tiny --precision bf16 --final-only 
 check "verify bf16" out "bf16 GEMMs: "
 check "verify bf16: the parts" out "bf16 vs emulated 0"
 check "verify bf16: verdict" out "verify: ok"
+# oneDNN capped below bf16 (on any host): the bf16 GEMMs are widened, and
+# verify still checks the bf16 numerics.
+run "verify bf16, oneDNN capped" 0 env ONEDNN_MAX_CPU_ISA=AVX2 "$SLAPO" verify --config tiny \
+  --precision bf16 --final-only --seq 8
+check "verify bf16, oneDNN capped" out "bf16 GEMMs: widened to f32 here: "
+check "verify bf16, oneDNN capped: verdict" out "verify: ok"
 run "show bf16" 0 "$SLAPO" show --config tiny --precision bf16 --schedule none
 check "show bf16" out "schedule --precision bf16: 1 step"
 check "show bf16: its source" out "# --precision bf16:1"

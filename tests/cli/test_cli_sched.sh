@@ -262,5 +262,16 @@ for f in schedules/*.sched; do
     --config tiny --schedule "$f"
   check_re "verify $f: ok" out "^verify: ok"
 done
+# ... and in bf16 (--precision bf16: the root autocast line first), each
+# file's final prefix in verify's three parts. The tensor-parallel files are
+# verified in bf16 on 2 ranks (tests/dist/test_tensor_parallel.c).
+for f in schedules/*.sched; do
+  case "$f" in *_tp*) continue ;; esac
+  family=$(basename "$f" .sched)
+  family=${family%%_*}
+  run "verify bf16 $f" 0 env SLAPO_CACHE_DIR="$TMP/cache" "$SLAPO" verify --model "$family" \
+    --config tiny --schedule "$f" --precision bf16 --final-only
+  check_re "verify bf16 $f: ok" out "^verify: ok"
+done
 
 summary

@@ -74,6 +74,17 @@ static void test_megatron_gpt2(void **state) {
   expect_ok(read_sched("gpt2_tp.sched", ""));
 }
 
+/* --precision bf16 on the tensor-parallel schedule: the sharded GEMMs read
+ * bf16 casts of their shards; each rank matches the one-process model in
+ * all three parts of verify (structure, bf16 against its emulation, and
+ * plain f32 within bf16's bound). */
+static void test_megatron_gpt2_bf16(void **state) {
+  (void)state;
+  static char text[20000];
+  snprintf(text, sizeof text, ". autocast dtype=bf16\n%s", read_sched("gpt2_tp.sched", ""));
+  expect_ok(text);
+}
+
 /* Activation checkpointing re-emits the collectives and the dropout masks
  * keyed by global head coordinates: still the unsharded model's numbers. */
 static void test_megatron_gpt2_checkpointed(void **state) {
@@ -281,6 +292,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_megatron_gpt2),
       cmocka_unit_test(test_megatron_gpt2_checkpointed),
+      cmocka_unit_test(test_megatron_gpt2_bf16),
       cmocka_unit_test(test_megatron_gpt2_composite),
       cmocka_unit_test(test_megatron_gpt2_flat_composite),
       cmocka_unit_test(test_sync_pattern_in_traced_graph),
