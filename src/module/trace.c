@@ -279,6 +279,9 @@ static slapo_status trace_at(slapo_module *m, const char *path, const trace_sig 
    * perhaps a half-applied schedule (a projection whose all-reduce a later
    * line adds), they do not judge layouts. */
   slapo_ctx_set_copy_rng(ctx, true);
+  /* The precision its GEMMs are built in, as slapo__forward would set it
+   * from m and its ancestors: the stored graph holds the casts. */
+  slapo_ctx_set_autocast(ctx, slapo_module_autocast_of(m));
   /* The module's frame with its call ordinal, as slapo_call enters it, so
    * random ops draw the streams the untraced forward would. */
   if (path[0])

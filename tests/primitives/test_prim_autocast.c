@@ -80,6 +80,22 @@ static void test_graph_casts(void **state) {
   pt_sched_free(root);
 }
 
+/* Autocast first, then trace (flattened, GEMMs decomposed as in
+ * schedules/gpt2.sched): the traced blocks' stored graphs hold the casts,
+ * so every GEMM of the step still reads bf16. */
+static void test_trace_records_casts(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  graph_facts f32 = facts_of(slapo_sched_module(root));
+  pt_apply(root, ". autocast dtype=bf16\n"
+                 "transformer.h.*.mlp.c_fc decompose\n"
+                 "transformer.h.* trace flatten=true\n");
+  graph_facts f = facts_of(slapo_sched_module(root));
+  assert_int_equal(f.f32_gemms, 0);
+  assert_int_equal(f.bf16_gemms, f32.f32_gemms);
+  pt_sched_free(root);
+}
+
 /* Checkpointing a bf16 block recomputes its casts: the same numbers. */
 static void test_checkpoint_recomputes_casts(void **state) {
   (void)state;
@@ -161,6 +177,7 @@ int main(void) {
       cmocka_unit_test(test_log_line),
       cmocka_unit_test(test_graph_casts),
       cmocka_unit_test(test_checkpoint_recomputes_casts),
+      cmocka_unit_test(test_trace_records_casts),
       cmocka_unit_test(test_preconditions),
       cmocka_unit_test(test_schedule_errors),
   };
