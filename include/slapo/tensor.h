@@ -208,6 +208,9 @@ typedef struct slapo_safetensors slapo_safetensors;
  * non-integer dims, offsets out of range, begin > end, a byte count that
  * does not match shape x dtype size, overlapping or non-covering data
  * ranges, duplicate names, and `__metadata__` values that are not strings.
+ * The file is mapped read-only (its pages stay the page cache's, so a
+ * checkpoint as large as the model loads beside it), not copied; files are
+ * replaced by rename, never rewritten in place, so the mapping stays valid.
  * *out owned (slapo_safetensors_free).
  * Errors: SLAPO_IO, SLAPO_NOMEM, SLAPO_INVALID_ARG (path NULL). */
 slapo_status slapo_safetensors_read(const char *path, slapo_safetensors **out);
