@@ -164,6 +164,11 @@ struct slapo_module {
   slapo_tensor **example;   /*   (meta tensors, owned)                   */
 };
 
+/* Sets m's own autocast (the `autocast` primitive): bf16, or off (f32)
+ * below a bf16 ancestor. bf16 is SLAPO_AUTOCAST_BF16, or its f32 emulation
+ * when slapo_module_autocast_emulate was called on the tree. Touches m. */
+void slapo_module_set_autocast(slapo_module *m, bool bf16);
+
 /* The autocast mode m's GEMMs are built in: the nearest setting among m
  * and its ancestors, SLAPO_AUTOCAST_OFF when none. */
 slapo_autocast slapo_module_autocast_of(const slapo_module *m);

@@ -152,10 +152,12 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
   case OPT_TP: return cli_parse_i64(arg, &m->tp) && m->tp >= 1 && m->tp <= 4096 ? 1 : -1;
   case OPT_COMM_TIMEOUT:
     return cli_parse_f(arg, &m->comm_timeout) && m->comm_timeout > 0 ? 1 : -1;
-  case OPT_PRECISION:
-    if (strcmp(arg, "f32") && strcmp(arg, "bf16")) return -1;
-    m->precision = strcmp(arg, "bf16") ? NULL : "bf16";
+  case OPT_PRECISION: {
+    bool bf16;
+    if (!cli_parse_precision(arg, &bf16)) return -1;
+    m->precision = bf16 ? "bf16" : NULL;
     return 1;
+  }
   default: return 0;
   }
 }
@@ -165,6 +167,11 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
 static const char *schedule_dir(void) {
   const char *d = getenv("SLAPO_SCHEDULE_DIR");
   return d && *d ? d : SLAPO_SCHEDULE_DIR;
+}
+
+bool cli_parse_precision(const char *s, bool *bf16) {
+  *bf16 = !strcmp(s, "bf16");
+  return *bf16 || !strcmp(s, "f32");
 }
 
 void cli_precision_for_speed(cli_model_opts *m, const char *cmd) {

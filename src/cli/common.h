@@ -47,6 +47,8 @@ int cli_getopt(int argc, char **argv, const struct option *opts);
 /* Whole-string numbers, never clamped; false on junk or overflow. */
 bool cli_parse_i64(const char *s, int64_t *out);
 bool cli_parse_f(const char *s, double *out);
+/* "f32" (*bf16 false) or "bf16" (true): --precision, --optimizer-state. */
+bool cli_parse_precision(const char *s, bool *bf16);
 /* "2,5,7" (positive, no duplicates) into a malloc'd array replacing *out. */
 bool cli_parse_list(const char *s, size_t **out, size_t *n);
 /* "45s", "3m05s", "1h02m"; "--" when unknown. */

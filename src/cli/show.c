@@ -159,9 +159,7 @@ int cmd_show(int argc, char **argv) {
     else if (o == OPT_SEQ) ok = cli_parse_i64(optarg, &T) && T >= 0;
     else if (o == OPT_GRAPH) graph = optarg;
     else if (o == OPT_DOT) ok = *(dot = optarg) != '\0';
-    else if (o == OPT_OPT_STATE)
-      ok = (!strcmp(optarg, "f32") || !strcmp(optarg, "bf16")) &&
-           ((state_bf16 = !strcmp(optarg, "bf16")), true);
+    else if (o == OPT_OPT_STATE) ok = cli_parse_precision(optarg, &state_bf16);
     else ok = cli_model_option(&mo, o, optarg) == 1;
     if (!ok) rc = cli_option_error("show", opts, o, argv);
   }

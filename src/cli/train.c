@@ -137,10 +137,7 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   case OPT_WARMUP: return cli_parse_i64(a, &c->warmup) && c->warmup >= 0;
   case OPT_WD: return cli_parse_f(a, &f) && f >= 0 && (c->weight_decay = (float)f, true);
   case OPT_CLIP: return cli_parse_f(a, &f) && f >= 0 && (c->grad_clip = (float)f, true);
-  case OPT_OPT_STATE:
-    if (strcmp(a, "f32") && strcmp(a, "bf16")) return false;
-    c->optimizer_state_bf16 = !strcmp(a, "bf16");
-    return true;
+  case OPT_OPT_STATE: return cli_parse_precision(a, &c->optimizer_state_bf16);
   case OPT_DROPOUT: return cli_parse_f(a, &c->dropout) && c->dropout >= 0 && c->dropout < 1;
   case OPT_SEED: return cli_parse_i64(a, &i) && i >= 0 && (c->seed = (uint64_t)i, true);
   case OPT_VAL_EVERY: return cli_parse_i64(a, &c->val_every) && c->val_every >= 0;

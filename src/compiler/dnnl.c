@@ -370,12 +370,6 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
     if (input_index(ph, p->n_in, g0->inputs[i]) < 0)
       return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s): its operands must be region inputs",
                          g0->op->name, g0->name);
-  if (g0->inputs[0]->dtype != SLAPO_DTYPE_F32 || g0->inputs[1]->dtype != SLAPO_DTYPE_F32)
-    return slapo_error(SLAPO_UNSUPPORTED,
-                       "dnnl: %s (%%%s) has %s operands (autocast): the dnnl backend fuses f32 "
-                       "GEMMs only; fuse with the cc backend around the GEMM, or keep this "
-                       "module in f32 (autocast dtype=f32)",
-                       g0->op->name, g0->name, slapo_dtype_name(g0->inputs[0]->dtype));
   p->x = input_index(ph, p->n_in, g0->inputs[0]);
   p->w = input_index(ph, p->n_in, g0->inputs[1]);
   if (g0->n_inputs == 3) p->b = input_index(ph, p->n_in, g0->inputs[2]);

@@ -548,6 +548,14 @@ static slapo_module *root_of(const slapo_module *m) {
 
 void slapo_module_touch(slapo_module *m) { root_of(m)->version++; }
 
+void slapo_module_set_autocast(slapo_module *m, bool bf16) {
+  m->autocast_set = true;
+  m->autocast = !bf16                       ? SLAPO_AUTOCAST_OFF
+                : root_of(m)->bf16_emulated ? SLAPO_AUTOCAST_BF16_EMULATED
+                                            : SLAPO_AUTOCAST_BF16;
+  slapo_module_touch(m);
+}
+
 slapo_autocast slapo_module_autocast_of(const slapo_module *m) {
   for (; m; m = m->parent)
     if (m->autocast_set) return m->autocast;

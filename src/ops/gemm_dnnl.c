@@ -127,15 +127,29 @@ static bool make_key(const slapo__gemm *g, key *k) {
 
 enum { MEM_A, MEM_B, MEM_BIAS, MEM_C, N_MEM };
 
-/* bf16 GEMMs: whether oneDNN may run them, decided once per process
- * (slapo_bf16_gemm_native): 1 yes, 0 no, -1 not yet known. The check of
- * the ISA levels comes first; then the implementation oneDNN picks for a
- * bf16 matmul must be a bf16 one (brgemm on avx512_core_bf16 or amx): on
- * a CPU without bf16 dot products oneDNN 2.6 accepts bf16 and runs it in
- * gemm:jit emulation at a third of f32's speed, which slapo never does. A
- * refusal at primitive creation turns it off for the process. */
+/* bf16 GEMMs (slapo_bf16_gemm_native): after the ISA levels, the
+ * implementation oneDNN picks for a bf16 matmul must be a bf16 one (brgemm
+ * on avx512_core_bf16 or amx): on a CPU without bf16 dot products oneDNN
+ * 2.6 accepts bf16 and runs it in gemm:jit emulation at a third of f32's
+ * speed, which slapo never does. g_bf16_ok: 1 until a primitive's creation
+ * refuses one, then 0 for the process, with the reason in g_bf16_why. */
 static atomic_int g_bf16_ok = 1;
 static char g_bf16_why[160];
+
+static bool dnnl_has_bf16(dnnl_cpu_isa_t isa) {
+  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+/* Why bf16 GEMMs cannot run in hardware, checked in this order; cheap, so
+ * every bf16 GEMM asks (the caps may change between calls). */
+enum bf16_verdict { BF16_NATIVE, BF16_SLAPO_CAPPED, BF16_NO_UNITS, BF16_DNNL_ISA, BF16_REFUSED };
+
+static enum bf16_verdict bf16_verdict(void) {
+  if (slapo_isa_active() < SLAPO_ISA_AVX512_BF16)
+    return slapo_isa_host() >= SLAPO_ISA_AVX512_BF16 ? BF16_SLAPO_CAPPED : BF16_NO_UNITS;
+  if (!dnnl_has_bf16(dnnl_get_effective_cpu_isa())) return BF16_DNNL_ISA;
+  return atomic_load(&g_bf16_ok) ? BF16_NATIVE : BF16_REFUSED;
+}
 
 static bool bf16_impl_ok(const_dnnl_primitive_desc_t pd) {
   const char *impl = NULL;
@@ -415,7 +429,7 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
     fill_bias(g, rows);
     return true;
   }
-  if (g->bf16 && !slapo_bf16_gemm_native(NULL, 0)) return false;
+  if (g->bf16 && bf16_verdict() != BF16_NATIVE) return false;
   key k;
   if (!make_key(g, &k)) return false;
   operands o = {g->a, g->b, k.has_bias ? g->bias : NULL, g->c};
@@ -444,33 +458,29 @@ bool slapo__gemm_dnnl(const slapo__gemm *g) {
 
 /* ---- bf16 operands ---- */
 
-static bool dnnl_has_bf16(dnnl_cpu_isa_t isa) {
-  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
-}
-
 static const char *dnnl_isa_name(dnnl_cpu_isa_t isa);
 
 bool slapo_bf16_gemm_native(char *why, size_t cap) {
-  slapo_isa isa = slapo_isa_active();
-  dnnl_cpu_isa_t d = dnnl_get_effective_cpu_isa();
-  const char *no = NULL;
-  char buf[200];
-  if (isa < SLAPO_ISA_AVX512_BF16) {
-    snprintf(buf, sizeof buf,
-             slapo_isa_host() >= SLAPO_ISA_AVX512_BF16
-                 ? "SLAPO_MAX_ISA caps slapo at %s, below avx512_bf16"
-                 : "this CPU has no bf16 dot products (no avx512_bf16 or amx_bf16; slapo level %s)",
-             slapo_isa_name(isa));
-    no = buf;
-  } else if (!dnnl_has_bf16(d)) {
-    snprintf(buf, sizeof buf, "oneDNN runs at %s (ONEDNN_MAX_CPU_ISA?), below avx512_core_bf16",
-             dnnl_isa_name(d));
-    no = buf;
-  } else if (!atomic_load(&g_bf16_ok)) {
-    no = g_bf16_why;
+  enum bf16_verdict v = bf16_verdict();
+  if (!why || !cap) return v == BF16_NATIVE;
+  const char *level = slapo_isa_name(slapo_isa_active());
+  switch (v) {
+  case BF16_NATIVE: snprintf(why, cap, "%s", ""); break;
+  case BF16_SLAPO_CAPPED:
+    snprintf(why, cap, "SLAPO_MAX_ISA caps slapo at %s, below avx512_bf16", level);
+    break;
+  case BF16_NO_UNITS:
+    snprintf(why, cap,
+             "this CPU has no bf16 dot products (no avx512_bf16 or amx_bf16; slapo level %s)",
+             level);
+    break;
+  case BF16_DNNL_ISA:
+    snprintf(why, cap, "oneDNN runs at %s (ONEDNN_MAX_CPU_ISA?), below avx512_core_bf16",
+             dnnl_isa_name(dnnl_get_effective_cpu_isa()));
+    break;
+  case BF16_REFUSED: snprintf(why, cap, "%s", g_bf16_why); break;
   }
-  if (why && cap) snprintf(why, cap, "%s", no ? no : "");
-  return no == NULL;
+  return v == BF16_NATIVE;
 }
 
 /* The bf16 operand t widened to a new f32 tensor, or NULL (out of memory). */

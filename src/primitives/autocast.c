@@ -23,13 +23,8 @@ static slapo_status autocast_impl(slapo_sched *node, const char *dtype,
                                   const slapo_sched_entry *from) {
   const char *path = slapo__prim_path(node);
   slapo_module *m = slapo_sched_module(node);
-  slapo_autocast mode;
-  slapo_module *root = m;
-  while (root->parent) root = root->parent;
-  if (dtype && strcmp(dtype, "bf16") == 0)
-    mode = root->bf16_emulated ? SLAPO_AUTOCAST_BF16_EMULATED : SLAPO_AUTOCAST_BF16;
-  else if (dtype && strcmp(dtype, "f32") == 0) mode = SLAPO_AUTOCAST_OFF;
-  else
+  bool bf16 = dtype && strcmp(dtype, "bf16") == 0;
+  if (!bf16 && !(dtype && strcmp(dtype, "f32") == 0))
     return slapo_error(SLAPO_INVALID_ARG,
                        "autocast: %s: dtype=%s is not a GEMM precision slapo autocasts to: "
                        "bf16, or f32 to turn it off below a bf16 ancestor",
@@ -44,10 +39,8 @@ static slapo_status autocast_impl(slapo_sched *node, const char *dtype,
   if (m->autocast_set)
     return slapo_error(SLAPO_STATE, "autocast: %s already has autocast dtype=%s",
                        path, m->autocast == SLAPO_AUTOCAST_OFF ? "f32" : "bf16");
-  m->autocast_set = true;
-  m->autocast = mode;
-  slapo_module_touch(m);
-  slapo_sched_arg a = slapo_sched_arg_word("dtype", mode == SLAPO_AUTOCAST_OFF ? "f32" : "bf16");
+  slapo_module_set_autocast(m, bf16);
+  slapo_sched_arg a = slapo_sched_arg_word("dtype", bf16 ? "bf16" : "f32");
   slapo_status s = slapo__prim_log(node, "autocast", 1, &a, from, true);
   if (s != SLAPO_OK) m->autocast_set = false;
   return s;
@@ -74,7 +67,8 @@ SLAPO_PRIMITIVE_DESCRIPTOR(autocast) = {
            "  setting wins, so `lm_head autocast dtype=f32` keeps one module in f32.\n"
            "  Effect: inside the module, linear and matmul (the attention's two\n"
            "  products included) cast their f32 operands with to_bf16 (each value\n"
-           "  once per graph: a weight once per step), multiply bf16 x bf16,\n"
+           "  once per graph; a weight again where the backward reads it, so no\n"
+           "  bf16 copy lives from forward to backward), multiply bf16 x bf16,\n"
            "  accumulate and write f32; their backward GEMMs read dy in bf16.\n"
            "  Everything else (LayerNorm, softmax, GELU, residual adds, the loss,\n"
            "  FlashAttention), the master weights, gradients, their all-reduce and\n"
@@ -88,10 +82,11 @@ SLAPO_PRIMITIVE_DESCRIPTOR(autocast) = {
            "  the module (or one below it) is traced, since its recorded graph has\n"
            "  no casts (put autocast first), when it is inlined in a traced\n"
            "  ancestor, or when it already has an autocast line.\n"
-           "  Verified: against the unscheduled model with the same autocast lines\n"
-           "  emulated in f32 (operands through round_bf16, dy through\n"
-           "  round_bf16_dy) at the f32 tolerance, and against plain f32 within\n"
-           "  5% of each tensor's largest magnitude (at least 1e-3).\n",
+           "  Verified in three parts: the schedule without its autocast lines\n"
+           "  against the unscheduled model and the schedule against itself with\n"
+           "  autocast emulated in f32 (operands through round_bf16, dy through\n"
+           "  round_bf16_dy), both at the f32 tolerance; and against plain f32\n"
+           "  within 5% of each tensor's largest magnitude (at least 1e-3).\n",
     .bitwise = false,
     .apply = apply,
 };

@@ -191,6 +191,7 @@ static void adamw_span_bf16(float *restrict w, float *restrict g, uint16_t *rest
                             uint16_t *restrict v, int64_t n, const adamw_consts *k,
                             uint64_t key, uint64_t step, int64_t first) {
   float mf[SR_BLOCK], vf[SR_BLOCK];
+  const uint32_t k2[2] = {(uint32_t)key, (uint32_t)(key >> 32)};
   for (int64_t j = 0; j < n; j += SR_BLOCK) {
     int64_t len = n - j < SR_BLOCK ? n - j : SR_BLOCK;
     slapo_bf16_to_f32_n(m + j, mf, len);
@@ -201,7 +202,7 @@ static void adamw_span_bf16(float *restrict w, float *restrict g, uint16_t *rest
       uint64_t block = (uint64_t)(first + j + i) / 4;
       ctr[0] = (uint32_t)block, ctr[1] = (uint32_t)(block >> 32);
       ctr[2] = (uint32_t)step, ctr[3] = (uint32_t)(step >> 32);
-      slapo_philox4x32_10(ctr, (const uint32_t[2]){(uint32_t)key, (uint32_t)(key >> 32)}, r);
+      slapo_philox4x32_10(ctr, k2, r);
       for (int64_t e = 0; e < 4 && i + e < len; e++) {
         m[j + i + e] = bf16_stochastic(mf[i + e], r[e]);
         v[j + i + e] = bf16_stochastic(vf[i + e], r[e] >> 16);

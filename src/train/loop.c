@@ -381,9 +381,8 @@ static slapo_status build_model(trainer *t) {
     SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->precision, c->disabled,
                                         c->n_disabled, &t->sched));
     say(t->cb, t->ud, "schedule: %s%s%s: applied %zu steps (%zu disabled)",
-        c->precision ? "--precision " : "", c->precision ? c->precision : "",
-        c->schedule ? (c->precision ? " + " : "") : "", t->sched.applied, c->n_disabled);
-    if (c->schedule) say(t->cb, t->ud, "  from %s", c->schedule);
+        c->precision ? "--precision bf16" : "", c->precision && c->schedule ? " + " : "",
+        c->schedule ? c->schedule : "", t->sched.applied, c->n_disabled);
     say_schedule(t);
   }
   if (slapo_dist_active()) {
