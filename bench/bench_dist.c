@@ -128,7 +128,7 @@ int main(int argc, char **argv) {
   /* Each data-parallel replica its own ids; ranks of one replica the same. */
   bench_model bm;
   uint64_t seed = 12345 + (uint64_t)slapo_dist_rank(SLAPO_GROUP_DP);
-  CHECK(bench_model_new("gpt2", config, schedule, B, T, true, seed, &bm));
+  CHECK(bench_model_new("gpt2", config, schedule, NULL, B, T, true, seed, &bm));
   slapo_module *model = bm.model;
   slapo_runner *r = bm.runner;
   slapo_adamw *opt = bm.opt;

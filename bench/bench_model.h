@@ -18,18 +18,21 @@ typedef struct bench_model {
   slapo_tensor *x, *y; /* idx, targets [B, T] i32 */
 } bench_model;
 
-/* schedule may be NULL; ids from bench_random_ids(seed). Errors: those of
- * the calls (the message is slapo_last_error()). */
+/* schedule may be NULL; precision NULL, "f32" or "bf16" (the root autocast
+ * line `slapo train --precision` adds, before the schedule's lines); ids from
+ * bench_random_ids(seed). Errors: those of the calls (the message is
+ * slapo_last_error()). */
 static inline slapo_status bench_model_new(const char *family, const char *config,
-                                           const char *schedule, int64_t B, int64_t T,
-                                           bool timing, uint64_t seed, bench_model *m) {
+                                           const char *schedule, const char *precision,
+                                           int64_t B, int64_t T, bool timing, uint64_t seed,
+                                           bench_model *m) {
   *m = (bench_model){0};
   SLAPO_TRY(slapo_model_find(family, &m->family));
   SLAPO_TRY(m->family->dims(config, &m->dims));
   SLAPO_TRY(m->family->create(config, NULL, &m->model));
-  if (schedule) {
+  if (schedule || precision) {
     SLAPO_TRY(slapo_models_init());
-    SLAPO_TRY(slapo_schedule_file_apply(m->model, schedule, NULL, NULL, 0, &m->sched));
+    SLAPO_TRY(slapo_schedule_file_apply(m->model, schedule, precision, NULL, 0, &m->sched));
   }
   SLAPO_TRY(slapo_module_materialize(m->model, 1));
   slapo_plan_opts opts = {.timing = timing};

@@ -22,6 +22,14 @@
  * and one after every timed step). mfu_paired: the median over the steps of
  * each step's MFU against the sample taken right after it, so a neighbour's
  * load, which slows both, cancels in the ratio.
+ * --precision bf16: the model under a root autocast (what `slapo train
+ * --precision bf16` runs); the peak is then that of a 1024^3 bf16 x bf16
+ * matmul, and the line says whether bf16 GEMMs ran on bf16 hardware
+ * (bf16_gemm=native) or were widened to f32 (bf16_gemm=widened: a CPU
+ * without bf16 units, where `slapo train` itself would refuse bf16; the
+ * benchmark runs it anyway to measure the casts' cost). The f32 MFU is
+ * printed beside it (mfu_f32, against an f32 probe) so a bf16 row can be
+ * set against both peaks.
  * --profile: also prints the mean ms per op type over the timed steps.
  * --machine: prints only the CPU and kernel line (bench_machine.h). */
 #include <getopt.h>
@@ -55,7 +63,7 @@ static void die(const char *what) {
  * all land in a window where another VM holds the cores (one such round
  * printed an MFU of 1.35). */
 typedef struct gemm_probe {
-  slapo_tensor *a, *b;
+  slapo_tensor *a, *b; /* f32 or bf16 operands */
   slapo_graph *g;
   slapo_ctx *ctx;
   slapo_plan *p;
@@ -64,19 +72,31 @@ typedef struct gemm_probe {
 
 enum { PEAK_N = 1024 };
 
-static void gemm_probe_new(gemm_probe *q) {
+/* A PEAK_N x PEAK_N operand of dtype dt (f32 or bf16) filled with a
+ * repeating ramp of the given period. */
+static slapo_tensor *probe_operand(slapo_dtype dt, int period) {
+  int64_t sh[2] = {PEAK_N, PEAK_N}, n = (int64_t)PEAK_N * PEAK_N;
+  slapo_tensor *t;
+  float *f = malloc((size_t)n * sizeof *f);
+  if (!f) die("malloc");
+  for (int64_t i = 0; i < n; i++) f[i] = (float)(i % period) / (float)period - 0.5f;
+  CHECK(slapo_tensor_new(dt, 2, sh, &t));
+  if (dt == SLAPO_DTYPE_BF16)
+    slapo_f32_to_bf16_n(f, slapo_tensor_data(t), n);
+  else
+    memcpy(slapo_tensor_data(t), f, (size_t)n * sizeof *f);
+  free(f);
+  return t;
+}
+
+static void gemm_probe_new(gemm_probe *q, slapo_dtype dt) {
   int64_t sh[2] = {PEAK_N, PEAK_N};
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &q->a));
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, sh, &q->b));
-  float *pa = slapo_tensor_data(q->a), *pb = slapo_tensor_data(q->b);
-  for (int64_t i = 0; i < (int64_t)PEAK_N * PEAK_N; i++) {
-    pa[i] = (float)(i % 97) / 97.0f - 0.5f;
-    pb[i] = (float)(i % 89) / 89.0f - 0.5f;
-  }
+  q->a = probe_operand(dt, 97);
+  q->b = probe_operand(dt, 89);
   CHECK(slapo_graph_new(&q->g));
   CHECK(slapo_ctx_new(q->g, &q->ctx));
-  slapo_node *y = slapo_matmul(q->ctx, slapo_input(q->ctx, "a", SLAPO_DTYPE_F32, 2, sh),
-                               slapo_input(q->ctx, "b", SLAPO_DTYPE_F32, 2, sh), false, false);
+  slapo_node *y = slapo_matmul(q->ctx, slapo_input(q->ctx, "a", dt, 2, sh),
+                               slapo_input(q->ctx, "b", dt, 2, sh), false, false);
   slapo_output(q->ctx, 1, &y);
   CHECK(slapo_ctx_status(q->ctx));
   CHECK(slapo_plan_new(q->g, NULL, &q->p));
@@ -226,11 +246,11 @@ static double train_step(bench_model *bm, int it, float *loss, double ph[3]) {
  * 2 warm-up steps each. A neighbour's load that lasts longer than two steps
  * slows both members of a pair, so the median of the pairs' ratios is
  * steadier than a ratio of two separate runs' medians. */
-static int interleave(const char *family, const char *config, const char *schedule, int64_t B,
-                      int64_t T, int steps) {
+static int interleave(const char *family, const char *config, const char *schedule,
+                      const char *precision, int64_t B, int64_t T, int steps) {
   bench_model m[2];
-  CHECK(bench_model_new(family, config, NULL, B, T, false, 12345, &m[0]));
-  CHECK(bench_model_new(family, config, schedule, B, T, false, 12345, &m[1]));
+  CHECK(bench_model_new(family, config, NULL, precision, B, T, false, 12345, &m[0]));
+  CHECK(bench_model_new(family, config, schedule, precision, B, T, false, 12345, &m[1]));
   double *t[2] = {malloc((size_t)steps * sizeof(double)), malloc((size_t)steps * sizeof(double))};
   double *ratio = malloc((size_t)steps * sizeof(double)), ph[3];
   float loss[2];
@@ -256,13 +276,16 @@ static int interleave(const char *family, const char *config, const char *schedu
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_train [--model NAME] [--config NAME] [--batch B] [--seq T] [--steps N]\n"
-          "                   [--schedule F [--interleave]] [--profile] [--machine]\n"
+          "                   [--schedule F [--interleave]] [--precision f32|bf16]\n"
+          "                   [--profile] [--machine]\n"
           "  --model    model family (gpt2, llama, ...)        [gpt2]\n"
           "  --config   the family's config (tiny, small, ...) [small]\n"
           "  --batch    sequences per step                    [4]\n"
           "  --seq      tokens per sequence                   [256]\n"
           "  --steps    timed steps, after 2 warm-up steps    [10]\n"
           "  --schedule a .sched file applied to the model      [none]\n"
+          "  --precision bf16: the model under a root autocast; MFU against a bf16\n"
+          "             GEMM peak (and an f32 one: mfu_f32)        [f32]\n"
           "  --interleave  steps of the unscheduled and the scheduled model in turn;\n"
           "             prints the median of the pairs' time ratios (speedup)\n"
           "  --profile  print mean ms per op type\n"
@@ -271,7 +294,7 @@ static void usage(FILE *f) {
 }
 
 int main(int argc, char **argv) {
-  const char *family_name = "gpt2", *config = "small", *schedule = NULL;
+  const char *family_name = "gpt2", *config = "small", *schedule = NULL, *precision = NULL;
   int64_t B = 4, T = 256;
   int steps = 10;
   bool profile = false, inter = false;
@@ -282,6 +305,7 @@ int main(int argc, char **argv) {
                                         {"steps", required_argument, NULL, 's'},
                                         {"profile", no_argument, NULL, 'p'},
                                         {"schedule", required_argument, NULL, 'S'},
+                                        {"precision", required_argument, NULL, 'P'},
                                         {"machine", no_argument, NULL, 'm'},
                                         {"interleave", no_argument, NULL, 'i'},
                                         {"help", no_argument, NULL, 'h'},
@@ -296,26 +320,35 @@ int main(int argc, char **argv) {
     case 'p': profile = true; break;
     case 'i': inter = true; break;
     case 'S': schedule = optarg; break;
+    case 'P': precision = optarg; break;
     case 'm': bench_print_machine(stdout, "bench_train"); return 0;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
-  if (B < 1 || T < 1 || steps < 1 || (inter && !schedule)) {
+  bool bf16 = precision && strcmp(precision, "bf16") == 0;
+  if (B < 1 || T < 1 || steps < 1 || (inter && !schedule) ||
+      (precision && !bf16 && strcmp(precision, "f32") != 0)) {
     usage(stderr);
     return 2;
   }
-  if (inter) return interleave(family_name, config, schedule, B, T, steps);
+  if (inter) return interleave(family_name, config, schedule, precision, B, T, steps);
 
-  gemm_probe peak;
-  gemm_probe_new(&peak);
-  for (int k = 0; k < 9; k++) gemm_probe_sample(&peak);
+  /* peak: the GEMM probe in the run's precision; peak32: an f32 one (the
+   * same probe when the run is f32), sampled alongside for mfu_f32. */
+  gemm_probe peak, peak32;
+  gemm_probe_new(&peak, bf16 ? SLAPO_DTYPE_BF16 : SLAPO_DTYPE_F32);
+  if (bf16) gemm_probe_new(&peak32, SLAPO_DTYPE_F32);
+  for (int k = 0; k < 9; k++) {
+    gemm_probe_sample(&peak);
+    if (bf16) gemm_probe_sample(&peak32);
+  }
 
   /* idx, targets [B, T] i32: random ids in [0, V) from a fixed LCG. */
   bench_model bm;
   /* Node timing always (two clock reads a node, ~0.05 ms a step): the
    * first line reports the time outside the GEMM nodes. */
-  CHECK(bench_model_new(family_name, config, schedule, B, T, true, 12345, &bm));
+  CHECK(bench_model_new(family_name, config, schedule, precision, B, T, true, 12345, &bm));
   slapo_module *model = bm.model;
   slapo_runner *r = bm.runner;
   const slapo_model_dims dims = bm.dims;
@@ -336,9 +369,12 @@ int main(int argc, char **argv) {
     for (int k = 0; k < 3; k++) phase[k][it - 2] = ph[k];
     add_profile(r, &pr, it == 2);
     beside[it - 2] = gemm_probe_sample(&peak); /* after the step's timings: not inside them */
+    if (bf16) gemm_probe_sample(&peak32);
   }
   double peak_gflops = gemm_probe_gflops(&peak);
+  double peak32_gflops = bf16 ? gemm_probe_gflops(&peak32) : peak_gflops;
   gemm_probe_free(&peak);
+  if (bf16) gemm_probe_free(&peak32);
 
   int64_t N = slapo_module_numel(model);
   double flops_per_tok = 6.0 * (double)N + 12.0 * dims.n_layer * (double)T * (double)dims.width;
@@ -354,6 +390,9 @@ int main(int argc, char **argv) {
   double med = bench_median(times, steps);
   double tok_s = (double)(B * T) / med;
   double mfu = flops_per_tok * tok_s / (peak_gflops * 1e9);
+  double mfu_f32 = flops_per_tok * tok_s / (peak32_gflops * 1e9);
+  char why[256] = "";
+  const char *gemm_kind = !bf16 ? "none" : slapo_bf16_gemm_native(why, sizeof why) ? "native" : "widened";
   /* Persistent: weights, gradients and AdamW's m and v, f32 each. */
   double persistent_mb = 4.0 * 4.0 * (double)N / 1e6;
   /* outside_ms: outside the GEMM nodes and AdamW (the other nodes, putting
@@ -364,13 +403,15 @@ int main(int argc, char **argv) {
   printf("slapo model=%s config=%s B=%lld T=%lld tokens_per_s=%.1f step_ms=%.1f min_ms=%.1f "
          "mfu=%.3f mfu_paired=%.3f model_gflops=%.1f peak_gflops=%.1f planned_peak_mb=%.1f "
          "measured_peak_mb=%.1f persistent_mb=%.1f outside_ms=%.1f non_gemm_share=%.3f "
-         "loss=%.4f params=%lld threads=%d\n",
+         "loss=%.4f params=%lld threads=%d precision=%s bf16_gemm=%s mfu_f32=%.3f "
+         "peak_f32_gflops=%.1f\n",
          family_name, config, (long long)B, (long long)T, tok_s, med * 1e3, min_s * 1e3, mfu,
          mfu_paired,
          flops_per_tok * tok_s / 1e9, peak_gflops, (double)slapo_runner_peak_nbytes(r) / 1e6,
          (double)slapo_plan_measured_peak_nbytes(slapo_runner_plan(r)) / 1e6, persistent_mb,
          all - gemm + norm_ms, 1 - gemm / (med * 1e3), loss, (long long)N,
-         omp_get_max_threads());
+         omp_get_max_threads(), bf16 ? "bf16" : "f32", gemm_kind, mfu_f32, peak32_gflops);
+  if (*why) printf("# bf16 GEMMs widened to f32: %s\n", why);
   printf("phases (median ms): step (graph + grad accumulation) %.1f, clip norm %.1f, "
          "adamw %.1f\n",
          1e3 * bench_median(phase[0], steps), 1e3 * bench_median(phase[1], steps),

@@ -10,6 +10,15 @@
 #   a config may name its family first (llama/small); gpt2 otherwise
 #   SCHEDULE=F adds slapo with that schedule (default: each family's
 #   schedules/<family>.sched; empty: none)
+#   BF16=1 adds a bf16 row: slapo with that schedule and --precision bf16
+#   (the root autocast line) against the peer under torch.autocast("cpu",
+#   torch.bfloat16); BF16=0 skips it. slapo's MFU in that row is quoted
+#   against a measured 1024^3 bf16 GEMM peak and the f32 one. On a CPU
+#   without bf16 units slapo widens bf16 GEMM operands to f32
+#   (bf16_gemm=widened: the casts' cost, no speedup possible; `slapo train`
+#   itself refuses bf16 there) and torch 1.13 runs its own bf16 fallback;
+#   PEER_TIMEOUT (seconds, default 900) bounds each peer run, a run past it
+#   is reported as such.
 #
 # Both sides use 2 threads. slapo runs as users run it: OMP_NUM_THREADS=2,
 # nothing else set. The peer runs at its fastest settings measured on this
@@ -101,6 +110,8 @@ if [[ -z ${PEER_ENV+x} ]]; then
   fi
 fi
 PEER_ARGS=${PEER_ARGS:-"--threads 2 --linear mm"}
+BF16=${BF16:-1}
+PEER_TIMEOUT=${PEER_TIMEOUT:-900}
 
 field() { # field NAME LINE -> value of NAME=value in LINE
   tr ' ' '\n' <<<"$2" | sed -n "s/^$1=//p"
@@ -114,6 +125,10 @@ isa_flags=$(tr ' ' '\n' <<<"$cpu_flags" | grep -E '^(avx2|fma|avx512(f|bw|vl|dq|
 echo "# cpu: $(grep -m1 '^model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); flags: ${isa_flags:-none of avx2/avx512/amx}"
 OMP_NUM_THREADS=2 "$SLAPO_BIN" --machine
 env $PEER_ENV "$PY" "$HERE/train_peer.py" --machine $PEER_ARGS
+if [ "$BF16" = 1 ]; then
+  env $PEER_ENV "$PY" "$HERE/train_peer.py" --gemm-probe $PEER_ARGS | sed 's/^/# /'
+  env $PEER_ENV "$PY" "$HERE/train_peer.py" --gemm-probe --autocast bf16 $PEER_ARGS | sed 's/^/# /'
+fi
 echo "# slapo: OMP_NUM_THREADS=2 $SLAPO_BIN"
 echo "# peer:  env $PEER_ENV $PY bench/train_peer.py $PEER_ARGS"
 echo "# $ROUNDS rounds x {$CONFIGS}, $STEPS timed steps each (after 2 warm-up); machine: $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -124,7 +139,7 @@ sched_for() { # sched_for FAMILY -> the schedule file of the scheduled row
 split_cfg() { # split_cfg [FAMILY/]CONFIG -> "FAMILY CONFIG"
   if [[ $1 == */* ]]; then echo "${1%%/*} ${1#*/}"; else echo "gpt2 $1"; fi
 }
-declare -A S P MFU MFP PEAK MEAS OUT Q QMFU QMFP QPEAK QMEAS QOUT
+declare -A S P MFU MFP PEAK MEAS OUT Q QMFU QMFP QPEAK QMEAS QOUT H HP HMFU HM32 HPEAK HMEAS HKIND HGF
 for r in $(seq "$ROUNDS"); do
   for c in $CONFIGS; do
     IFS=: read -r fc b t <<<"$c"
@@ -158,6 +173,25 @@ for r in $(seq "$ROUNDS"); do
     printf "round %d %-11s B%-2s T%-4s slapo %8.1f tok/s (step %s ms, mfu %s, paired %s, gemm peak %s GF/s)  peer %8.1f tok/s (step %s ms)\n" \
       "$r" "$fc" "$b" "$t" "$st" "$(field step_ms "$sl")" "$(field mfu "$sl")" "$(field mfu_paired "$sl")" \
       "$(field peak_gflops "$sl")" "$pt" "$(field step_ms "$pl")"
+    if [ "$BF16" = 1 ]; then
+      sched_arg=()
+      [ -n "$SCHEDULE" ] && sched_arg=(--schedule "$(sched_for "$fam")")
+      hl=$(OMP_NUM_THREADS=2 "$SLAPO_BIN" --model "$fam" --config "$cfg" --batch "$b" --seq "$t" \
+        --steps "$STEPS" "${sched_arg[@]}" --precision bf16 | head -1)
+      hp=$(timeout "$PEER_TIMEOUT" env $PEER_ENV "$PY" "$HERE/train_peer.py" --model "$fam" --config "$cfg" \
+        --batch "$b" --seq "$t" --steps "$STEPS" --autocast bf16 $PEER_ARGS || echo "tokens_per_s=nan timeout")
+      H[$c]+="$(field tokens_per_s "$hl") "
+      HP[$c]+="$(field tokens_per_s "$hp") "
+      HMFU[$c]+="$(field mfu "$hl") "
+      HM32[$c]+="$(field mfu_f32 "$hl") "
+      HPEAK[$c]=$(field planned_peak_mb "$hl")
+      HMEAS[$c]=$(field measured_peak_mb "$hl")
+      HKIND[$c]=$(field bf16_gemm "$hl")
+      HGF[$c]+="$(field peak_gflops "$hl") "
+      printf "round %d %-11s B%-2s T%-4s slapo bf16 %8.1f tok/s (step %s ms, gemm %s, bf16 peak %s GF/s)  peer bf16 %8s tok/s (step %s ms)\n" \
+        "$r" "$fc" "$b" "$t" "$(field tokens_per_s "$hl")" "$(field step_ms "$hl")" "${HKIND[$c]}" \
+        "$(field peak_gflops "$hl")" "$(field tokens_per_s "$hp")" "$(field step_ms "$hp")"
+    fi
   done
 done
 
@@ -196,4 +230,27 @@ if [ -n "$SCHEDULE" ]; then
       "${QPEAK[$c]}" "${QMEAS[$c]}"
   done
   echo "(slapo with $( [ "$SCHEDULE" = default ] && echo "each family's default schedule" || echo "$SCHEDULE"); vs plain = scheduled / unscheduled slapo, same rounds)"
+fi
+if [ "$BF16" = 1 ]; then
+  echo
+  printf "%-11s %3s %5s | %11s %9s %11s %9s | %11s %9s %8s | %15s %15s\n" config B T "bf16 tok/s" \
+    "vs f32" "torch bf16" "vs torch" "MFU bf16/f32" "GEMM" "GF/s" "planned MB" "measured MB"
+  for c in $CONFIGS; do
+    IFS=: read -r cfg b t <<<"$c"
+    base=${Q[$c]:-${S[$c]}} base_peak=${QPEAK[$c]:-${PEAK[$c]}} base_meas=${QMEAS[$c]:-${MEAS[$c]}}
+    fm=$(tr ' ' '\n' <<<"$base" | grep . | median)
+    hm=$(tr ' ' '\n' <<<"${H[$c]}" | grep . | median)
+    hp=$(tr ' ' '\n' <<<"${HP[$c]}" | grep -v nan | grep . | median || true)
+    mm=$(tr ' ' '\n' <<<"${HMFU[$c]}" | grep . | median)
+    m3=$(tr ' ' '\n' <<<"${HM32[$c]}" | grep . | median)
+    gf=$(tr ' ' '\n' <<<"${HGF[$c]}" | grep . | sort -g | tail -1)
+    printf "%-11s %3s %5s | %11.1f %8.2fx %11s %9s | %5.3f %5.3f %9s %8.1f | %7s/%-7s %7s/%-7s\n" "$cfg" "$b" "$t" \
+      "$hm" "$(awk -v a="$hm" -v b="$fm" 'BEGIN {print a / b}')" "${hp:-n/a}" \
+      "$( [ -n "$hp" ] && awk -v a="$hm" -v b="$hp" 'BEGIN {printf "%.2fx", a / b}' || echo n/a)" \
+      "$mm" "$m3" "${HKIND[$c]}" "$gf" "$base_peak" "${HPEAK[$c]}" "$base_meas" "${HMEAS[$c]}"
+  done
+  echo "(slapo --precision bf16 with $( [ -n "$SCHEDULE" ] && echo "the schedule above" || echo "no schedule"); vs f32 = bf16 / the same"
+  echo " slapo in f32; torch bf16 = the peer under torch.autocast (n/a: every run past PEER_TIMEOUT);"
+  echo " MFU against the run's bf16 GEMM peak / the f32 one; GEMM: native = bf16 hardware, widened = operands"
+  echo " widened to f32 (no bf16 units: no speedup possible); MB: activation peaks f32/bf16)"
 fi

@@ -19,6 +19,12 @@ ATEN_CPU_CAPABILITY (the best level the CPU has) and an optimized BLAS (Debian's
 whatever libblas.so.3 the system provides; the default netlib one is a
 single-threaded reference loop). --linear conv routes every Linear through
 a 1x1 convolution, which torch runs on oneDNN (MKL-DNN) whatever the BLAS.
+--autocast bf16 runs the forward and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16), PyTorch's mixed precision:
+linear and matmul cast their inputs to bf16 and write bf16 outputs, the
+weights and the optimizer stay f32 (slapo's autocast writes GEMM outputs
+in f32). --gemm-probe prints the GFLOP/s of a 1024^3 matmul in the chosen
+precision, so the peer's bf16 kernels can be judged on their own.
 """
 import argparse
 import math
@@ -279,6 +285,22 @@ def machine_line():
             f"{torch.get_num_threads()} threads")
 
 
+def gemm_probe(dtype, n=1024):
+    """GFLOP/s of an n^3 matmul in dtype: the best of 5 samples of >= 0.2 s."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n, n, generator=g).to(dtype)
+    y = torch.rand(n, n, generator=g).to(dtype)
+    x @ y
+    best = 0.0
+    for _ in range(5):
+        runs, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < 0.2:
+            x @ y
+            runs += 1
+        best = max(best, 2 * n ** 3 * runs / (time.perf_counter() - t0) / 1e9)
+    return f"peer gemm_probe dtype={str(dtype).split('.')[-1]} n={n} gflops={best:.1f}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="gpt2", choices=["gpt2", "llama", "bert"])
@@ -295,6 +317,10 @@ def main():
                          "than the per-tensor loop on CPU here (700 vs 290 ms on 124M)")
     ap.add_argument("--set-to-none", type=int, default=1,
                     help="zero_grad(set_to_none): 1 frees the gradients, 0 zeroes them in place")
+    ap.add_argument("--autocast", default="f32", choices=["f32", "bf16"],
+                    help="bf16: forward and loss under torch.autocast('cpu', torch.bfloat16)")
+    ap.add_argument("--gemm-probe", action="store_true",
+                    help="print the GFLOP/s of a 1024^3 matmul in --autocast's dtype")
     ap.add_argument("--machine", action="store_true",
                     help="print only the kernel line (ATen capability, BLAS core type)")
     a = ap.parse_args()
@@ -302,6 +328,9 @@ def main():
     torch.set_num_threads(a.threads)
     if a.machine:
         print(machine_line())
+        return 0
+    if a.gemm_probe:
+        print(gemm_probe(torch.bfloat16 if a.autocast == "bf16" else torch.float32))
         return 0
     torch.backends.mkldnn.enabled = bool(a.mkldnn)
     torch.manual_seed(0)
@@ -329,7 +358,8 @@ def main():
     for it in range(a.steps + 2):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=bool(a.set_to_none))
-        loss = model(idx, tgt)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16"):
+            loss = model(idx, tgt)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -343,7 +373,7 @@ def main():
           f"step_ms={med * 1e3:.1f} min_ms={min(times) * 1e3:.1f} loss={loss.item():.4f} "
           f"params={n_params} threads={torch.get_num_threads()} linear={a.linear} "
           f"mkldnn={int(torch.backends.mkldnn.enabled)} set_to_none={a.set_to_none} "
-          f"foreach={a.foreach} "
+          f"foreach={a.foreach} autocast={a.autocast} "
           f"isa={os.environ.get('ATEN_CPU_CAPABILITY', 'default')} "
           f"omp_wait={os.environ.get('OMP_WAIT_POLICY', 'default')} blas={blas}")
     return 0
