@@ -25,7 +25,8 @@ declare -A DEPS=(
   [primitives]="schedule pattern compiler dist"
   [apply]="primitives"
   [models]="apply"
-  [train]="models"
+  [tokenizer]="core"
+  [train]="models tokenizer"
   [cli]="train"
 )
 

@@ -1,0 +1,109 @@
+/* slapo/tokenizer.h - text to token ids and back: GPT-2's byte-level BPE
+ * (Radford et al. 2019, section 2.2; the reference encoder is OpenAI's
+ * gpt-2 encoder.py, as ported to JavaScript by npm gpt-3-encoder), loaded
+ * from a Hugging Face tokenizer.json or a vocab.json + merges.txt pair.
+ * A layer of its own on top of core: train uses it, nothing below does.
+ *
+ * Encoding (docs/tokenizers.md states each rule and what it is checked
+ * against):
+ *   1. with special tokens allowed, each occurrence of a special token's
+ *      text (e.g. `<|endoftext|>`) becomes its id and splits the text;
+ *      otherwise special tokens are plain text;
+ *   2. the GPT-2 pre-tokenizer splits each piece into pre-tokens (the
+ *      pattern 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+
+ *      |\s+(?!\S)|\s+ with the Unicode classes of slapo_unicode_version());
+ *      bytes that are not valid UTF-8 are each a pre-token of their own
+ *      and end the text around them as the end of the input would;
+ *   3. each pre-token's bytes are merged by rank: the pair of adjacent
+ *      tokens with the lowest merge rank is merged everywhere in the
+ *      pre-token, left to right, until no adjacent pair has a rank.
+ * Decoding concatenates the tokens' bytes: encode then decode gives back
+ * the input bytes exactly, valid UTF-8 or not. */
+#ifndef SLAPO_TOKENIZER_H
+#define SLAPO_TOKENIZER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "slapo/core.h"
+
+typedef struct slapo_tokenizer slapo_tokenizer;
+
+/* A growable array of token ids. Zero-initialize; release with
+ * slapo_token_ids_free. */
+typedef struct slapo_token_ids {
+  int32_t *ids;
+  size_t n, cap;
+} slapo_token_ids;
+void slapo_token_ids_free(slapo_token_ids *t); /* NULL is fine; leaves it empty */
+
+/* A growable byte buffer, always NUL-terminated past its n bytes (so text
+ * can be printed; the bytes themselves may hold NULs). Zero-initialize;
+ * release with slapo_bytes_free. */
+typedef struct slapo_bytes {
+  char *data;
+  size_t n, cap;
+} slapo_bytes;
+void slapo_bytes_free(slapo_bytes *b); /* NULL is fine; leaves it empty */
+
+/* The Unicode version the pre-tokenizer's letter/number/space classes come
+ * from (the tables in src/tokenizer/unicode_tables.c), e.g. "17.0". */
+const char *slapo_unicode_version(void);
+
+/* Loads a tokenizer from `path`: a Hugging Face tokenizer.json whose model
+ * is "BPE" with a "ByteLevel" pre-tokenizer (add_prefix_space false) and no
+ * normalizer; its added tokens marked special are the special tokens.
+ * *out owned (slapo_tokenizer_free). Errors: SLAPO_IO (cannot read),
+ * SLAPO_PARSE (bad JSON, a vocabulary entry that is not byte-level text,
+ * duplicate or missing ids, a vocabulary without the 256 byte tokens, a
+ * merge naming an unknown token or repeated: the file and the entry
+ * named), SLAPO_UNSUPPORTED ("unsupported tokenizer model X", a
+ * pre-tokenizer or normalizer slapo does not implement), SLAPO_NOMEM. */
+slapo_status slapo_tokenizer_load(const char *path, slapo_tokenizer **out);
+
+/* Loads GPT-2's original pair of files: vocab.json (token text -> id, the
+ * byte-level text of encoder.json) and merges.txt (vocab.bpe: an optional
+ * "#version" line, then one merge "A B" per line, highest priority first).
+ * `<|endoftext|>`, when the vocabulary has it, is the special token (as in
+ * GPT-2). Errors: as slapo_tokenizer_load, naming the file and line. */
+slapo_status slapo_tokenizer_load_bpe(const char *vocab_json, const char *merges_txt,
+                                      slapo_tokenizer **out);
+
+void slapo_tokenizer_free(slapo_tokenizer *t); /* NULL is fine */
+
+/* Ids run over [0, vocab size). */
+int32_t slapo_tokenizer_vocab_size(const slapo_tokenizer *t);
+
+/* The id of special token `text` (e.g. "<|endoftext|>"), or -1. */
+int32_t slapo_tokenizer_special_id(const slapo_tokenizer *t, const char *text);
+
+/* Appends to *out the ids of text[0..len) (any bytes; see the file
+ * comment for the rules). allow_special: recognise special tokens' text.
+ * Not thread-safe on one tokenizer (it keeps a cache of encoded
+ * pre-tokens); use one tokenizer per thread. Errors: SLAPO_NOMEM (out
+ * keeps what it had). */
+slapo_status slapo_tokenizer_encode(slapo_tokenizer *t, const char *text, size_t len,
+                                    bool allow_special, slapo_token_ids *out);
+
+/* Appends to *out the bytes of ids[0..n). Errors: SLAPO_INVALID_ARG (an id
+ * outside [0, vocab size): the id and its index named), SLAPO_NOMEM. */
+slapo_status slapo_tokenizer_decode(const slapo_tokenizer *t, const int32_t *ids, size_t n,
+                                    slapo_bytes *out);
+
+/* Streaming decode, one token at a time, that never splits a UTF-8
+ * character: the bytes of `id` are appended to *out except for a trailing
+ * character whose encoding is not complete yet, which is held in *st until
+ * the next token completes it. Bytes that cannot become valid UTF-8 are
+ * passed on as they are. slapo_decode_flush appends what is held (at the
+ * end of a stream). Zero-initialize the state. Errors: as
+ * slapo_tokenizer_decode. */
+typedef struct slapo_decode_state {
+  uint8_t held[4];
+  int n_held;
+} slapo_decode_state;
+slapo_status slapo_tokenizer_decode_next(const slapo_tokenizer *t, int32_t id,
+                                         slapo_decode_state *st, slapo_bytes *out);
+slapo_status slapo_decode_flush(slapo_decode_state *st, slapo_bytes *out);
+
+#endif
