@@ -72,7 +72,8 @@ int slapo_ctx_region(const slapo_ctx *ctx);
  * inference, so placeholders without shapes can stand for any value; nodes
  * keep dtype f32 and ndim 0. Off by default. */
 /* Autocast (the `autocast` primitive; PyTorch's torch.autocast): how
- * slapo_linear and slapo_matmul build GEMMs from here on.
+ * slapo_linear, slapo_matmul and slapo_conv2d build GEMMs and convolutions
+ * from here on.
  * - OFF: as given.
  * - BF16: f32 operands are cast with to_bf16 first (one cast per value per
  *   graph: a weight used twice is cast once), the GEMM reads bf16 and
@@ -336,7 +337,8 @@ slapo_node *slapo_linear(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_nod
 /* x f32 -> bf16, round to nearest even (ops/cast.c); gradient dy in f32. */
 slapo_node *slapo_to_bf16(slapo_ctx *ctx, slapo_node *x);
 /* 2-D convolution (PyTorch nn.functional.conv2d; cross-correlation):
- * x [N, C, H, W] f32, w [O, C/groups, KH, KW] f32, b [O] f32 or NULL ->
+ * x [N, C, H, W], w [O, C/groups, KH, KW] (both f32 or both bf16, f32
+ * cast under autocast as the GEMM builders'), b [O] f32 or NULL -> f32
  * [N, O, OH, OW] with OH = floor((H + 2 padding[0] - dilation[0] (KH - 1)
  * - 1) / stride[0]) + 1 (likewise OW). stride, padding, dilation are
  * [h, w] pairs (copied; NULL: 1, 0, 1); dilation 1 is dense. Errors

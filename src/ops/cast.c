@@ -124,7 +124,7 @@ slapo_status slapo__want_gemm_operands(const slapo_node *node) {
   bool ha = a->dtype == SLAPO_DTYPE_BF16, hb = b->dtype == SLAPO_DTYPE_BF16;
   if ((fa && fb) || (ha && hb)) return SLAPO_OK;
   return slapo_error(SLAPO_DTYPE,
-                     "%s: operands %s (%s) and %s (%s): a GEMM takes two f32 or two bf16 "
+                     "%s: operands %s (%s) and %s (%s): a GEMM or convolution takes two f32 or two bf16 "
                      "operands (bf16 ones accumulate and write f32); cast with to_bf16, or "
                      "let autocast do it",
                      node->target, a->name, slapo_dtype_name(a->dtype), b->name,

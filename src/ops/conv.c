@@ -12,7 +12,11 @@
  * with dy). Reference kernels: direct loops with one double accumulator per
  * output element; fast kernels: oneDNN 2.6 convolution forward, backward
  * data and backward weights primitives on plain NCHW / OIHW (GOIHW) memory,
- * cached per problem. Layer: ops. */
+ * cached per problem. Each op's two tensor operands are both f32 or both
+ * bf16 (autocast); bias and result are f32. bf16 operands are widened to
+ * f32 (exact) for the oneDNN kernels, and read widened by the reference
+ * ones: bf16 numerics, f32 speed (no bf16 convolution kernel yet). Layer:
+ * ops. */
 #include <oneapi/dnnl/dnnl.h>
 #include <omp.h>
 #include <stdio.h>
@@ -118,10 +122,9 @@ static void geom_of(const slapo_node *node, conv_geom *g) {
   g->OW = out_extent(g->W, g->KW, g->s[1], g->p[1], g->d[1]);
 }
 
-/* Requires input i to be a 4-d f32 tensor; `name` and `layout` name it in
- * the message ("x", "[N, C, H, W]"). */
+/* Requires input i to be a 4-d tensor (its dtype: slapo__want_gemm_operands);
+ * `name` and `layout` name it in the message ("x", "[N, C, H, W]"). */
 static slapo_status want4(const slapo_node *node, int i, const char *name, const char *layout) {
-  SLAPO_TRY(slapo__want_dtype(node, i, SLAPO_DTYPE_F32));
   const slapo_node *t = node->inputs[i];
   if (t->ndim != 4)
     return slapo_error(SLAPO_SHAPE, "%s: %s %s must be 4-d %s", node->op->name, name,
@@ -143,6 +146,7 @@ static slapo_status conv2d_infer(slapo_node *node) {
   if (node->n_inputs < 2 || node->n_inputs > 3)
     return slapo_error(SLAPO_INVALID_ARG, "conv2d: expects 2 or 3 inputs (x, w[, b]), got %d",
                        node->n_inputs);
+  SLAPO_TRY(slapo__want_gemm_operands(node));
   SLAPO_TRY(want4(node, 0, "x", "[N, C, H, W]"));
   SLAPO_TRY(want4(node, 1, "w", "[O, C/groups, KH, KW]"));
   const slapo_node *x = node->inputs[0], *w = node->inputs[1];
@@ -170,13 +174,28 @@ static slapo_status conv2d_infer(slapo_node *node) {
 
 /* ---- reference kernels ---- */
 
+/* An operand's data, f32 or bf16; at() reads element i as f32 (bf16
+ * widened exactly). */
+typedef struct operand {
+  const void *p;
+  bool bf16;
+} operand;
+
+static operand operand_of(const slapo_tensor *t) {
+  return (operand){slapo_tensor_data(t), t->dtype == SLAPO_DTYPE_BF16};
+}
+
+static inline double at(operand o, int64_t i) {
+  return o.bf16 ? (double)slapo_bf16_to_f32(((const uint16_t *)o.p)[i]) : (double)((const float *)o.p)[i];
+}
+
 static void conv2d_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                        const slapo_kernel_env *env) {
   (void)env;
   conv_geom g;
   geom_of(node, &g);
-  const float *x = slapo_tensor_data(in[0]);                            /* x [N, C, H, W]    */
-  const float *w = slapo_tensor_data(in[1]);                            /* w [O, Cg, KH, KW] */
+  const operand x = operand_of(in[0]);                                  /* x [N, C, H, W]    */
+  const operand w = operand_of(in[1]);                                  /* w [O, Cg, KH, KW] */
   const float *b = node->n_inputs == 3 ? slapo_tensor_data(in[2]) : NULL; /* b [O]           */
   float *y = slapo_tensor_data(out);                                    /* y [N, O, OH, OW]  */
   const int64_t Cg = g.C / g.G, Og = g.O / g.G;
@@ -191,11 +210,11 @@ static void conv2d_ref(const slapo_node *node, const slapo_tensor *const *in, sl
           for (int64_t p = 0; p < g.KH; p++) {
             int64_t ih = i * g.s[0] - g.p[0] + p * g.d[0];
             if (ih < 0 || ih >= g.H) continue;
-            const float *xr = x + ((n * g.C + c0 + c) * g.H + ih) * g.W; /* [W] */
-            const float *wr = w + ((o * Cg + c) * g.KH + p) * g.KW;      /* [KW] */
+            int64_t xr = ((n * g.C + c0 + c) * g.H + ih) * g.W; /* x row [W] */
+            int64_t wr = ((o * Cg + c) * g.KH + p) * g.KW;      /* w row [KW] */
             for (int64_t q = 0; q < g.KW; q++) {
               int64_t iw = j * g.s[1] - g.p[1] + q * g.d[1];
-              if (iw >= 0 && iw < g.W) acc += (double)xr[iw] * wr[q];
+              if (iw >= 0 && iw < g.W) acc += at(x, xr + iw) * at(w, wr + q);
             }
           }
         if (b) acc += b[o];
@@ -212,9 +231,9 @@ static void backward_data_ref(const slapo_node *node, const slapo_tensor *const 
   (void)env;
   conv_geom g;
   geom_of(node, &g);
-  const float *dy = slapo_tensor_data(in[0]); /* dy [N, O, OH, OW]  */
-  const float *w = slapo_tensor_data(in[1]);  /* w  [O, Cg, KH, KW] */
-  float *dx = slapo_tensor_data(out);         /* dx [N, C, H, W]    */
+  const operand dy = operand_of(in[0]); /* dy [N, O, OH, OW]  */
+  const operand w = operand_of(in[1]);  /* w  [O, Cg, KH, KW] */
+  float *dx = slapo_tensor_data(out);   /* dx [N, C, H, W]    */
   const int64_t Cg = g.C / g.G, Og = g.O / g.G;
   const int64_t work = g.N * g.O * g.OH * g.OW * Cg * g.KH * g.KW; /* multiply-adds */
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(static)
@@ -227,12 +246,12 @@ static void backward_data_ref(const slapo_node *node, const slapo_tensor *const 
           for (int64_t p = 0; p < g.KH; p++) {
             int64_t ti = h + g.p[0] - p * g.d[0];
             if (ti < 0 || ti % g.s[0] != 0 || ti / g.s[0] >= g.OH) continue;
-            const float *dyr = dy + ((n * g.O + o) * g.OH + ti / g.s[0]) * g.OW; /* [OW] */
-            const float *wr = w + ((o * Cg + cl) * g.KH + p) * g.KW;            /* [KW] */
+            int64_t dyr = ((n * g.O + o) * g.OH + ti / g.s[0]) * g.OW; /* dy row [OW] */
+            int64_t wr = ((o * Cg + cl) * g.KH + p) * g.KW;            /* w row [KW] */
             for (int64_t q = 0; q < g.KW; q++) {
               int64_t tj = v + g.p[1] - q * g.d[1];
               if (tj < 0 || tj % g.s[1] != 0 || tj / g.s[1] >= g.OW) continue;
-              acc += (double)dyr[tj / g.s[1]] * wr[q];
+              acc += at(dy, dyr + tj / g.s[1]) * at(w, wr + q);
             }
           }
         dx[(nc * g.H + h) * g.W + v] = (float)acc;
@@ -247,9 +266,9 @@ static void backward_weights_ref(const slapo_node *node, const slapo_tensor *con
   (void)env;
   conv_geom g;
   geom_of(node, &g);
-  const float *x = slapo_tensor_data(in[0]);  /* x  [N, C, H, W]    */
-  const float *dy = slapo_tensor_data(in[1]); /* dy [N, O, OH, OW]  */
-  float *dw = slapo_tensor_data(out);         /* dw [O, Cg, KH, KW] */
+  const operand x = operand_of(in[0]);  /* x  [N, C, H, W]    */
+  const operand dy = operand_of(in[1]); /* dy [N, O, OH, OW]  */
+  float *dw = slapo_tensor_data(out);   /* dw [O, Cg, KH, KW] */
   const int64_t Cg = g.C / g.G, Og = g.O / g.G;
   const int64_t work = g.N * g.O * g.OH * g.OW * Cg * g.KH * g.KW; /* multiply-adds */
 #pragma omp parallel for num_threads(slapo__threads_for(work)) schedule(static)
@@ -262,11 +281,11 @@ static void backward_weights_ref(const slapo_node *node, const slapo_tensor *con
           for (int64_t i = 0; i < g.OH; i++) {
             int64_t ih = i * g.s[0] - g.p[0] + p * g.d[0];
             if (ih < 0 || ih >= g.H) continue;
-            const float *xr = x + ((n * g.C + c) * g.H + ih) * g.W;   /* [W]  */
-            const float *dyr = dy + ((n * g.O + o) * g.OH + i) * g.OW; /* [OW] */
+            int64_t xr = ((n * g.C + c) * g.H + ih) * g.W;   /* x row [W]   */
+            int64_t dyr = ((n * g.O + o) * g.OH + i) * g.OW; /* dy row [OW] */
             for (int64_t j = 0; j < g.OW; j++) {
               int64_t iw = j * g.s[1] - g.p[1] + q * g.d[1];
-              if (iw >= 0 && iw < g.W) acc += (double)dyr[j] * xr[iw];
+              if (iw >= 0 && iw < g.W) acc += at(dy, dyr + j) * at(x, xr + iw);
             }
           }
         dw[(oc * g.KH + p) * g.KW + q] = (float)acc;
@@ -396,19 +415,40 @@ static bool run_dnnl(const slapo_node *node, int kind, const slapo_tensor *const
   return st == dnnl_success;
 }
 
+/* oneDNN on f32 operands: bf16 ones are widened first (exact: the
+ * products are what a bf16 kernel forms, summed in f32); false when
+ * oneDNN cannot or the copies do not fit, the caller then runs the
+ * reference, which reads bf16 itself. */
+static bool run_dnnl_f32(const slapo_node *node, int kind, const slapo_tensor *const *in,
+                         slapo_tensor *out) {
+  if (in[0]->dtype != SLAPO_DTYPE_BF16) return run_dnnl(node, kind, in, out);
+  slapo_tensor *w[2] = {NULL, NULL};
+  bool ok = slapo_tensor_to_dtype(in[0], SLAPO_DTYPE_F32, &w[0]) == SLAPO_OK &&
+            slapo_tensor_to_dtype(in[1], SLAPO_DTYPE_F32, &w[1]) == SLAPO_OK;
+  if (ok) {
+    const slapo_tensor *wide[3] = {w[0], w[1], node->n_inputs == 3 ? in[2] : NULL};
+    ok = run_dnnl(node, kind, wide, out);
+  } else {
+    slapo_error_clear();
+  }
+  slapo_tensor_free(w[0]);
+  slapo_tensor_free(w[1]);
+  return ok;
+}
+
 static void conv2d_fast(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                         const slapo_kernel_env *env) {
-  if (!run_dnnl(node, FWD, in, out)) conv2d_ref(node, in, out, env);
+  if (!run_dnnl_f32(node, FWD, in, out)) conv2d_ref(node, in, out, env);
 }
 
 static void backward_data_fast(const slapo_node *node, const slapo_tensor *const *in,
                                slapo_tensor *out, const slapo_kernel_env *env) {
-  if (!run_dnnl(node, BWD_DATA, in, out)) backward_data_ref(node, in, out, env);
+  if (!run_dnnl_f32(node, BWD_DATA, in, out)) backward_data_ref(node, in, out, env);
 }
 
 static void backward_weights_fast(const slapo_node *node, const slapo_tensor *const *in,
                                   slapo_tensor *out, const slapo_kernel_env *env) {
-  if (!run_dnnl(node, BWD_WEIGHTS, in, out)) backward_weights_ref(node, in, out, env);
+  if (!run_dnnl_f32(node, BWD_WEIGHTS, in, out)) backward_weights_ref(node, in, out, env);
 }
 
 /* ---- backward ---- */
@@ -430,17 +470,22 @@ static slapo_status conv2d_backward(slapo_ctx *ctx, slapo_node *node, slapo_node
   conv_geom g;
   geom_of(node, &g);
   slapo_attr a[5];
+  /* bf16 operands (autocast): dy enters both backward convolutions in
+   * bf16, one cast; the weight is cast again where it is read (as the
+   * GEMMs do: no bf16 copy kept from the forward); db sums dy in f32. */
+  slapo_node *dg = need[0] || need[1] ? slapo__gemm_grad_operand(ctx, node, dy) : dy;
+  w = need[0] ? slapo__gemm_recast(ctx, w) : w;
   if (need[0]) {
     /* dx: the transposed convolution of dy; H and W are attributes since
      * several input sizes floor to the same output size. */
     int64_t hw[2] = {g.H, g.W};
-    slapo_node *in[2] = {dy, w};
+    slapo_node *in[2] = {dg, w};
     int na = backward_attrs(&g, "input_hw", hw, a);
     dx[0] = slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d_backward_data), 2, in, na, a);
   }
   if (need[1]) {
     int64_t hw[2] = {g.KH, g.KW};
-    slapo_node *in[2] = {x, dy};
+    slapo_node *in[2] = {x, dg};
     int na = backward_attrs(&g, "kernel_hw", hw, a);
     dx[1] = slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d_backward_weights), 2, in, na, a);
   }
@@ -503,6 +548,7 @@ SLAPO_OP_DESCRIPTOR(conv2d) = {
 /* ---- conv2d_backward_data ---- */
 
 static slapo_status backward_data_infer(slapo_node *node) {
+  SLAPO_TRY(slapo__want_gemm_operands(node));
   SLAPO_TRY(want4(node, 0, "dy", "[N, O, OH, OW]"));
   SLAPO_TRY(want4(node, 1, "w", "[O, C/groups, KH, KW]"));
   const slapo_node *dy = node->inputs[0], *w = node->inputs[1];
@@ -543,6 +589,7 @@ SLAPO_OP_DESCRIPTOR(conv2d_backward_data) = {
 /* ---- conv2d_backward_weights ---- */
 
 static slapo_status backward_weights_infer(slapo_node *node) {
+  SLAPO_TRY(slapo__want_gemm_operands(node));
   SLAPO_TRY(want4(node, 0, "x", "[N, C, H, W]"));
   SLAPO_TRY(want4(node, 1, "dy", "[N, O, OH, OW]"));
   const slapo_node *x = node->inputs[0], *dy = node->inputs[1];
@@ -590,6 +637,12 @@ slapo_node *slapo_conv2d(slapo_ctx *ctx, slapo_node *x, slapo_node *w, slapo_nod
                      slapo_attr_ints("padding", 2, padding ? padding : zeros),
                      slapo_attr_ints("dilation", 2, dilation ? dilation : ones),
                      slapo_attr_int("groups", groups)};
-  slapo_node *in[3] = {x, w, b};
-  return slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d), b ? 3 : 2, in, 4, a);
+  slapo_node *in[3] = {slapo__autocast_operand(ctx, x), slapo__autocast_operand(ctx, w), b};
+  if (slapo_ctx_autocast(ctx) != SLAPO_AUTOCAST_BF16_EMULATED)
+    return slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d), b ? 3 : 2, in, 4, a);
+  /* Emulated: the bias after the rounding point of dy, as linear's. */
+  slapo_node *y = slapo__autocast_result(ctx, slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d), 2, in, 4, a));
+  if (!b || !y) return y;
+  slapo_attr sh = slapo_attr_ints("shape", 3, (int64_t[]){b->ndim == 1 ? b->shape[0] : -1, 1, 1});
+  return slapo_add(ctx, y, slapo__call1(ctx, SLAPO_OP_DESC(reshape), b, 1, &sh));
 }

@@ -62,7 +62,7 @@ static void test_dtype(void **state) {
   slapo_node *a = opfix_input_dt(f, "a", SLAPO_DTYPE_I32, 2, (int64_t[]){2, 3});
   slapo_node *b = opfix_input(f, "b", 2, (int64_t[]){3, 5});
   opfix_expect_fail(f, slapo_matmul(f->ctx, a, b, false, false), SLAPO_DTYPE, 2,
-                    OPFIX_SUBS("matmul: operands a (i32) and b (f32): a GEMM takes two f32 or "
+                    OPFIX_SUBS("matmul: operands a (i32) and b (f32): a GEMM or convolution takes two f32 or "
                                "two bf16 operands"));
 }
 
@@ -73,7 +73,7 @@ static void test_mixed_bf16(void **state) {
   slapo_node *x = opfix_input(f, "x", 2, (int64_t[]){2, 3});
   slapo_node *w = opfix_input_dt(f, "w", SLAPO_DTYPE_BF16, 2, (int64_t[]){5, 3});
   opfix_expect_fail(f, slapo_linear(f->ctx, x, w, NULL), SLAPO_DTYPE, 2,
-                    OPFIX_SUBS("linear: operands x (f32) and w (bf16): a GEMM takes two f32 or "
+                    OPFIX_SUBS("linear: operands x (f32) and w (bf16): a GEMM or convolution takes two f32 or "
                                "two bf16 operands",
                                "cast with to_bf16, or let autocast do it"));
 }
