@@ -70,10 +70,55 @@ slapo_status slapo_tokenizer_load(const char *path, slapo_tokenizer **out);
 slapo_status slapo_tokenizer_load_bpe(const char *vocab_json, const char *merges_txt,
                                       slapo_tokenizer **out);
 
+/* The byte tokenizer: id = byte value, 256 ids, no merges, no special
+ * tokens (slapo's default for text). */
+slapo_status slapo_tokenizer_bytes(slapo_tokenizer **out);
+
+/* Opens what a user names: "bytes" (slapo_tokenizer_bytes), a
+ * tokenizer.json, or a directory holding tokenizer.json, vocab.json +
+ * merges.txt, or encoder.json + vocab.bpe (GPT-2's names). Errors: those
+ * of the loaders; SLAPO_IO for a directory with none of them. */
+slapo_status slapo_tokenizer_open(const char *spec, slapo_tokenizer **out);
+
 void slapo_tokenizer_free(slapo_tokenizer *t); /* NULL is fine */
+
+/* Learning a byte-level BPE (slapo_tokenizer_train). */
+typedef struct slapo_bpe_train_opts {
+  int32_t vocab_size;          /* 256 bytes + special tokens + merges */
+  const char *const *specials; /* special tokens' texts, ids 256, 257, ... */
+  int n_specials;
+  int min_frequency;           /* a pair must occur this often to merge; <= 0: 2 */
+} slapo_bpe_train_opts;
+
+/* Learns a byte-level BPE from text[0..len) (Sennrich et al. 2016 on bytes,
+ * as GPT-2): the text is split at special tokens' texts (never learned
+ * from) and into GPT-2 pre-tokens; from the 256 bytes (id = byte value)
+ * and the special tokens (ids 256 on, fixed whatever the size), the most
+ * frequent adjacent pair is merged into a new token until the vocabulary
+ * has o->vocab_size tokens or no pair occurs min_frequency times (the
+ * vocabulary is then smaller). Ties go to the pair of smaller ids: the
+ * same text gives the same tokenizer. Pair counts are updated
+ * incrementally (seconds for a few MB). *out owned. Errors:
+ * SLAPO_INVALID_ARG (vocab_size below 256 + specials, an empty special
+ * token), SLAPO_LIMIT (text over 4 GiB), SLAPO_NOMEM. */
+slapo_status slapo_tokenizer_train(const char *text, size_t len, const slapo_bpe_train_opts *o,
+                                   slapo_tokenizer **out);
+
+/* Writes t as a Hugging Face tokenizer.json (model BPE, ByteLevel
+ * pre-tokenizer and decoder, merges as "A B", special tokens in
+ * added_tokens) that slapo_tokenizer_load and the tokenizers library read,
+ * atomically (slapo_write_atomic). Errors: SLAPO_IO, SLAPO_NOMEM. */
+slapo_status slapo_tokenizer_save(const slapo_tokenizer *t, const char *path);
+
+/* A 64-bit hash of everything that decides t's ids (tokens, merges,
+ * special tokens): equal hashes, equal encodings. 0 for NULL. */
+uint64_t slapo_tokenizer_hash(const slapo_tokenizer *t);
 
 /* Ids run over [0, vocab size). */
 int32_t slapo_tokenizer_vocab_size(const slapo_tokenizer *t);
+
+/* The number of bytes token id decodes to (0 for an id out of range). */
+int32_t slapo_tokenizer_token_len(const slapo_tokenizer *t, int32_t id);
 
 /* The id of special token `text` (e.g. "<|endoftext|>"), or -1. */
 int32_t slapo_tokenizer_special_id(const slapo_tokenizer *t, const char *text);

@@ -126,6 +126,10 @@ void slapo_dataset_free(slapo_dataset *d);
  * buffer. For ranks checking they train on the same data. Errors: SLAPO_IO
  * (unreadable: names the path), SLAPO_NOMEM, SLAPO_INVALID_ARG (NULL). */
 slapo_status slapo_dataset_digest(const char *path, uint64_t *digest, int64_t *nbytes);
+/* The bytes slapo_dataset_load would read as text from `path` (a file, or a
+ * directory's text files in name order), into *text (owned; NULL when
+ * empty) and *len. Errors: SLAPO_IO (naming the path), SLAPO_NOMEM. */
+slapo_status slapo_text_read(const char *path, char **text, size_t *len);
 int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
 /* Largest token id + 1 seen in the data. */
 int64_t slapo_dataset_vocab(const slapo_dataset *d);

@@ -23,6 +23,8 @@ void cli_top_usage(FILE *f) {
           "  find       list the matches of a pattern in a traced module's graph\n"
           "  models     list the model families and their configs\n"
           "  plot       draw a metrics file as an SVG loss plot\n"
+          "  tokenizer train  learn a byte-level BPE tokenizer on text files\n"
+          "  tokenize   encode text files into an llm.c token file\n"
           "  primitives list the schedule primitives\n"
           "  help <primitive>  print a primitive's documentation\n"
           "  help <command>    print a command's options (as <command> --help)\n"
@@ -53,6 +55,7 @@ static const struct {
     {"verify", cmd_verify},   {"profile", cmd_profile},
     {"find", cmd_find},       {"models", cmd_models},
     {"plot", cmd_plot},       {"primitives", cmd_primitives},
+    {"tokenizer", cmd_tokenizer}, {"tokenize", cmd_tokenize},
     {"version", cmd_version}, {"help", cmd_help},
 };
 

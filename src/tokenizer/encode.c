@@ -177,6 +177,10 @@ slapo_status slapo__bpe_word(slapo_tokenizer *t, const uint8_t *s, size_t n, sla
 /* ---- encode / decode ----------------------------------------------------- */
 
 static slapo_status encode_plain(slapo_tokenizer *t, const uint8_t *s, size_t n, slapo_token_ids *out) {
+  if (t->n_merges == 0) { /* bytes: no pre-token merges anything */
+    for (size_t i = 0; i < n; i++) SLAPO_TRY(slapo__ids_push(out, t->byte_id[s[i]]));
+    return SLAPO_OK;
+  }
   for (size_t i = 0; i < n;) {
     size_t j = slapo__pretok_next(s, n, i);
     SLAPO_TRY(slapo__bpe_word(t, s + i, j - i, out));

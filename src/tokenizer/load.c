@@ -2,6 +2,7 @@
  * tokenizer.json or GPT-2's vocab.json + merges.txt (jansson for JSON).
  * Anything the encoder would not reproduce (another model, a normalizer,
  * another pre-tokenizer) is refused by name, never approximated. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -307,3 +308,50 @@ int32_t slapo_tokenizer_special_id(const slapo_tokenizer *t, const char *text) {
 }
 
 const char *slapo_unicode_version(void) { return slapo__unicode_version; }
+
+slapo_status slapo_tokenizer_bytes(slapo_tokenizer **out) {
+  SLAPO_NEED(out, "slapo_tokenizer_bytes");
+  *out = NULL;
+  uint32_t off[257];
+  uint8_t bytes[256];
+  for (int b = 0; b < 256; b++) off[b] = (uint32_t)b, bytes[b] = (uint8_t)b;
+  off[256] = 256;
+  slapo_tokenizer *t = slapo_calloc(1, sizeof *t);
+  slapo_status st = t ? slapo__tok_build(t, off, bytes, 256, "bytes") : slapo_error(SLAPO_NOMEM, "bytes: out of memory");
+  if (st == SLAPO_OK) st = slapo__merges_reserve(t, 0);
+  if (st != SLAPO_OK) return slapo_tokenizer_free(t), st;
+  *out = t;
+  return SLAPO_OK;
+}
+
+static bool is_file(const char *dir, const char *name, char *path, size_t cap) {
+  snprintf(path, cap, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+slapo_status slapo_tokenizer_open(const char *spec, slapo_tokenizer **out) {
+  SLAPO_NEED(spec, "slapo_tokenizer_open");
+  SLAPO_NEED(out, "slapo_tokenizer_open");
+  *out = NULL;
+  if (!strcmp(spec, "bytes")) return slapo_tokenizer_bytes(out);
+  DIR *d = opendir(spec);
+  if (!d) return slapo_tokenizer_load(spec, out);
+  closedir(d);
+  char a[4200], b[4200];
+  if (is_file(spec, "tokenizer.json", a, sizeof a)) return slapo_tokenizer_load(a, out);
+  if (is_file(spec, "vocab.json", a, sizeof a) && is_file(spec, "merges.txt", b, sizeof b))
+    return slapo_tokenizer_load_bpe(a, b, out);
+  if (is_file(spec, "encoder.json", a, sizeof a) && is_file(spec, "vocab.bpe", b, sizeof b))
+    return slapo_tokenizer_load_bpe(a, b, out);
+  return slapo_error(SLAPO_IO,
+                     "%s: a tokenizer directory holds tokenizer.json, vocab.json + merges.txt, or "
+                     "encoder.json + vocab.bpe; this one has none of them",
+                     spec);
+}
+
+int32_t slapo_tokenizer_token_len(const slapo_tokenizer *t, int32_t id) {
+  if (!t || id < 0 || id >= t->n_vocab) return 0;
+  return (int32_t)(t->tok_off[id + 1] - t->tok_off[id]);
+}

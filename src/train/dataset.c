@@ -266,3 +266,21 @@ slapo_status slapo_dataset_batch(const slapo_dataset *d, bool val, uint64_t seed
   }
   return SLAPO_OK;
 }
+
+slapo_status slapo_text_read(const char *path, char **text, size_t *len) {
+  SLAPO_NEED(path, "slapo_text_read");
+  *text = NULL, *len = 0;
+  struct stat st;
+  if (stat(path, &st) != 0)
+    return slapo_error(SLAPO_IO, "data: cannot read %s: %s", path, strerror(errno));
+  unsigned char *buf = NULL;
+  size_t cap = 0;
+  slapo_status s = S_ISDIR(st.st_mode) ? read_dir(path, &buf, len, &cap) : read_append(path, &buf, len, &cap);
+  if (s != SLAPO_OK) {
+    slapo_free(buf);
+    *len = 0;
+    return s;
+  }
+  *text = (char *)buf;
+  return SLAPO_OK;
+}

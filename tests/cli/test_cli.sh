@@ -318,4 +318,30 @@ check "profile steps" err "--steps: bad value '0'"
 run "profile seq" 1 "$SLAPO" profile --config tiny --seq 65
 check "profile seq" err "exceeds the tiny context of 64"
 
+# Tokenizers: learn one, reload it to tokenize, llm.c's token file, errors.
+run "tokenizer train" 0 "$SLAPO" tokenizer train --vocab-size 300 --output "$TMP/tok.json" "$TEXT"
+check_re "tokenizer train: report" out "tokenizer train: 3320 bytes of text, 300 tokens \\(2 special\\) in .* s; the text is [0-9]+ tokens"
+if grep -q '"type": "BPE"' "$TMP/tok.json"; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL tokenizer train: no BPE model in $TMP/tok.json"; fi
+run "tokenize trained" 0 "$SLAPO" tokenize --tokenizer "$TMP/tok.json" --output "$TMP/tok.bin" "$TEXT"
+check_re "tokenize trained: report" out "tokenize: 3320 bytes of text, [0-9]+ tokens"
+run "tokenize gpt2" 0 "$SLAPO" tokenize --output "$TMP/gpt2.bin" "$TEXT"
+check "tokenize gpt2: tokens" out "tokenize: 3320 bytes of text, 761 tokens (4.36 bytes a token)"
+run "gpt2 token file on tiny" 1 "$SLAPO" train --config tiny --steps 1 --seq 16 --batch 2 --sample 0 --data "$TMP/gpt2.bin"
+check "gpt2 token file on tiny" err "has token ids up to 50256 but the tiny config's vocabulary is 256"
+run "tokenizer train no vocab" 2 "$SLAPO" tokenizer train "$TEXT"
+check "tokenizer train no vocab" err "--vocab-size is required"
+run "tokenizer train small vocab" 2 "$SLAPO" tokenizer train --vocab-size 100 "$TEXT"
+check "tokenizer train small vocab" err "--vocab-size: bad value '100'"
+run "tokenizer train no file" 2 "$SLAPO" tokenizer train --vocab-size 300
+check "tokenizer train no file" err "name at least one text FILE"
+run "tokenizer bad subcommand" 2 "$SLAPO" tokenizer frob
+check "tokenizer bad subcommand" err "unknown subcommand"
+run "tokenizer train missing file" 1 "$SLAPO" tokenizer train --vocab-size 300 --output "$TMP/x.json" /nonexistent/text
+check "tokenizer train missing file" err "/nonexistent/text"
+printf '{"model": {"type": "WordPiece", "vocab": {}}}' >"$TMP/wp.json"
+run "tokenize unsupported" 1 "$SLAPO" tokenize --tokenizer "$TMP/wp.json" --output "$TMP/wp.bin" "$TEXT"
+check "tokenize unsupported" err "unsupported tokenizer model WordPiece"
+run "tokenize no output" 2 "$SLAPO" tokenize "$TEXT"
+check "tokenize no output" err "--output is required"
+
 summary
