@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "slapo/tokenizer.h"
 #include "slapo/models.h"
 
 #ifdef __cplusplus
@@ -131,6 +132,19 @@ slapo_status slapo_dataset_digest(const char *path, uint64_t *digest, int64_t *n
  * empty) and *len. Errors: SLAPO_IO (naming the path), SLAPO_NOMEM. */
 slapo_status slapo_text_read(const char *path, char **text, size_t *len);
 int64_t slapo_dataset_tokens(const slapo_dataset *d, bool val);
+/* Where the validation split of text[0..len) starts: the last
+ * val_fraction of its bytes, moved forward to a character's first byte. */
+size_t slapo_text_val_cut(const char *text, size_t len, double val_fraction);
+/* Text encoded by `tok` (slapo/tokenizer.h): text[0..cut) is the training
+ * split and text[cut..len) the validation split, each encoded on its own
+ * (so no token spans the cut), special tokens as plain text. The
+ * vocabulary is tok's. *out owned. Errors: SLAPO_INVALID_ARG (cut > len),
+ * SLAPO_NOMEM. */
+slapo_status slapo_dataset_from_text(const char *text, size_t len, size_t cut,
+                                     slapo_tokenizer *tok, slapo_dataset **out);
+/* The UTF-8 bytes of a split's text (0 for a dataset not made from text
+ * by slapo_dataset_from_text): what nats per byte divide by. */
+int64_t slapo_dataset_text_bytes(const slapo_dataset *d, bool val);
 /* Largest token id + 1 seen in the data. */
 int64_t slapo_dataset_vocab(const slapo_dataset *d);
 /* True for an llm.c token file: its version 1 holds GPT-2 BPE token ids
@@ -180,6 +194,8 @@ typedef struct slapo_sample_opts {
   int64_t n_ctx;     /* the model's context: the window of tokens it sees  */
   float temperature; /* > 0                                                */
   int top_k;         /* sample from the top_k most likely; <= 0: all       */
+  int64_t vocab;     /* sample ids below this only (a vocabulary padded past
+                        the tokenizer's, as GPT-2's 50304); <= 0: all      */
   uint64_t seed;     /* Philox key of the draws                            */
   bool no_cache;     /* recompute the whole window for every token (the
                         reference the KV-cache path is checked against)    */
@@ -377,6 +393,12 @@ typedef struct slapo_train_config {
   int threads;              /* 0: OpenMP default                          */
   const char *schedule;     /* .sched file applied to the model, or NULL  */
   const char *precision;    /* "bf16": a root autocast line first; NULL f32 */
+  /* How text becomes tokens: NULL reads text as bytes (as before
+   * tokenizers); else "bytes", a tokenizer.json or directory
+   * (slapo_tokenizer_open), or "bpe:N": a byte-level BPE of N tokens
+   * learned on the training split (slapo_tokenizer_train). Token files
+   * (llm.c) are read as they are; a tokenizer then only decodes samples. */
+  const char *tokenizer;
   const size_t *disabled;   /* schedule step numbers to skip              */
   size_t n_disabled;
 } slapo_train_config;
@@ -391,6 +413,9 @@ typedef struct slapo_train_event {
   double loss, lr, grad_norm, tokens_per_s, elapsed_s;
   bool has_val;
   double val_loss;
+  double val_nats_per_byte; /* with has_val and a tokenizer: the summed loss
+                               over the UTF-8 bytes its targets decode to;
+                               comparable across tokenizers. NaN without */
   size_t peak_nbytes;    /* planned activation peak            */
   double comm_s;         /* data-parallel gradient all-reduce  */
   const char *sample;    /* final event only: sampled text     */

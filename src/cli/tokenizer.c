@@ -9,7 +9,7 @@
 #include "cli/common.h"
 #include "slapo/tokenizer.h"
 
-enum { OPT_VOCAB = 1000, OPT_TOKENIZER, OPT_SPECIAL, OPT_MIN_FREQ };
+enum { OPT_VOCAB = 1000, OPT_SPECIAL, OPT_MIN_FREQ };
 
 /* Where `--tokenizer gpt2` looks: $SLAPO_GPT2_TOKENIZER, else the GPT-2
  * vocabulary files this tree ships (encoder.json, vocab.bpe). */

@@ -2,6 +2,7 @@
  * effective configuration and kernels printed at start, then a progress bar
  * on a terminal (plain lines otherwise). Layer: cli. */
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,13 +31,17 @@ static void on_step(const slapo_train_event *e, progress *p) {
            (long long)e->step, (long long)e->steps, bar, e->loss, e->lr, e->tokens_per_s, etas);
     p->bar_open = true;
     if (e->has_val) {
-      printf("\nstep %5lld: val loss %.4f\n", (long long)e->step, e->val_loss);
+      printf("\nstep %5lld: val loss %.4f", (long long)e->step, e->val_loss);
+      if (isfinite(e->val_nats_per_byte)) printf(" (%.4f nats/byte)", e->val_nats_per_byte);
+      printf("\n");
       p->bar_open = false;
     }
   } else if (e->has_val || e->step % 10 == 0 || e->step == 1) {
     printf("step %lld/%lld loss %.4f lr %.2e grad_norm %.3f %.0f tok/s ETA %s", (long long)e->step,
            (long long)e->steps, e->loss, e->lr, e->grad_norm, e->tokens_per_s, etas);
     if (e->has_val) printf(" val_loss %.4f", e->val_loss);
+    if (e->has_val && isfinite(e->val_nats_per_byte))
+      printf(" val_nats_per_byte %.4f", e->val_nats_per_byte);
     printf("\n");
   }
 }
@@ -69,6 +74,10 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
   fprintf(f,
           "  --data PATH         text file, llm.c token file, or directory of text files\n"
           "                      [%s]\n"
+          "  --tokenizer T       how text becomes tokens: bytes, gpt2 (GPT-2's own BPE),\n"
+          "                      a tokenizer.json or a directory with one, or bpe:N (learn\n"
+          "                      an N-token BPE on the training split); byte-sized configs\n"
+          "                      take its vocabulary [text read as bytes]\n"
           "  --steps N           optimizer steps [%lld]\n"
           "  --batch B           sequences per micro-batch [%lld]\n"
           "  --seq T             tokens per sequence (0: the config's context, at most\n"
@@ -106,6 +115,7 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
 static const struct option k_opts[] = {
     CLI_MODEL_OPTIONS,
     {"data", required_argument, 0, OPT_DATA}, {"steps", required_argument, 0, OPT_STEPS},
+    {"tokenizer", required_argument, 0, OPT_TOKENIZER},
     {"batch", required_argument, 0, OPT_BATCH}, {"seq", required_argument, 0, OPT_SEQ},
     {"grad-accum", required_argument, 0, OPT_ACCUM}, {"lr", required_argument, 0, OPT_LR},
     {"min-lr", required_argument, 0, OPT_MIN_LR}, {"warmup", required_argument, 0, OPT_WARMUP},
@@ -128,6 +138,7 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   double f = 0;
   switch (o) {
   case OPT_DATA: c->data = a; return true;
+  case OPT_TOKENIZER: c->tokenizer = !strcmp(a, "gpt2") ? cli_gpt2_tokenizer_dir() : a; return true;
   case OPT_STEPS: return cli_parse_i64(a, &c->steps) && c->steps > 0;
   case OPT_BATCH: return cli_parse_i64(a, &c->batch) && c->batch > 0;
   case OPT_SEQ: return cli_parse_i64(a, &c->seq) && c->seq >= 0;
@@ -177,6 +188,13 @@ static void train_fields(cli_fields *a, const void *ud) {
     h = slapo_hash_str(slapo_last_error());
   }
   cli_fields_digest(a, "--data", shown, h);
+  /* The tokenizer by its content too (a path may hold other files on
+   * another machine); bpe:N is learned from the data, which is checked. */
+  h = 0;
+  if (c->tokenizer && strncmp(c->tokenizer, "bpe:", 4) && strcmp(c->tokenizer, "bytes") &&
+      slapo_dataset_digest(c->tokenizer, &h, &nbytes) != SLAPO_OK)
+    h = slapo_hash_str(slapo_last_error());
+  cli_fields_digest(a, "--tokenizer", c->tokenizer ? c->tokenizer : "none", h);
   cli_fields_i64(a, "--steps", c->steps);
   cli_fields_i64(a, "--batch", c->batch);
   cli_fields_i64(a, "--seq", c->seq);
@@ -204,9 +222,10 @@ static void print_start(const slapo_train_config *c) {
   char seqs[32], cpu[256], kernels[256];
   if (c->seq) snprintf(seqs, sizeof seqs, "%lld", (long long)c->seq);
   else snprintf(seqs, sizeof seqs, "auto");
-  printf("slapo train: model=%s config=%s data=%s steps=%lld batch=%lld seq=%s "
+  printf("slapo train: model=%s config=%s data=%s tokenizer=%s steps=%lld batch=%lld seq=%s "
          "grad_accum=%lld lr=%g min_lr=%g warmup=%lld weight_decay=%g grad_clip=%g seed=%llu\n",
-         c->model, c->model_config, c->data, (long long)c->steps, (long long)c->batch, seqs,
+         c->model, c->model_config, c->data, c->tokenizer ? c->tokenizer : "none (bytes)",
+         (long long)c->steps, (long long)c->batch, seqs,
          (long long)c->grad_accum, c->lr, c->min_lr, (long long)c->warmup, c->weight_decay,
          c->grad_clip, (unsigned long long)c->seed);
   slapo_cpu_model(cpu, sizeof cpu);

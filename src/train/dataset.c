@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 
 #include "core/assert.h"
+#include "slapo/tokenizer.h"
 #include "slapo/train.h"
 
 #define LLMC_MAGIC 20240520
@@ -19,6 +20,7 @@ struct slapo_dataset {
   int32_t *tokens; /* [n] */
   int64_t n, n_train, vocab;
   bool gpt2_tokens; /* an llm.c token file (GPT-2's tokenizer), not bytes */
+  int64_t text_bytes[2]; /* from text: bytes of the training, validation split */
 };
 
 /* Appends the bytes of `path` to (*buf, *len, *cap). */
@@ -284,3 +286,38 @@ slapo_status slapo_text_read(const char *path, char **text, size_t *len) {
   *text = (char *)buf;
   return SLAPO_OK;
 }
+
+size_t slapo_text_val_cut(const char *text, size_t len, double val_fraction) {
+  size_t cut = len - (size_t)((double)len * val_fraction);
+  /* Forward to a character's first byte: never split a UTF-8 sequence. */
+  while (cut < len && ((unsigned char)text[cut] & 0xc0) == 0x80) cut++;
+  return cut;
+}
+
+slapo_status slapo_dataset_from_text(const char *text, size_t len, size_t cut,
+                                     slapo_tokenizer *tok, slapo_dataset **out) {
+  SLAPO_NEED(tok, "slapo_dataset_from_text");
+  SLAPO_NEED(out, "slapo_dataset_from_text");
+  *out = NULL;
+  if (cut > len)
+    return slapo_error(SLAPO_INVALID_ARG, "data: split at byte %zu of %zu", cut, len);
+  slapo_token_ids ids = {0};
+  slapo_status s = slapo_tokenizer_encode(tok, text, cut, false, &ids);
+  size_t n_train = ids.n;
+  if (s == SLAPO_OK) s = slapo_tokenizer_encode(tok, text + cut, len - cut, false, &ids);
+  slapo_dataset *d = s == SLAPO_OK ? slapo_calloc(1, sizeof *d) : NULL;
+  if (s == SLAPO_OK && !d) s = slapo_error(SLAPO_NOMEM, "data: out of memory");
+  if (s != SLAPO_OK) {
+    slapo_token_ids_free(&ids);
+    return s;
+  }
+  d->tokens = ids.ids; /* the dataset owns the ids (slapo_free) */
+  d->n = (int64_t)ids.n;
+  d->n_train = (int64_t)n_train;
+  d->vocab = slapo_tokenizer_vocab_size(tok);
+  d->text_bytes[0] = (int64_t)cut, d->text_bytes[1] = (int64_t)(len - cut);
+  *out = d;
+  return SLAPO_OK;
+}
+
+int64_t slapo_dataset_text_bytes(const slapo_dataset *d, bool val) { return d->text_bytes[val]; }

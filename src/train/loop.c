@@ -79,6 +79,9 @@ typedef struct trainer {
   const slapo_model_family *fam;
   slapo_model_dims dims;
   slapo_dataset *data;
+  slapo_tokenizer *tok;  /* --tokenizer's, or NULL (text as bytes, token files) */
+  char tok_hash[24];     /* its hash in hex, the checkpoints' slapo_tokenizer */
+  int64_t model_vocab;   /* the vocabulary the model is built with (0: the config's) */
   slapo_module *model;
   slapo_runner *runner;
   slapo_adamw *opt;
@@ -121,12 +124,23 @@ static int64_t count_valid(const slapo_tensor *y) {
   return k;
 }
 
+/* The UTF-8 bytes the counted targets of y [B, T] decode to (0 without a
+ * tokenizer). */
+static double target_bytes(const trainer *t, const slapo_tensor *y) {
+  if (!t->tok) return 0;
+  const int32_t *p = slapo_tensor_data(y);
+  double k = 0;
+  for (int64_t i = 0; i < slapo_tensor_numel(y); i++)
+    if (p[i] != SLAPO_IGNORE_INDEX) k += slapo_tokenizer_token_len(t->tok, p[i]);
+  return k;
+}
+
 /* The validation loss: the mean over every counted target of the
  * val_batches batches (each batch's mean weighted by its count; masked LM
  * batches count different numbers of chosen positions). */
-static slapo_status eval_loss(const trainer *t, double *out) {
+static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   const slapo_train_config *c = &t->c;
-  double sum = 0;
+  double sum = 0, bytes = 0;
   int64_t total = 0;
   /* Data-parallel ranks split the validation batches and sum. */
   int D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
@@ -138,10 +152,12 @@ static slapo_status eval_loss(const trainer *t, double *out) {
     int64_t n = count_valid(t->y);
     sum += (double)*(const float *)slapo_tensor_data(loss) * (double)n;
     total += n;
+    bytes += target_bytes(t, t->y);
   }
-  double acc[2] = {sum, (double)total};
-  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, acc, 2));
+  double acc[3] = {sum, (double)total, bytes};
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, acc, 3));
   *out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
+  *per_byte = t->tok && acc[2] > 0 ? acc[0] / acc[2] : NAN;
   return SLAPO_OK;
 }
 
@@ -163,9 +179,11 @@ static slapo_status write_pair_file(int file, const char *path, const char *pair
   char st[32], seed[32];
   snprintf(st, sizeof st, "%lld", (long long)pw->step);
   snprintf(seed, sizeof seed, "%llu", (unsigned long long)c->seed);
-  const char *keys[5] = {"slapo_step", "slapo_model", "slapo_config", "slapo_seed", "slapo_pair"};
-  const char *vals[5] = {st, t->fam->name, c->model_config, seed, pair};
-  return t->fam->save(t->model, path, 5, keys, vals);
+  const char *keys[7] = {"slapo_step", "slapo_model", "slapo_config", "slapo_seed",
+                         "slapo_pair", "slapo_tokenizer", "slapo_tokenizer_name"};
+  const char *vals[7] = {st, t->fam->name, c->model_config, seed, pair, t->tok_hash,
+                         c->tokenizer ? c->tokenizer : ""};
+  return t->fam->save(t->model, path, t->tok ? 7 : 5, keys, vals);
 }
 
 /* The pair protocol (train/checkpoint.c) keeps the last good pair through
@@ -192,6 +210,7 @@ static void trainer_free(trainer *t) {
   slapo_schedule_run_deinit(&t->sched);
   slapo_module_free(t->model);
   slapo_dataset_free(t->data);
+  slapo_tokenizer_free(t->tok);
 }
 
 static slapo_status check_config(trainer *t) {
@@ -232,9 +251,54 @@ static slapo_status check_config(trainer *t) {
   return SLAPO_OK;
 }
 
+/* The vocabulary a tokenizer of V ids gives the model: a byte-sized
+ * config of a causal LM (vocabulary <= 512) takes V padded to a multiple of
+ * 128 (as GPT-2's 50257 is padded to 50304 for speed); a config with a
+ * vocabulary of its own keeps it and must hold V. */
+static slapo_status tokenizer_vocab(trainer *t, int64_t V) {
+  const slapo_train_config *c = &t->c;
+  if (t->dims.vocab_size <= 512 && t->fam->objective == SLAPO_OBJECTIVE_CAUSAL_LM) {
+    t->model_vocab = (V + 127) / 128 * 128;
+    if (t->model_vocab != t->dims.vocab_size)
+      say(t->cb, t->ud, "vocabulary: %s %s takes the tokenizer's %lld ids, padded to %lld",
+          t->fam->name, c->model_config, (long long)V, (long long)t->model_vocab);
+    t->dims.vocab_size = t->model_vocab;
+    return SLAPO_OK;
+  }
+  if (V > t->dims.vocab_size)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --tokenizer %s has %lld ids but %s %s has a "
+                       "vocabulary of %lld; use a tokenizer of at most that many, or a "
+                       "byte-sized config (tiny, small), which takes the tokenizer's",
+                       c->tokenizer, (long long)V, t->fam->name, c->model_config,
+                       (long long)t->dims.vocab_size);
+  return SLAPO_OK;
+}
+
+/* The data through --tokenizer: text encoded by it; a token file read as
+ * it is, the tokenizer kept for samples and bytes. */
+static slapo_status load_tokenized(trainer *t) {
+  const slapo_train_config *c = &t->c;
+  char note[512];
+  slapo_status s = slapo__text_dataset(c->data, c->tokenizer, 0.1, &t->tok, &t->data, note,
+                                       sizeof note);
+  if (s == SLAPO_INVALID_ARG && strstr(slapo_last_error(), "llm.c token file")) {
+    SLAPO_TRY(slapo_tokenizer_open(c->tokenizer, &t->tok));
+    SLAPO_TRY(slapo_dataset_load(c->data, 0.1, &t->data));
+    snprintf(note, sizeof note, "tokenizer: %s (%d ids) decodes the token file's samples",
+             c->tokenizer, slapo_tokenizer_vocab_size(t->tok));
+  } else {
+    SLAPO_TRY(s);
+  }
+  say(t->cb, t->ud, "%s", note);
+  snprintf(t->tok_hash, sizeof t->tok_hash, "%016llx",
+           (unsigned long long)slapo_tokenizer_hash(t->tok));
+  return tokenizer_vocab(t, slapo_tokenizer_vocab_size(t->tok));
+}
+
 static slapo_status load_data(trainer *t) {
   const slapo_train_config *c = &t->c;
-  SLAPO_TRY(slapo_dataset_load(c->data, 0.1, &t->data));
+  if (c->tokenizer) SLAPO_TRY(load_tokenized(t));
+  else SLAPO_TRY(slapo_dataset_load(c->data, 0.1, &t->data));
   say(t->cb, t->ud, "data: %s: %lld training and %lld validation tokens (vocabulary %lld)",
       c->data, (long long)slapo_dataset_tokens(t->data, false),
       (long long)slapo_dataset_tokens(t->data, true), (long long)slapo_dataset_vocab(t->data));
@@ -254,7 +318,7 @@ static slapo_status load_data(trainer *t) {
                        c->data, (long long)slapo_dataset_vocab(t->data) - 1, c->model_config,
                        (long long)t->dims.vocab_size);
   /* Byte-level configs have 256 ids and a few special ones (BERT's 264). */
-  if (slapo_dataset_vocab(t->data) <= 256 && t->dims.vocab_size > 512)
+  if (!t->tok && slapo_dataset_vocab(t->data) <= 256 && t->dims.vocab_size > 512)
     say(t->cb, t->ud, "note: %s holds ids below 256 (text is read as bytes) but %s %s has a "
         "vocabulary of %lld: most of its embeddings never see a token and a sample prints "
         "token ids; give an llm.c token file for its tokenizer, or use a byte-level config "
@@ -338,6 +402,8 @@ static slapo_status check_saved(const trainer *t, const char *path, bool any_con
   const char *v = slapo_safetensors_metadata(f, "slapo_step");
   const char *model = slapo_safetensors_metadata(f, "slapo_model");
   const char *config = slapo_safetensors_metadata(f, "slapo_config");
+  const char *tok = slapo_safetensors_metadata(f, "slapo_tokenizer");
+  const char *tok_name = slapo_safetensors_metadata(f, "slapo_tokenizer_name");
   char *end = NULL;
   long long n = v ? strtoll(v, &end, 10) : -1;
   *step = v ? n : -1;
@@ -349,6 +415,15 @@ static slapo_status check_saved(const trainer *t, const char *path, bool any_con
     s = slapo_error(SLAPO_INVALID_ARG, "train: %s was saved from %s %s; this run is %s %s",
                     path, model ? model : t->fam->name, config ? config : t->c.model_config,
                     t->fam->name, t->c.model_config);
+  else if (tok && strcmp(tok, t->tok ? t->tok_hash : ""))
+    s = slapo_error(SLAPO_INVALID_ARG, "train: %s was trained with tokenizer %s (hash %s); this "
+                    "run's is %s%s%s: the token ids would mean other text; give --tokenizer %s",
+                    path, tok_name && *tok_name ? tok_name : "?", tok,
+                    t->c.tokenizer ? t->c.tokenizer : "none (text as bytes)", t->tok ? " hash " : "",
+                    t->tok ? t->tok_hash : "", tok_name && *tok_name ? tok_name : "as before");
+  else if (!tok && t->tok && step && *step >= 0)
+    s = slapo_error(SLAPO_INVALID_ARG, "train: %s was trained without a tokenizer (text as "
+                    "bytes); this run has --tokenizer %s", path, t->c.tokenizer);
   slapo_safetensors_free(f);
   return s;
 }
@@ -375,7 +450,9 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
 
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
-  SLAPO_TRY(t->fam->create(c->model_config, &(slapo_model_opts){.dropout = c->dropout}, &t->model));
+  SLAPO_TRY(t->fam->create(c->model_config,
+                           &(slapo_model_opts){.dropout = c->dropout, .vocab_size = t->model_vocab},
+                           &t->model));
   if (c->schedule || c->precision) {
     SLAPO_TRY(slapo_models_init());
     SLAPO_TRY(slapo_schedule_file_apply(t->model, c->schedule, c->precision, c->disabled,
@@ -526,6 +603,8 @@ static slapo_status write_metrics(FILE *f, const char *path, const slapo_train_e
   json_num(f, "lr", e->lr, false);
   json_num(f, "grad_norm", e->grad_norm, false);
   if (e->has_val) json_num(f, "val_loss", e->val_loss, false);
+  if (e->has_val && isfinite(e->val_nats_per_byte))
+    json_num(f, "val_nats_per_byte", e->val_nats_per_byte, false);
   json_num(f, "tokens_per_s", e->tokens_per_s, true);
   fprintf(f, "}\n");
   if (fflush(f) != 0 || ferror(f))
@@ -541,7 +620,7 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   bool last = e->step == c->steps;
   if ((c->val_every > 0 && e->step % c->val_every == 0) || last) {
-    SLAPO_TRY(eval_loss(t, &e->val_loss));
+    SLAPO_TRY(eval_loss(t, &e->val_loss, &e->val_nats_per_byte));
     e->has_val = true;
   }
   if (t->metrics) SLAPO_TRY(write_metrics(t->metrics, t->c.metrics, e));
@@ -559,30 +638,54 @@ static void sample_progress(int64_t done, int64_t total, void *ud) {
   if (t->cb) t->cb(&e, t->ud);
 }
 
+/* The sample's text: through the tokenizer when there is one (whole
+ * characters: an unfinished one at the end is dropped), else a byte a
+ * token for byte vocabularies and ids for others. */
+static slapo_status sample_decode(const trainer *t, const int32_t *ids, int64_t n, char *out,
+                                  size_t cap) {
+  size_t k = 0;
+  if (t->tok) {
+    slapo_bytes b = {0};
+    slapo_decode_state st = {0};
+    for (int64_t i = 0; i < n; i++) SLAPO_TRY(slapo_tokenizer_decode_next(t->tok, ids[i], &st, &b));
+    for (size_t i = 0; i < b.n && k + 1 < cap; i++) out[k++] = b.data[i] ? b.data[i] : ' ';
+    slapo_bytes_free(&b);
+  } else {
+    for (int64_t i = 0; i < n; i++) {
+      /* A zero byte would end the C string early: show it as a space. */
+      if (t->dims.vocab_size <= 256) out[k++] = ids[i] ? (char)ids[i] : ' ';
+      else k += (size_t)snprintf(out + k, 12, "%d ", ids[i]);
+    }
+  }
+  out[k] = '\0';
+  return SLAPO_OK;
+}
+
 /* The text sample at the end: byte tokens decode to bytes, other
  * vocabularies print ids. */
 static slapo_status sample_text(trainer *t) {
   const slapo_train_config *c = &t->c;
   int64_t n = 1, cap = c->sample_tokens + 1;
   int32_t *text = slapo_malloc((size_t)cap * sizeof *text);
-  /* A byte per token, or an id of up to 11 characters plus a space. */
-  char *out = slapo_malloc((size_t)cap * 12 + 1);
+  /* A byte per token, an id of up to 11 characters plus a space, or a
+   * tokenizer's longest token. */
+  size_t per = 12;
+  for (int32_t i = 0; t->tok && i < slapo_tokenizer_vocab_size(t->tok); i++)
+    if ((size_t)slapo_tokenizer_token_len(t->tok, i) > per) per = (size_t)slapo_tokenizer_token_len(t->tok, i);
+  size_t out_cap = (size_t)cap * per + 1;
+  char *out = slapo_malloc(out_cap);
   slapo_status s = text && out ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "train: out of memory");
   if (s == SLAPO_OK) {
-    text[0] = t->dims.eos_token >= 0 ? (int32_t)t->dims.eos_token : '\n';
+    int32_t eot = slapo_tokenizer_special_id(t->tok, "<|endoftext|>");
+    text[0] = eot >= 0 ? eot : t->dims.eos_token >= 0 ? (int32_t)t->dims.eos_token : '\n';
     slapo_sample_opts so = {.n_ctx = t->dims.n_ctx, .temperature = c->temperature,
                             .top_k = c->top_k, .seed = c->seed, .progress = sample_progress,
+                            .vocab = t->tok ? slapo_tokenizer_vocab_size(t->tok) : 0,
                             .ud = t};
     s = slapo_sample(t->runner, &so, text, &n, c->sample_tokens);
   }
+  if (s == SLAPO_OK) s = sample_decode(t, text + 1, n - 1, out, out_cap);
   if (s == SLAPO_OK) {
-    size_t k = 0;
-    for (int64_t i = 1; i < n; i++) {
-      /* A zero byte would end the C string early: show it as a space. */
-      if (t->dims.vocab_size <= 256) out[k++] = text[i] ? (char)text[i] : ' ';
-      else k += (size_t)snprintf(out + k, 12, "%d ", text[i]);
-    }
-    out[k] = '\0';
     slapo_train_event e = {.step = c->steps, .steps = c->steps, .sample = out};
     if (t->cb) t->cb(&e, t->ud);
   }

@@ -106,6 +106,7 @@ slapo_status slapo_sample(slapo_runner *r, const slapo_sample_opts *o, int32_t *
     if (s == SLAPO_OK && !c && !(c = slapo_malloc((size_t)V * sizeof *c)))
       s = slapo_error(SLAPO_NOMEM, "sample: out of memory");
     if (s != SLAPO_OK) break;
+    if (o->vocab > 0 && o->vocab < V) V = (int)o->vocab; /* the padding never */
     tokens[(*n)++] = pick_token(row, V, o, k, c);
     if (o->progress) o->progress(k + 1, n_new, o->ud);
   }

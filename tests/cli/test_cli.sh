@@ -344,4 +344,27 @@ check "tokenize unsupported" err "unsupported tokenizer model WordPiece"
 run "tokenize no output" 2 "$SLAPO" tokenize "$TEXT"
 check "tokenize no output" err "--output is required"
 
+# train --tokenizer: a BPE learned on the training split, nats per byte,
+# samples decoded; a checkpoint remembers its tokenizer.
+run "train bpe" 0 "$SLAPO" train --config tiny --steps 3 --batch 2 --seq 32 --tokenizer bpe:300 \
+  --data "$TEXT" --sample 8 --save "$TMP/bpe.safetensors" --metrics "$TMP/bpe.jsonl"
+check_re "train bpe: learned" out "tokenizer: learned bpe:300, 300 tokens; 3320 bytes of text to [0-9]+ tokens"
+check "train bpe: vocabulary" out "vocabulary: gpt2 tiny takes the tokenizer's 300 ids, padded to 384"
+check_re "train bpe: nats per byte" out "val_nats_per_byte [0-9.]+"
+check "train bpe: metrics" "$TMP/bpe.jsonl" '"val_nats_per_byte": '
+run "resume without the tokenizer" 1 "$SLAPO" train --config tiny --steps 4 --batch 2 --seq 32 \
+  --data "$TEXT" --sample 0 --resume "$TMP/bpe.safetensors"
+check "resume without the tokenizer" err "was trained with tokenizer bpe:300"
+run "resume with it" 0 "$SLAPO" train --config tiny --steps 4 --batch 2 --seq 32 --tokenizer bpe:300 \
+  --data "$TEXT" --sample 0 --resume "$TMP/bpe.safetensors"
+check "resume with it" out "resume: $TMP/bpe.safetensors at step 3"
+run "fixed vocabulary refuses" 1 "$SLAPO" train --model bert --config tiny --steps 1 --seq 16 \
+  --tokenizer bpe:300 --data "$TEXT"
+check "fixed vocabulary refuses" err "--tokenizer bpe:300 has 300 ids but bert tiny has a vocabulary of 264"
+run "bad bpe size" 1 "$SLAPO" train --config tiny --steps 1 --seq 16 --tokenizer bpe:10 --data "$TEXT"
+check "bad bpe size" err "a learned BPE needs 258 to 1048576 tokens"
+run "tokenizer on a token file" 0 "$SLAPO" train --config tiny --steps 1 --seq 16 --batch 2 \
+  --tokenizer "$TMP/tok.json" --data "$TMP/tok.bin" --sample 4
+check "tokenizer on a token file" out "decodes the token file's samples"
+
 summary
