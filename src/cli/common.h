@@ -142,7 +142,6 @@ int cmd_tokenizer(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 /* A tokenizer as --tokenizer names it: "gpt2" (GPT-2's files, from
  * cli_gpt2_tokenizer_dir), or what slapo_tokenizer_open takes. */
-typedef struct slapo_tokenizer slapo_tokenizer;
 slapo_status cli_tokenizer_open(const char *spec, slapo_tokenizer **out);
 const char *cli_gpt2_tokenizer_dir(void);
 int cmd_profile(int argc, char **argv);
