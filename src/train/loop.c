@@ -257,7 +257,27 @@ static slapo_status check_config(trainer *t) {
  * vocabulary of its own keeps it and must hold V. */
 static slapo_status tokenizer_vocab(trainer *t, int64_t V) {
   const slapo_train_config *c = &t->c;
-  if (t->dims.vocab_size <= 512 && t->fam->objective == SLAPO_OBJECTIVE_CAUSAL_LM) {
+  bool masked = t->fam->objective == SLAPO_OBJECTIVE_MASKED_LM;
+  if (masked && t->dims.vocab_size <= 512 && V > 256) {
+    /* A byte-sized masked LM takes the tokenizer's mask token for [MASK]
+     * (a slapo-learned BPE has <|mask|> at 257); its own [PAD] and [MASK]
+     * ids past the bytes stay inside the padded vocabulary. */
+    int32_t mask = slapo_tokenizer_special_id(t->tok, "<|mask|>");
+    if (mask < 0)
+      return slapo_error(SLAPO_INVALID_ARG, "train: %s %s trains a masked LM, but --tokenizer %s "
+                         "has no <|mask|> token for [MASK] (a BPE learned by slapo, bpe:N or "
+                         "'slapo tokenizer train', has it)", t->fam->name, c->model_config,
+                         c->tokenizer);
+    int64_t need = V > t->dims.vocab_size ? V : t->dims.vocab_size;
+    t->model_vocab = (need + 127) / 128 * 128;
+    say(t->cb, t->ud, "vocabulary: %s %s takes the tokenizer's %lld ids, padded to %lld; "
+        "[MASK] is its <|mask|>, id %d", t->fam->name, c->model_config, (long long)V,
+        (long long)t->model_vocab, mask);
+    t->dims.vocab_size = t->model_vocab;
+    t->dims.mask_token = mask;
+    return SLAPO_OK;
+  }
+  if (t->dims.vocab_size <= 512 && !masked) {
     t->model_vocab = (V + 127) / 128 * 128;
     if (t->model_vocab != t->dims.vocab_size)
       say(t->cb, t->ud, "vocabulary: %s %s takes the tokenizer's %lld ids, padded to %lld",

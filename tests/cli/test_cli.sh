@@ -358,9 +358,15 @@ check "resume without the tokenizer" err "was trained with tokenizer bpe:300"
 run "resume with it" 0 "$SLAPO" train --config tiny --steps 4 --batch 2 --seq 32 --tokenizer bpe:300 \
   --data "$TEXT" --sample 0 --resume "$TMP/bpe.safetensors"
 check "resume with it" out "resume: $TMP/bpe.safetensors at step 3"
-run "fixed vocabulary refuses" 1 "$SLAPO" train --model bert --config tiny --steps 1 --seq 16 \
-  --tokenizer bpe:300 --data "$TEXT"
-check "fixed vocabulary refuses" err "--tokenizer bpe:300 has 300 ids but bert tiny has a vocabulary of 264"
+run "fixed vocabulary refuses" 1 "$SLAPO" train --model llama --config 1.1B --steps 1 --seq 16 \
+  --tokenizer gpt2 --data "$TEXT"
+check "fixed vocabulary refuses" err "has 50257 ids but llama 1.1B has a vocabulary of 32000"
+run "bert with a learned bpe" 0 "$SLAPO" train --model bert --config tiny --steps 2 --seq 16 \
+  --batch 2 --tokenizer bpe:300 --data "$TEXT"
+check "bert with a learned bpe" out "[MASK] is its <|mask|>, id 257"
+run "bert with gpt2's bpe" 1 "$SLAPO" train --model bert --config tiny --steps 1 --seq 16 \
+  --tokenizer gpt2 --data "$TEXT"
+check "bert with gpt2's bpe" err "has no <|mask|> token for [MASK]"
 run "bad bpe size" 1 "$SLAPO" train --config tiny --steps 1 --seq 16 --tokenizer bpe:10 --data "$TEXT"
 check "bad bpe size" err "a learned BPE needs 258 to 1048576 tokens"
 run "tokenizer on a token file" 0 "$SLAPO" train --config tiny --steps 1 --seq 16 --batch 2 \
