@@ -24,6 +24,7 @@ void cli_top_usage(FILE *f) {
           "  models     list the model families and their configs\n"
           "  plot       draw a metrics file as an SVG loss plot\n"
           "  tokenizer train  learn a byte-level BPE tokenizer on text files\n"
+          "  tokenizer encode show a tokenizer's ids and tokens for a text\n"
           "  tokenize   encode text files into an llm.c token file\n"
           "  primitives list the schedule primitives\n"
           "  help <primitive>  print a primitive's documentation\n"

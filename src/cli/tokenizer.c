@@ -120,14 +120,73 @@ static int tokenizer_train(int argc, char **argv) {
   return s == SLAPO_OK ? 0 : cli_fail(s);
 }
 
+/* A token's bytes for a terminal: printable ASCII as is, the rest (and
+ * '|', the separator, and '\\') escaped. */
+static void print_piece(const char *b, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    unsigned char c = (unsigned char)b[i];
+    if (c == '\n') printf("\\n");
+    else if (c == '\t') printf("\\t");
+    else if (c >= 0x20 && c < 0x7f && c != '|' && c != '\\') putchar(c);
+    else printf("\\x%02x", c);
+  }
+}
+
+static const char k_encode_usage[] =
+    "usage: slapo tokenizer encode [--tokenizer T] [--special] TEXT...\n\n"
+    "Prints the ids of each TEXT and the bytes of each token (between '|'; bytes\n"
+    "outside printable ASCII as \\xNN), to see how a tokenizer splits text.\n"
+    "  --tokenizer T   gpt2, bytes, a tokenizer.json or a directory with one [gpt2]\n"
+    "  --special       recognise special tokens' text (e.g. <|endoftext|>)\n";
+
+static int tokenizer_encode(int argc, char **argv) {
+  static const struct option opts[] = {{"tokenizer", required_argument, 0, OPT_TOKENIZER},
+                                       {"special", no_argument, 0, OPT_SPECIAL},
+                                       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
+  const char *spec = "gpt2";
+  bool special = false;
+  int o;
+  opterr = 0;
+  while ((o = cli_getopt(argc, argv, opts)) != -1) {
+    if (o == OPT_TOKENIZER) spec = optarg;
+    else if (o == OPT_SPECIAL) special = true;
+    else if (o == OPT_HELP) return printf("%s", k_encode_usage), 0;
+    else return cli_option_error("tokenizer encode", opts, o, argv);
+  }
+  if (optind >= argc) return cli_usage_error("tokenizer encode", "%s", "give a TEXT to encode");
+  slapo_tokenizer *t = NULL;
+  slapo_status s = cli_tokenizer_open(spec, &t);
+  for (int i = optind; s == SLAPO_OK && i < argc; i++) {
+    slapo_token_ids ids = {0};
+    s = slapo_tokenizer_encode(t, argv[i], strlen(argv[i]), special, &ids);
+    if (s == SLAPO_OK) {
+      printf("%zu tokens:", ids.n);
+      for (size_t k = 0; k < ids.n; k++) printf(" %d", ids.ids[k]);
+      printf("\n|");
+      for (size_t k = 0; k < ids.n && s == SLAPO_OK; k++) {
+        slapo_bytes b = {0};
+        s = slapo_tokenizer_decode(t, &ids.ids[k], 1, &b);
+        if (s == SLAPO_OK) print_piece(b.data, b.n), putchar('|');
+        slapo_bytes_free(&b);
+      }
+      printf("\n");
+    }
+    slapo_token_ids_free(&ids);
+  }
+  slapo_tokenizer_free(t);
+  return s == SLAPO_OK ? 0 : cli_fail(s);
+}
+
 int cmd_tokenizer(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "train")) return tokenizer_train(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "encode")) return tokenizer_encode(argc - 1, argv + 1);
   if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-    printf("usage: slapo tokenizer train ...   (slapo tokenizer train --help)\n\n%s", k_train_usage);
+    printf("usage: slapo tokenizer train|encode ...   (slapo tokenizer <sub> --help)\n\n%s\n%s",
+           k_train_usage, k_encode_usage);
     return 0;
   }
-  return cli_usage_error("tokenizer", "%s", argc >= 2 ? "unknown subcommand (try 'train')"
-                                                       : "a subcommand is required: train");
+  return cli_usage_error("tokenizer", "%s", argc >= 2 ? "unknown subcommand (try 'train' or 'encode')"
+                                                       : "a subcommand is required: train or encode");
 }
 
 /* llm.c's token file: 256 int32 header (magic 20240520, version 1, count),

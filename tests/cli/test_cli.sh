@@ -343,6 +343,14 @@ run "tokenize unsupported" 1 "$SLAPO" tokenize --tokenizer "$TMP/wp.json" --outp
 check "tokenize unsupported" err "unsupported tokenizer model WordPiece"
 run "tokenize no output" 2 "$SLAPO" tokenize "$TEXT"
 check "tokenize no output" err "--output is required"
+run "tokenizer encode" 0 "$SLAPO" tokenizer encode "Hello, world!" "x<|endoftext|>y"
+check "tokenizer encode: ids" out "4 tokens: 15496 11 995 0"
+check "tokenizer encode: pieces" out "|Hello|,| world|!|"
+lacks "tokenizer encode: no special unasked" out " 50256"
+run "tokenizer encode special" 0 "$SLAPO" tokenizer encode --special "x<|endoftext|>y"
+check "tokenizer encode special" out "3 tokens: 87 50256 88"
+run "tokenizer encode no text" 2 "$SLAPO" tokenizer encode
+check "tokenizer encode no text" err "give a TEXT to encode"
 
 # train --tokenizer: a BPE learned on the training split, nats per byte,
 # samples decoded; a checkpoint remembers its tokenizer.
