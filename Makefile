@@ -6,7 +6,7 @@ JOBS     ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
 DEB_PACKAGES = build-essential cmake pkg-config libcmocka-dev libdnnl-dev \
-               libopenmpi-dev openmpi-bin libjansson-dev libxxhash-dev
+               libopenmpi-dev openmpi-bin libjansson-dev libxxhash-dev libsentencepiece-dev
 
 # `make run` learns an 8,192-token BPE on the fortunes corpus's training split
 # (3 s), trains GPT-2 `small` on it for about two and a half minutes and
@@ -58,7 +58,7 @@ bench: build
 
 fuzz: deps
 	@tools/install_deps.sh $(FUZZ_PACKAGES)
-	CC=clang cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAPO_FUZZ=ON
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLAPO_FUZZ=ON
 	cmake --build $(FUZZ_DIR) -j $(JOBS)
 	tools/run_fuzz.sh $(FUZZ_DIR) $(FUZZ_SECONDS)
 

@@ -76,7 +76,7 @@ check_file() { # file layer
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
 }
 
-for f in $(find src -name '*.c' -o -name '*.h' -o -name '*.def' | sort); do
+for f in $(find src -name '*.c' -o -name '*.cc' -o -name '*.h' -o -name '*.def' | sort); do
   layer=${f#src/}; layer=${layer%%/*}
   check_file "$f" "$layer"
 done

@@ -70,13 +70,24 @@ slapo_status slapo_tokenizer_load(const char *path, slapo_tokenizer **out);
 slapo_status slapo_tokenizer_load_bpe(const char *vocab_json, const char *merges_txt,
                                       slapo_tokenizer **out);
 
+/* Loads a SentencePiece model (LLaMA's tokenizer.model) through Debian's
+ * libsentencepiece, which encodes (its normalizer and model, byte
+ * fallback). A token's bytes are its piece with U+2581 as a space and a
+ * byte piece <0xAB> as that byte, so decoding concatenates them as for
+ * BPE, keeping the leading space SentencePiece's own decoder drops; its
+ * control pieces (<s>, </s>) are the special tokens. Not writable by
+ * slapo_tokenizer_save. Errors: SLAPO_PARSE (not a model: the library's
+ * message), SLAPO_NOMEM. */
+slapo_status slapo_tokenizer_load_spm(const char *path, slapo_tokenizer **out);
+
 /* The byte tokenizer: id = byte value, 256 ids, no merges, no special
  * tokens (slapo's default for text). */
 slapo_status slapo_tokenizer_bytes(slapo_tokenizer **out);
 
 /* Opens what a user names: "bytes" (slapo_tokenizer_bytes), a
- * tokenizer.json, or a directory holding tokenizer.json, vocab.json +
- * merges.txt, or encoder.json + vocab.bpe (GPT-2's names). Errors: those
+ * tokenizer.json, a SentencePiece .model, or a directory holding
+ * tokenizer.json, tokenizer.model, vocab.json + merges.txt, or
+ * encoder.json + vocab.bpe (GPT-2's names). Errors: those
  * of the loaders; SLAPO_IO for a directory with none of them. */
 slapo_status slapo_tokenizer_open(const char *spec, slapo_tokenizer **out);
 

@@ -1,9 +1,11 @@
 /* src/tokenizer/encode.c - encoding (special tokens, pre-tokens, BPE merges
  * by rank, a cache of encoded pre-tokens) and decoding, whole or streamed. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/assert.h"
 #include "tokenizer/internal.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/unicode.h"
 
 slapo_status slapo__ids_push(slapo_token_ids *o, int32_t id) {
@@ -177,6 +179,17 @@ slapo_status slapo__bpe_word(slapo_tokenizer *t, const uint8_t *s, size_t n, sla
 /* ---- encode / decode ----------------------------------------------------- */
 
 static slapo_status encode_plain(slapo_tokenizer *t, const uint8_t *s, size_t n, slapo_token_ids *out) {
+  if (t->spm) {
+    int32_t *ids;
+    size_t k;
+    if (n == 0) return SLAPO_OK;
+    if (slapo__spm_encode(t->spm, (const char *)s, n, &ids, &k) != 0)
+      return slapo_error(SLAPO_NOMEM, "tokenizer: SentencePiece could not encode %zu bytes", n);
+    slapo_status st = SLAPO_OK;
+    for (size_t i = 0; i < k && st == SLAPO_OK; i++) st = slapo__ids_push(out, ids[i]);
+    free(ids);
+    return st;
+  }
   if (t->n_merges == 0) { /* bytes: no pre-token merges anything */
     for (size_t i = 0; i < n; i++) SLAPO_TRY(slapo__ids_push(out, t->byte_id[s[i]]));
     return SLAPO_OK;

@@ -31,6 +31,8 @@ struct slapo_tokenizer {
   int32_t *special;    /* [n_special] ids whose text is a special token */
   int n_special;
   slapo__cache_slot *cache; /* [SLAPO__CACHE_SLOTS], allocated on first use */
+  void *spm; /* a SentencePiece model (spm.cc): it encodes; no tables but
+                the tokens' bytes */
 };
 
 /* GPT-2's byte-level alphabet (bytes_to_unicode in encoder.py): byte b is

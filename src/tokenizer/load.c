@@ -10,6 +10,7 @@
 
 #include "core/assert.h"
 #include "tokenizer/internal.h"
+#include "tokenizer/spm.h"
 #include "tokenizer/unicode.h"
 
 /* Byte-level text (each code point one byte of slapo__byte_char's
@@ -279,8 +280,47 @@ slapo_status slapo_tokenizer_load_bpe(const char *vocab_json, const char *merges
   return SLAPO_OK;
 }
 
+slapo_status slapo_tokenizer_load_spm(const char *path, slapo_tokenizer **out) {
+  SLAPO_NEED(path, "slapo_tokenizer_load_spm");
+  SLAPO_NEED(out, "slapo_tokenizer_load_spm");
+  *out = NULL;
+  char err[512];
+  void *h;
+  if (slapo__spm_load(path, &h, err, sizeof err) != 0)
+    return slapo_error(SLAPO_PARSE, "%s: not a SentencePiece model: %s", path, err);
+  slapo_tokenizer *t = slapo_calloc(1, sizeof *t);
+  int32_t n = slapo__spm_size(h);
+  size_t total = 0;
+  for (int32_t id = 0; id < n; id++) total += slapo__spm_piece(h, id, NULL, 0);
+  slapo_status st = SLAPO_OK;
+  if (t) {
+    t->spm = h, h = NULL, t->n_vocab = n;
+    t->tok_off = slapo_malloc(((size_t)n + 1) * sizeof *t->tok_off);
+    t->tok_bytes = slapo_malloc(total + 1);
+    t->special = slapo_malloc((size_t)n * sizeof *t->special + 1);
+  }
+  if (!t || !t->tok_off || !t->tok_bytes || !t->special) {
+    st = slapo_error(SLAPO_NOMEM, "%s: out of memory", path);
+  } else {
+    t->tok_off[0] = 0;
+    for (int32_t id = 0; id < n; id++) {
+      size_t k = slapo__spm_piece(t->spm, id, (char *)t->tok_bytes + t->tok_off[id], total - t->tok_off[id]);
+      t->tok_off[id + 1] = t->tok_off[id] + (uint32_t)k;
+      /* Control pieces (<s>, </s>) are the special tokens; an empty one
+       * (SentencePiece may leave a control piece's text empty) is not. */
+      if (slapo__spm_is_control(t->spm, id) && k) t->special[t->n_special++] = id;
+    }
+    st = slapo__merges_reserve(t, 0);
+  }
+  slapo__spm_free(h);
+  if (st != SLAPO_OK) return slapo_tokenizer_free(t), st;
+  *out = t;
+  return SLAPO_OK;
+}
+
 void slapo_tokenizer_free(slapo_tokenizer *t) {
   if (!t) return;
+  slapo__spm_free(t->spm);
   slapo_free(t->tok_off);
   slapo_free(t->tok_bytes);
   slapo_free(t->tok_slot);
@@ -336,18 +376,21 @@ slapo_status slapo_tokenizer_open(const char *spec, slapo_tokenizer **out) {
   SLAPO_NEED(out, "slapo_tokenizer_open");
   *out = NULL;
   if (!strcmp(spec, "bytes")) return slapo_tokenizer_bytes(out);
+  size_t n = strlen(spec);
   DIR *d = opendir(spec);
+  if (!d && n > 6 && !strcmp(spec + n - 6, ".model")) return slapo_tokenizer_load_spm(spec, out);
   if (!d) return slapo_tokenizer_load(spec, out);
   closedir(d);
   char a[4200], b[4200];
   if (is_file(spec, "tokenizer.json", a, sizeof a)) return slapo_tokenizer_load(a, out);
+  if (is_file(spec, "tokenizer.model", a, sizeof a)) return slapo_tokenizer_load_spm(a, out);
   if (is_file(spec, "vocab.json", a, sizeof a) && is_file(spec, "merges.txt", b, sizeof b))
     return slapo_tokenizer_load_bpe(a, b, out);
   if (is_file(spec, "encoder.json", a, sizeof a) && is_file(spec, "vocab.bpe", b, sizeof b))
     return slapo_tokenizer_load_bpe(a, b, out);
   return slapo_error(SLAPO_IO,
-                     "%s: a tokenizer directory holds tokenizer.json, vocab.json + merges.txt, or "
-                     "encoder.json + vocab.bpe; this one has none of them",
+                     "%s: a tokenizer directory holds tokenizer.json, tokenizer.model, vocab.json + "
+                     "merges.txt, or encoder.json + vocab.bpe; this one has none of them",
                      spec);
 }
 

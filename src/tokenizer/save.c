@@ -84,6 +84,9 @@ static slapo_status write_json(FILE *fp, const char *tmp, void *ud) {
 slapo_status slapo_tokenizer_save(const slapo_tokenizer *t, const char *path) {
   SLAPO_NEED(t, "slapo_tokenizer_save");
   SLAPO_NEED(path, "slapo_tokenizer_save");
+  if (t->spm)
+    return slapo_error(SLAPO_UNSUPPORTED, "%s: a SentencePiece tokenizer is kept as its own "
+                       "tokenizer.model; slapo writes tokenizer.json for byte-level BPE only", path);
   json_t *root = to_json(t);
   if (!root) return slapo_error(SLAPO_NOMEM, "%s: out of memory for the tokenizer's JSON", path);
   slapo_status st = slapo_write_atomic(path, "tokenizer save", write_json, root);
