@@ -48,10 +48,10 @@ void slapo_bytes_free(slapo_bytes *b) {
 /* ---- BPE of one pre-token ------------------------------------------------ */
 
 /* A candidate merge: the pair starting at symbol `pos`, of rank `rank`,
- * valid while the symbols there are still (left, right). */
+ * into token `out`, valid while the symbols there are still (left, right). */
 typedef struct cand {
   uint32_t rank, pos;
-  int32_t left, right;
+  int32_t left, right, out;
 } cand;
 
 static bool before(cand a, cand b) { return a.rank != b.rank ? a.rank < b.rank : a.pos < b.pos; }
@@ -88,7 +88,7 @@ static void consider(const slapo_tokenizer *t, word *w, int32_t pos, cand *to, s
   uint32_t rank;
   int32_t out;
   if (pos < 0 || nx < 0 || !slapo__merge_find(t, w->id[pos], w->id[nx], &rank, &out)) return;
-  to[(*n)++] = (cand){rank, (uint32_t)pos, w->id[pos], w->id[nx]};
+  to[(*n)++] = (cand){rank, (uint32_t)pos, w->id[pos], w->id[nx], out};
 }
 
 /* GPT-2's rule: the lowest-ranked pair is merged at every place it occurs,
@@ -106,8 +106,7 @@ static void merge_all(const slapo_tokenizer *t, word *w) {
     cur = c.rank;
     int32_t p = (int32_t)c.pos, nx = w->next[p];
     if (w->id[p] != c.left || nx < 0 || w->id[nx] != c.right) continue; /* stale */
-    uint32_t rank;
-    slapo__merge_find(t, c.left, c.right, &rank, &w->id[p]);
+    w->id[p] = c.out;
     w->id[nx] = -1;
     w->next[p] = w->next[nx];
     if (w->next[nx] >= 0) w->prev[w->next[nx]] = p;
