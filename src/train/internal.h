@@ -74,10 +74,11 @@ slapo_status slapo__ckpt_pick(const char *weights, slapo__ckpt_choice *out);
 /* The text at `data` as tokens, for --tokenizer `spec` (slapo_train_config's
  * tokenizer): the validation split is the last val_fraction of the text's
  * bytes (slapo_text_val_cut); "bpe:N" learns its tokenizer on the training
- * split alone. *tok and *out owned; `note` gets a line saying what was
- * done (tokenizer, sizes, time). Errors: SLAPO_INVALID_ARG (a token file
- * given where text is needed, a malformed bpe:N), those of reading,
- * loading, learning and encoding. */
+ * split alone. An llm.c token file is loaded as it is, the tokenizer then
+ * only decoding its samples. *tok and *out owned; `note` gets a line
+ * saying what was done (tokenizer, sizes, time). Errors: SLAPO_INVALID_ARG
+ * (bpe:N on a token file, a malformed bpe:N), those of reading, loading,
+ * learning and encoding. */
 slapo_status slapo__text_dataset(const char *data, const char *spec, double val_fraction,
                                  slapo_tokenizer **tok, slapo_dataset **out, char *note,
                                  size_t cap);

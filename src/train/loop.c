@@ -299,16 +299,8 @@ static slapo_status tokenizer_vocab(trainer *t, int64_t V) {
 static slapo_status load_tokenized(trainer *t) {
   const slapo_train_config *c = &t->c;
   char note[512];
-  slapo_status s = slapo__text_dataset(c->data, c->tokenizer, 0.1, &t->tok, &t->data, note,
-                                       sizeof note);
-  if (s == SLAPO_INVALID_ARG && strstr(slapo_last_error(), "llm.c token file")) {
-    SLAPO_TRY(slapo_tokenizer_open(c->tokenizer, &t->tok));
-    SLAPO_TRY(slapo_dataset_load(c->data, 0.1, &t->data));
-    snprintf(note, sizeof note, "tokenizer: %s (%d ids) decodes the token file's samples",
-             c->tokenizer, slapo_tokenizer_vocab_size(t->tok));
-  } else {
-    SLAPO_TRY(s);
-  }
+  SLAPO_TRY(slapo__text_dataset(c->data, c->tokenizer, 0.1, &t->tok, &t->data, note,
+                                 sizeof note));
   say(t->cb, t->ud, "%s", note);
   snprintf(t->tok_hash, sizeof t->tok_hash, "%016llx",
            (unsigned long long)slapo_tokenizer_hash(t->tok));

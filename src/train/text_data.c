@@ -37,14 +37,27 @@ slapo_status slapo__text_dataset(const char *data, const char *spec, double val_
   slapo_status s = SLAPO_OK;
   int32_t magic = 0;
   if (len >= 4) memcpy(&magic, text, 4);
-  if (magic == 20240520) /* llm.c's token files start with it */
-    s = slapo_error(SLAPO_INVALID_ARG, "train: %s is an llm.c token file, already tokens; "
-                                       "--tokenizer %s applies to text", data, spec);
-  if (s == SLAPO_OK && len == 0) s = slapo_error(SLAPO_IO, "data: %s is empty", data);
-  size_t cut = s == SLAPO_OK ? slapo_text_val_cut(text, len, val_fraction) : 0;
-  double t0 = seconds();
   long n = 0;
   bool learn = bpe_spec(spec, &n);
+  if (magic == 20240520) { /* llm.c's token files start with it: already tokens */
+    slapo_free(text);
+    if (learn)
+      return slapo_error(SLAPO_INVALID_ARG, "train: %s is an llm.c token file, already tokens; "
+                                            "--tokenizer %s learns from text", data, spec);
+    SLAPO_TRY(slapo_tokenizer_open(spec, tok));
+    s = slapo_dataset_load(data, val_fraction, out);
+    if (s != SLAPO_OK) {
+      slapo_tokenizer_free(*tok);
+      *tok = NULL;
+      return s;
+    }
+    snprintf(note, cap, "tokenizer: %s (%d ids) decodes the token file's samples", spec,
+             slapo_tokenizer_vocab_size(*tok));
+    return SLAPO_OK;
+  }
+  if (len == 0) s = slapo_error(SLAPO_IO, "data: %s is empty", data);
+  size_t cut = s == SLAPO_OK ? slapo_text_val_cut(text, len, val_fraction) : 0;
+  double t0 = seconds();
   if (s == SLAPO_OK && learn && (n < 258 || n > (1 << 20)))
     s = slapo_error(SLAPO_INVALID_ARG, "train: --tokenizer %s: a learned BPE needs 258 to "
                                        "1048576 tokens (the 256 bytes and 2 special tokens "
