@@ -201,8 +201,7 @@ static slapo_status encode_plain(slapo_tokenizer *t, const uint8_t *s, size_t n,
   return SLAPO_OK;
 }
 
-/* Where b[0..m) first occurs in s[0..n), or n. */
-static size_t find_bytes(const uint8_t *s, size_t n, const uint8_t *b, size_t m) {
+size_t slapo__find_bytes(const uint8_t *s, size_t n, const uint8_t *b, size_t m) {
   for (const uint8_t *p = s; (size_t)(p - s) + m <= n; p++) {
     p = memchr(p, b[0], n - m + 1 - (size_t)(p - s));
     if (!p) break;
@@ -219,7 +218,7 @@ static int32_t next_special(const slapo_tokenizer *t, const uint8_t *s, size_t n
   for (int k = 0; k < t->n_special; k++) {
     int32_t id = t->special[k];
     size_t m = t->tok_off[id + 1] - t->tok_off[id];
-    size_t i = find_bytes(s, n, t->tok_bytes + t->tok_off[id], m);
+    size_t i = slapo__find_bytes(s, n, t->tok_bytes + t->tok_off[id], m);
     if (i < n && (i < best_at || (i == best_at && m > best_len))) best = id, best_at = i, best_len = m;
   }
   *at = best_at;

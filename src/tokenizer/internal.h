@@ -66,6 +66,10 @@ size_t slapo__pretok_next(const uint8_t *s, size_t n, size_t i);
 /* Appends to out the BPE tokens of one pre-token s[0..n), n >= 1. */
 slapo_status slapo__bpe_word(slapo_tokenizer *t, const uint8_t *s, size_t n, slapo_token_ids *out);
 
+/* Where b[0..m) (m >= 1) first occurs in s[0..n), or n: special tokens'
+ * texts in the encoder and in BPE learning. */
+size_t slapo__find_bytes(const uint8_t *s, size_t n, const uint8_t *b, size_t m);
+
 slapo_status slapo__ids_push(slapo_token_ids *o, int32_t id);
 slapo_status slapo__bytes_append(slapo_bytes *b, const void *p, size_t n);
 

@@ -244,11 +244,8 @@ static slapo_status count_text(trainer *tr, const uint8_t *s, size_t len,
     size_t stop = len, skip = 0;
     for (int k = 0; k < o->n_specials; k++) {
       size_t m = strlen(o->specials[k]);
-      for (size_t p = i; m && p + m <= stop; p++)
-        if (s[p] == (uint8_t)o->specials[k][0] && memcmp(s + p, o->specials[k], m) == 0) {
-          if (p < stop || m > skip) stop = p, skip = m;
-          break;
-        }
+      size_t p = i + slapo__find_bytes(s + i, len - i, (const uint8_t *)o->specials[k], m);
+      if (p < len && (p < stop || (p == stop && m > skip))) stop = p, skip = m;
     }
     while (i < stop) {
       size_t j = slapo__pretok_next(s, stop, i);
