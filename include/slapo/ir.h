@@ -21,7 +21,12 @@ typedef enum slapo_node_kind {
   SLAPO_NODE_CALL_OP,     /* target = op name, op = descriptor, attrs    */
   SLAPO_NODE_CALL_MODULE, /* target = child module path                  */
   SLAPO_NODE_GETITEM,     /* result `item` of a multi-result input[0]    */
-  SLAPO_NODE_OUTPUT       /* graph results = inputs; at most one per graph */
+  SLAPO_NODE_OUTPUT,      /* graph results = inputs; at most one per graph */
+  SLAPO_NODE_TUPLE        /* several values returned together (a module  */
+                          /*   forward's tuple): inputs = the values,     */
+                          /*   n_results = n_inputs; only while a graph   */
+                          /*   is built (the builder resolves a getitem   */
+                          /*   of it to the value), never planned         */
 } slapo_node_kind;
 
 const char *slapo_node_kind_name(slapo_node_kind k); /* "call_op"; static */
@@ -95,7 +100,8 @@ typedef struct slapo_node {
   slapo_attr *attrs;
   int item;                    /* GETITEM: result index                    */
   int n_results;               /* > 0: the node's value is a tuple read    */
-                               /*   through getitem nodes; 0: one tensor   */
+                               /*   through getitem nodes; 0: one tensor;  */
+                               /*   OUTPUT: > 0 returns a tuple            */
   /* Value metadata (shape inference fills it). */
   slapo_dtype dtype;
   int ndim;
@@ -177,6 +183,11 @@ slapo_status slapo_graph_add_getitem(slapo_graph *g, slapo_node *src, int item,
                                      slapo_node **out);
 slapo_status slapo_graph_add_output(slapo_graph *g, int n_inputs, slapo_node *const *inputs,
                                     slapo_node **out);
+/* A tuple of n_inputs >= 1 values (n_results = n_inputs); its meta is that
+ * of inputs[0]. Errors: as above, SLAPO_INVALID_ARG (n_inputs < 1, a tuple
+ * among the inputs: tuples do not nest). */
+slapo_status slapo_graph_add_tuple(slapo_graph *g, int n_inputs, slapo_node *const *inputs,
+                                   slapo_node **out);
 
 /* Sets value metadata (dtype, shape [ndim] copied).
  * Errors: SLAPO_INVALID_ARG (NULL node, erased node, unknown dtype, ndim out
@@ -188,8 +199,12 @@ slapo_status slapo_node_set_meta(slapo_node *n, slapo_dtype dt, int ndim,
  * SLAPO_NOMEM (node unchanged). */
 slapo_status slapo_node_set_origin(slapo_node *n, const char *path, int op_seq);
 /* Marks a call_op or call_module node as multi-result: its value is a tuple
- * of `n_results` values read through getitem nodes (0: one tensor).
- * Errors: SLAPO_INVALID_ARG (NULL/erased node, other kinds, n_results < 0),
+ * of `n_results` values read through getitem nodes (0: one tensor). On an
+ * output node n_results = n_inputs says the graph returns its values as
+ * one tuple (a traced module whose forward returned slapo_tuple, a 1-tuple
+ * included); 0 (the default) returns them as they are.
+ * Errors: SLAPO_INVALID_ARG (NULL/erased node, other kinds, n_results < 0,
+ * an output's n_results neither 0 nor its n_inputs),
  * SLAPO_STATE (a getitem user reads an item >= n_results; node unchanged). */
 slapo_status slapo_node_set_n_results(slapo_node *n, int n_results);
 
@@ -236,7 +251,8 @@ int slapo_graph_dce(slapo_graph *g);
  * in the graph and comes before its user; user lists match inputs exactly
  * (with multiplicity); at most one output node, which is last and has no
  * users; placeholders and params have no inputs; getitem has one input, a
- * node with n_results > item; call_op has an op name; ndim in range. Never
+ * node with n_results > item; a tuple has n_results = n_inputs >= 1 and no
+ * tuple input; call_op has an op name; ndim in range. Never
  * allocates. Errors: SLAPO_INVALID_ARG (g NULL), SLAPO_STATE with a message
  * naming the first broken node and rule. */
 slapo_status slapo_graph_lint(const slapo_graph *g);

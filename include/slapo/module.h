@@ -94,8 +94,9 @@ slapo_layout slapo_parameter_layout(const slapo_parameter *p);
 /* ------------------------------------------------------------------------ */
 
 /* Forward function: builds the module's computation on `in` (n_in nodes)
- * with op calls and child calls (slapo_call), and returns its output node,
- * or NULL after recording an error on ctx. */
+ * with op calls and child calls (slapo_call), and returns its output node
+ * (or several values as one slapo_tuple, slapo/ops.h), or NULL after
+ * recording an error on ctx. */
 typedef slapo_node *(*slapo_forward_fn)(slapo_ctx *ctx, slapo_module *self, int n_in,
                                         slapo_node *const *in);
 
@@ -523,13 +524,24 @@ typedef slapo_status (*slapo_graph_edit_fn)(slapo_module *m, slapo_graph *g, voi
 slapo_status slapo_module_edit_graph(slapo_module *m, const char *what, slapo_graph_edit_fn fn,
                                      void (*free_ud)(void *), void *ud);
 
-/* The value meta (dtype, shape) `mod`'s forward returns for inputs with the
- * metas of `in` (nodes of any graph; only dtype and shape are read), built
- * on a scratch graph: for graph edits that insert a call of a new module.
- * `path` names mod in errors. Errors: those of building. */
+/* The most values a module forward returns as a tuple (slapo_tuple). */
+#define SLAPO_MAX_RESULTS 16
+
+/* The dtype and shape of one value. */
+typedef struct slapo_value_meta {
+  slapo_dtype dtype;
+  int ndim;
+  int64_t shape[SLAPO_MAX_DIMS];
+} slapo_value_meta;
+
+/* What `mod`'s forward returns for inputs with the metas of `in` (nodes of
+ * any graph; only dtype and shape are read), built on a scratch graph: for
+ * graph edits that insert a call of a new module. One value: *n_results = 0
+ * and out[0] its meta; a tuple of k values: *n_results = k and out[0..k)
+ * (out holds SLAPO_MAX_RESULTS). `path` names mod in errors. Errors: those
+ * of building, SLAPO_LIMIT (more than SLAPO_MAX_RESULTS values). */
 slapo_status slapo_module_infer(slapo_module *mod, const char *path, int n_in,
-                                slapo_node *const *in, slapo_dtype *dtype, int *ndim,
-                                int64_t *shape);
+                                slapo_node *const *in, slapo_value_meta *out, int *n_results);
 
 /* Sets every parameter gradient below m to zero. */
 void slapo_module_zero_grad(slapo_module *m);

@@ -295,8 +295,40 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
  * reproduces a random op of another module (FlashAttention's attention
  * dropout) computes the key that op would have had with this. Pure. */
 uint64_t slapo_rng_stream(const char *origin, int call, int index);
-/* Marks `n` values as the graph's results (the output node). */
+/* Marks `n` values as the graph's results (the output node). A tuple among
+ * them is refused (SLAPO_INVALID_ARG, as for every op input): pass its
+ * items. */
 slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values);
+
+/* Several values returned together, for a module forward that returns more
+ * than one (attention's output and weights; a horizontal replacement's one
+ * value per branch):
+ *
+ *   return slapo_tuple(ctx, 2, (slapo_node *[]){out, weights});
+ *
+ * and in the caller
+ *
+ *   slapo_node *t = slapo_call1(ctx, self, "attn", x);
+ *   slapo_node *out = slapo_getitem(ctx, t, 0);
+ *
+ * slapo_tuple records a tuple node of values [n] (n >= 1; a 1-tuple stays
+ * a tuple, as `(x,)` does in Python; tuples do not nest), stamped with the
+ * module path it is returned from. slapo_getitem(ctx, t, i) is t's value i
+ * itself: no node is added, so the graph below holds plain values only,
+ * and a value no caller takes is dead code, removed before the step runs
+ * with its gradient work (slapo_step), as a trace's DCE removes it from
+ * the stored graph. Every op, slapo_output and slapo_call refuse a tuple
+ * where one value is expected, naming it and the module that returned it.
+ * Both return NULL on error, recorded on ctx: SLAPO_INVALID_ARG (a NULL
+ * value, n < 1, a nested tuple; getitem of a value that is not a tuple, or
+ * i outside [0, n)), SLAPO_NOMEM. */
+slapo_node *slapo_tuple(slapo_ctx *ctx, int n, slapo_node *const *values);
+slapo_node *slapo_getitem(slapo_ctx *ctx, slapo_node *t, int i);
+/* The error a builder records for tuple `t` given as input `slot` of
+ * `user` (an op name, "output", a module path): the sentence above, naming
+ * t, its size and its module. Returns SLAPO_INVALID_ARG with the message
+ * set (slapo_last_error). For the layers that build (module calls). */
+slapo_status slapo__tuple_misuse(const slapo_node *t, const char *user, int slot);
 
 /* ------------------------------------------------------------------------ */
 /* Typed builders (all return NULL on error; see slapo_op_call)              */

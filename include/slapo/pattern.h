@@ -45,7 +45,7 @@ typedef struct slapo_pattern slapo_pattern;
 /* A pattern function: builds the pattern on `in` (n_inputs placeholders
  * without shapes) with op calls (slapo_gelu, slapo_linear, ...) and module
  * patterns (slapo_pattern_module) and returns its result, or an output node
- * (slapo_output) for several results. Shape inference does not run while
+ * (slapo_output) or a tuple (slapo_tuple) for several results. Shape inference does not run while
  * it is traced, so builders that derive attributes from input shapes
  * (transpose, split, sum_to) cannot be used; call the op they emit. */
 typedef slapo_node *(*slapo_pattern_fn)(slapo_ctx *ctx, slapo_node *const *in, void *ud);

@@ -137,6 +137,11 @@ static slapo_status classify(slapo_plan *p) {
                          "plan_new: call_module node '%s' (module '%s') must be inlined before "
                          "planning; the executor runs ops only (flatten the traced module)",
                          n->name, n->target);
+    case SLAPO_NODE_TUPLE:
+      return slapo_error(SLAPO_STATE,
+                         "plan_new: tuple node '%s' (returned by '%s') is still in the graph; "
+                         "a built graph reads its items (slapo_getitem) and drops it",
+                         n->name, n->origin && n->origin[0] ? n->origin : ".");
     case SLAPO_NODE_GETITEM:
       return slapo_error(SLAPO_STATE,
                          "plan_new: getitem node '%s' reads result %d of '%s'; multi-result "

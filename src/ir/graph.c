@@ -17,6 +17,7 @@ const char *slapo_node_kind_name(slapo_node_kind k) {
   case SLAPO_NODE_CALL_MODULE: return "call_module";
   case SLAPO_NODE_GETITEM: return "getitem";
   case SLAPO_NODE_OUTPUT: return "output";
+  case SLAPO_NODE_TUPLE: return "tuple";
   }
   return "unknown";
 }
@@ -495,6 +496,28 @@ slapo_status slapo_graph_add_output(slapo_graph *g, int n_inputs, slapo_node *co
   return add_node(g, &sp, out);
 }
 
+slapo_status slapo_graph_add_tuple(slapo_graph *g, int n_inputs, slapo_node *const *inputs,
+                                   slapo_node **out) {
+  if (out) *out = NULL;
+  if (!g) return slapo_error(SLAPO_INVALID_ARG, "tuple: graph is NULL");
+  if (n_inputs < 1 || !inputs)
+    return slapo_error(SLAPO_INVALID_ARG, "tuple: needs at least one value, got %d", n_inputs);
+  for (int i = 0; i < n_inputs; i++)
+    if (inputs[i] && inputs[i]->kind == SLAPO_NODE_TUPLE)
+      return slapo_error(SLAPO_INVALID_ARG, "tuple: value %d (%%%s) is a tuple itself; tuples "
+                         "do not nest (pass its items)", i, inputs[i]->name);
+  const slapo_node *m = inputs[0];
+  node_spec sp = {.what = "tuple", .kind = SLAPO_NODE_TUPLE, .target = "tuple", .hint = "tuple",
+                  .n_inputs = n_inputs, .inputs = inputs, .has_meta = m != NULL,
+                  .dtype = m ? m->dtype : SLAPO_DTYPE_F32, .ndim = m ? m->ndim : 0,
+                  .shape = m ? m->shape : NULL};
+  slapo_node *n;
+  SLAPO_TRY(add_node(g, &sp, &n));
+  n->n_results = n_inputs;
+  if (out) *out = n;
+  return SLAPO_OK;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Metadata                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -534,6 +557,14 @@ slapo_status slapo_node_set_origin(slapo_node *n, const char *path, int op_seq) 
 
 slapo_status slapo_node_set_n_results(slapo_node *n, int n_results) {
   SLAPO_TRY(check_live(n, "set_n_results"));
+  if (n->kind == SLAPO_NODE_OUTPUT) {
+    if (n_results != 0 && n_results != n->n_inputs)
+      return slapo_error(SLAPO_INVALID_ARG, "set_n_results %%%s: an output node of %d values "
+                         "returns them as a tuple (n_results %d) or as they are (0), not %d",
+                         n->name, n->n_inputs, n->n_inputs, n_results);
+    n->n_results = n_results;
+    return SLAPO_OK;
+  }
   if (n->kind != SLAPO_NODE_CALL_OP && n->kind != SLAPO_NODE_CALL_MODULE)
     return slapo_error(SLAPO_INVALID_ARG,
                        "set_n_results %%%s: a %s node has one value; only call_op and "

@@ -49,7 +49,7 @@ static slapo_status lint_nodes(const slapo_graph *g) {
                          "lint: node %%%s: its name is not unique or not registered (rule: "
                          "unique names)",
                          n->name);
-    if ((int)n->kind < 0 || n->kind > SLAPO_NODE_OUTPUT)
+    if ((int)n->kind < 0 || n->kind > SLAPO_NODE_TUPLE)
       return slapo_error(SLAPO_STATE, "lint: node %%%s: unknown kind %d", n->name, (int)n->kind);
     if (!n->target)
       return slapo_error(SLAPO_STATE, "lint: node %%%s: target is NULL (rule: every node has "
@@ -81,6 +81,12 @@ static slapo_status lint_nodes(const slapo_graph *g) {
                            n->name);
       break;
     case SLAPO_NODE_CALL_MODULE: break;
+    case SLAPO_NODE_TUPLE:
+      if (n->n_inputs < 1 || n->n_results != n->n_inputs)
+        return slapo_error(SLAPO_STATE, "lint: node %%%s: tuple of %d inputs has n_results %d "
+                           "(rule: a tuple has n_results = n_inputs >= 1)", n->name,
+                           n->n_inputs, n->n_results);
+      break;
     case SLAPO_NODE_GETITEM:
       if (n->n_inputs != 1)
         return slapo_error(SLAPO_STATE, "lint: node %%%s: getitem has %d inputs (rule: exactly "
@@ -102,6 +108,10 @@ static slapo_status lint_nodes(const slapo_graph *g) {
                            "lint: node %%%s: the output node has %d users (rule: the output "
                            "has no value to use)",
                            n->name, n->n_users);
+      if (n->n_results != 0 && n->n_results != n->n_inputs)
+        return slapo_error(SLAPO_STATE, "lint: node %%%s: output of %d values has n_results %d "
+                           "(rule: 0, or n_inputs for a tuple)", n->name, n->n_inputs,
+                           n->n_results);
       if (g->output != n)
         return slapo_error(SLAPO_STATE, "lint: node %%%s: not the graph's recorded output node",
                            n->name);
@@ -141,6 +151,9 @@ static slapo_status lint_inputs(const slapo_graph *g) {
       if (v->kind == SLAPO_NODE_OUTPUT)
         return slapo_error(SLAPO_STATE, "lint: node %%%s: uses the output node %%%s (rule: the "
                            "output has no value to use)", n->name, v->name);
+      if (n->kind == SLAPO_NODE_TUPLE && v->kind == SLAPO_NODE_TUPLE)
+        return slapo_error(SLAPO_STATE, "lint: node %%%s: tuple input %%%s is a tuple (rule: "
+                           "tuples do not nest)", n->name, v->name);
       if (n->kind == SLAPO_NODE_GETITEM && v->n_results <= n->item)
         return slapo_error(SLAPO_STATE,
                            "lint: node %%%s: getitem reads item %d of %%%s, which has %d results "

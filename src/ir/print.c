@@ -99,6 +99,10 @@ void slapo_graph_print(const slapo_graph *g, FILE *f) {
     case SLAPO_NODE_PARAM:
       fprintf(f, "%s[%s]", slapo_node_kind_name(n->kind), n->target);
       break;
+    case SLAPO_NODE_TUPLE:
+      fputs("tuple", f);
+      put_args(f, n);
+      break;
     case SLAPO_NODE_CALL_OP:
     case SLAPO_NODE_CALL_MODULE:
       fprintf(f, "%s %s", slapo_node_kind_name(n->kind), n->target);

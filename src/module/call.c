@@ -39,9 +39,34 @@ slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node
   return y;
 }
 
+/* A module takes values, not tuples: the caller unpacks with getitem. */
+static bool no_tuple_inputs(slapo_ctx *ctx, const char *name, int n_in, slapo_node *const *in) {
+  for (int i = 0; i < n_in; i++)
+    if (in[i] && in[i]->kind == SLAPO_NODE_TUPLE) {
+      const char *o = slapo_ctx_origin(ctx);
+      char user[1024];
+      snprintf(user, sizeof user, "call of %s%s%s", o, o[0] ? "." : "", name);
+      slapo__tuple_misuse(in[i], user, i);
+      slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "%s: %s", o[0] ? o : ".", slapo_last_error());
+      return false;
+    }
+  return true;
+}
+
+int slapo__drop_tuples(slapo_graph *g) {
+  int n = 0;
+  for (slapo_node *x = slapo_graph_first(g), *next; x; x = next) {
+    next = x->next;
+    if (x->kind == SLAPO_NODE_TUPLE && x->n_users == 0 && slapo_graph_erase(g, x) == SLAPO_OK)
+      n++;
+  }
+  return n;
+}
+
 slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
                        slapo_node *const *in) {
   if (slapo_ctx_status(ctx) != SLAPO_OK) return NULL;
+  if (!no_tuple_inputs(ctx, name, n_in, in)) return NULL;
   slapo__build_state *bs = slapo_ctx_user(ctx);
   if (!bs || !bs->trace || bs->trace->leaf_depth > 0)
     return slapo__call_module(ctx, self, name, n_in, in);

@@ -60,6 +60,9 @@ slapo_node *slapo__apply_syncs(slapo_ctx *ctx, const slapo_module *m, slapo_sync
 
 /* Runs m's forward, or emits its traced graph, or captures it (call.c). */
 slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in);
+/* Erases the tuple nodes of a built graph, which getitem leaves without
+ * users (call.c); returns how many. The planner refuses tuples. */
+int slapo__drop_tuples(slapo_graph *g);
 /* slapo_call without the tracer's interception (call.c). */
 slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
                                slapo_node *const *in);

@@ -155,9 +155,50 @@ static slapo_status note_inlined(slapo__tracing *t, const char *rel) {
   return SLAPO_OK;
 }
 
+/* A leaf returning a tuple: its call_module node is multi-result, with a
+ * getitem node per value (DCE drops the ones nobody reads); the caller
+ * gets a tuple of the getitems, so its own getitem reads one. */
+static slapo_node *leaf_results(slapo_ctx *ctx, slapo_node *call, int k,
+                                const slapo_value_meta *meta) {
+  slapo_graph *g = slapo_ctx_graph(ctx);
+  slapo_node *items[SLAPO_MAX_RESULTS];
+  slapo_status s = slapo_node_set_n_results(call, k);
+  for (int i = 0; s == SLAPO_OK && i < k; i++) {
+    s = slapo_graph_add_getitem(g, call, i, &items[i]);
+    if (s == SLAPO_OK) s = slapo_node_set_meta(items[i], meta[i].dtype, meta[i].ndim,
+                                               meta[i].shape);
+    if (s == SLAPO_OK) s = slapo_node_set_origin(items[i], call->origin, 0);
+    if (s == SLAPO_OK) items[i]->recompute = call->recompute;
+  }
+  if (s != SLAPO_OK) {
+    slapo_ctx_fail(ctx, s, "%s", slapo_last_error());
+    return NULL;
+  }
+  return slapo_tuple(ctx, k, items);
+}
+
+/* The value metas a forward returned: one (*k = 0), or a tuple's. */
+static bool metas_of(slapo_ctx *ctx, const slapo_node *y, const char *path, int *k,
+                     slapo_value_meta *meta) {
+  bool tuple = y->kind == SLAPO_NODE_TUPLE;
+  *k = tuple ? y->n_inputs : 0;
+  if (*k > SLAPO_MAX_RESULTS) {
+    slapo_ctx_fail(ctx, SLAPO_LIMIT, "%s returns %d values; a module returns at most %d",
+                   path[0] ? path : ".", *k, SLAPO_MAX_RESULTS);
+    return false;
+  }
+  for (int i = 0; i < (tuple ? *k : 1); i++) {
+    const slapo_node *v = tuple ? y->inputs[i] : y;
+    meta[i].dtype = v->dtype;
+    meta[i].ndim = v->ndim;
+    memcpy(meta[i].shape, v->shape, sizeof meta[i].shape);
+  }
+  return true;
+}
+
 /* While tracing, a call of a leaf becomes one call_module node: the leaf's
- * forward is built once to learn the output's dtype and shape, then its
- * nodes are erased (its parameters stay until DCE). */
+ * forward is built once to learn the output's dtype and shape (each value's,
+ * for a tuple), then its nodes are erased (its parameters stay until DCE). */
 static slapo_node *trace_leaf(slapo_ctx *ctx, slapo__tracing *t, slapo_module *self,
                               const char *name, const char *rel, int n_in,
                               slapo_node *const *in) {
@@ -166,18 +207,16 @@ static slapo_node *trace_leaf(slapo_ctx *ctx, slapo__tracing *t, slapo_module *s
   t->leaf_depth++;
   slapo_node *out = slapo__call_module(ctx, self, name, n_in, in);
   t->leaf_depth--;
-  if (!out) return NULL;
-  slapo_dtype dt = out->dtype;
-  int ndim = out->ndim;
-  int64_t shape[SLAPO_MAX_DIMS];
-  memcpy(shape, out->shape, sizeof shape);
+  int k;
+  slapo_value_meta meta[SLAPO_MAX_RESULTS];
+  if (!out || !metas_of(ctx, out, rel, &k, meta)) return NULL;
   for (slapo_node *n = slapo_graph_last(g), *prev; n && n != mark; n = prev) {
     prev = n->prev;
     if (n->kind != SLAPO_NODE_PARAM && n->n_users == 0) slapo_graph_erase(g, n);
   }
   slapo_node *call = NULL;
   slapo_status s = slapo_graph_add_call_module(g, rel, n_in, in, &call);
-  if (s == SLAPO_OK) s = slapo_node_set_meta(call, dt, ndim, shape);
+  if (s == SLAPO_OK) s = slapo_node_set_meta(call, meta[0].dtype, meta[0].ndim, meta[0].shape);
   if (s == SLAPO_OK) s = slapo_node_set_origin(call, slapo_ctx_origin(ctx), 0);
   if (s != SLAPO_OK) {
     slapo_ctx_fail(ctx, s, "%s", slapo_last_error());
@@ -186,7 +225,7 @@ static slapo_node *trace_leaf(slapo_ctx *ctx, slapo__tracing *t, slapo_module *s
   /* Inside a checkpointed region (an inlined child's checkpointed subgraph)
    * the call belongs to it, as its ops would. */
   call->recompute = slapo_ctx_region(ctx);
-  return call;
+  return k ? leaf_results(ctx, call, k, meta) : call;
 }
 
 slapo_node *slapo__trace_call(slapo_ctx *ctx, slapo__tracing *t, slapo_module *self,
@@ -258,6 +297,15 @@ static slapo_status relativize(slapo_graph *g, slapo_module *m, const char *path
   return SLAPO_OK;
 }
 
+/* The stored graph's output: y, or the values of the tuple y with the
+ * output marked as returning a tuple (a 1-tuple stays one). */
+static slapo_status output_of(slapo_ctx *ctx, slapo_node *y) {
+  bool tuple = y->kind == SLAPO_NODE_TUPLE;
+  slapo_node *o = slapo_output(ctx, tuple ? y->n_inputs : 1, tuple ? y->inputs : &y);
+  if (!o) return slapo_ctx_status(ctx);
+  return tuple ? slapo_node_set_n_results(o, o->n_inputs) : SLAPO_OK;
+}
+
 /* Builds m's forward on placeholders of signature `sig` into *out. */
 static slapo_status trace_at(slapo_module *m, const char *path, const trace_sig *sig,
                              const slapo_trace_opts *opts, slapo__tracing *t, slapo_graph **out) {
@@ -299,7 +347,7 @@ static slapo_status trace_at(slapo_module *m, const char *path, const trace_sig 
   if ((s = slapo_ctx_status(ctx)) == SLAPO_OK && !y)
     s = slapo_error(SLAPO_STATE, "trace: %s: the %s forward returned no value",
                     path[0] ? path : ".", m->type->name);
-  if (s == SLAPO_OK && !slapo_output(ctx, 1, &y)) s = slapo_ctx_status(ctx);
+  if (s == SLAPO_OK) s = output_of(ctx, y);
   if (s == SLAPO_OK) s = relativize(g, m, path, &bs);
   if (s == SLAPO_OK) {
     slapo_graph_dce(g);
@@ -423,6 +471,8 @@ static slapo_node *emit_node(slapo_ctx *ctx, slapo_module *m, const char *path,
     return in[(*ph)++];
   case SLAPO_NODE_PARAM: return emit_param(ctx, m, n);
   case SLAPO_NODE_CALL_MODULE: return slapo_call(ctx, m, n->target, n->n_inputs, args);
+  case SLAPO_NODE_GETITEM: return slapo_getitem(ctx, args[0], n->item);
+  case SLAPO_NODE_TUPLE: return slapo_tuple(ctx, n->n_inputs, args);
   case SLAPO_NODE_CALL_OP: {
     char full[1024];
     bool push = n->origin && n->origin[0];
@@ -437,6 +487,14 @@ static slapo_node *emit_node(slapo_ctx *ctx, slapo_module *m, const char *path,
                    path[0] ? path : ".", slapo_node_kind_name(n->kind), n->name);
     return NULL;
   }
+}
+
+/* The tuple a traced module returns: its output node's values. */
+static slapo_node *emit_tuple(slapo_ctx *ctx, const slapo_node *out, const emit_state *es) {
+  slapo_node *vals[SLAPO_MAX_RESULTS];
+  int k = out->n_inputs < SLAPO_MAX_RESULTS ? out->n_inputs : SLAPO_MAX_RESULTS;
+  for (int i = 0; i < k; i++) vals[i] = es->val[out->inputs[i]->id];
+  return slapo_tuple(ctx, k, vals);
 }
 
 static slapo_node *emit(slapo_ctx *ctx, slapo_module *m, const char *path, slapo_graph *g,
@@ -455,6 +513,7 @@ static slapo_node *emit(slapo_ctx *ctx, slapo_module *m, const char *path, slapo
   for (slapo_node *n = slapo_graph_first(g); n; n = n->next) {
     if (n->kind == SLAPO_NODE_OUTPUT) {
       result = es.val[n->inputs[0]->id];
+      if (n->n_results > 0) result = emit_tuple(ctx, n, &es);
       break;
     }
     /* A checkpointed subgraph is a fresh region per emission, unless the
@@ -719,8 +778,7 @@ slapo_status slapo_module_edit_graph(slapo_module *m, const char *what, slapo_gr
 }
 
 slapo_status slapo_module_infer(slapo_module *mod, const char *path, int n_in,
-                                slapo_node *const *in, slapo_dtype *dtype, int *ndim,
-                                int64_t *shape) {
+                                slapo_node *const *in, slapo_value_meta *out, int *n_results) {
   slapo_graph *g = NULL;
   slapo_ctx *ctx = NULL;
   slapo_module *root = mod;
@@ -741,11 +799,7 @@ slapo_status slapo_module_infer(slapo_module *mod, const char *path, int n_in,
                         : NULL;
     s = slapo_ctx_status(ctx);
     if (s == SLAPO_OK && !y) s = slapo_error(SLAPO_STATE, "%s: forward returned no value", path);
-    if (s == SLAPO_OK) {
-      *dtype = y->dtype;
-      *ndim = y->ndim;
-      memcpy(shape, y->shape, sizeof(int64_t) * SLAPO_MAX_DIMS);
-    }
+    if (s == SLAPO_OK && !metas_of(ctx, y, path, n_results, out)) s = slapo_ctx_status(ctx);
   }
   slapo_ctx_free(ctx);
   slapo_graph_free(g);

@@ -105,6 +105,11 @@ slapo_node *slapo_op_apply(slapo_ctx *ctx, const slapo_op *op, int n_inputs,
       snprintf(msg, sizeof msg, "%s: input %d is NULL", name, i);
       return fail(ctx, SLAPO_INVALID_ARG, msg);
     }
+    if (inputs[i]->kind == SLAPO_NODE_TUPLE) {
+      slapo__tuple_misuse(inputs[i], name, i);
+      snprintf(msg, sizeof msg, "%s", slapo_last_error());
+      return fail(ctx, SLAPO_INVALID_ARG, msg);
+    }
   }
   int seq = slapo__ctx_next_op_seq(ctx);
   if (seq < 0) return fail(ctx, SLAPO_NOMEM, "out of memory");
@@ -158,8 +163,15 @@ slapo_node *slapo_param(slapo_ctx *ctx, const char *path, slapo_dtype dt, int nd
 
 slapo_node *slapo_output(slapo_ctx *ctx, int n, slapo_node *const *values) {
   if (!ready(ctx)) return NULL;
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
     if (!values[i]) return fail(ctx, SLAPO_INVALID_ARG, "output: value is NULL");
+    if (values[i]->kind == SLAPO_NODE_TUPLE) {
+      char msg[1024];
+      slapo__tuple_misuse(values[i], "output", i);
+      snprintf(msg, sizeof msg, "%s", slapo_last_error());
+      return fail(ctx, SLAPO_INVALID_ARG, msg);
+    }
+  }
   slapo_node *o;
   slapo_status s = slapo_graph_add_output(slapo_ctx_graph(ctx), n, values, &o);
   if (s != SLAPO_OK) return fail(ctx, s, slapo_last_error());

@@ -160,7 +160,7 @@ slapo_status slapo_pattern_from_fn(const char *name, int n_inputs, const char *c
       s = slapo_error(SLAPO_INVALID_ARG, "pattern '%s': the function returned no result", name);
     if (s == SLAPO_OK) {
       drop_streams(p->g);
-      if (y->kind == SLAPO_NODE_OUTPUT) {
+      if (y->kind == SLAPO_NODE_OUTPUT || y->kind == SLAPO_NODE_TUPLE) {
         /* Several results: take them over into the pattern's own output. */
         int n = y->n_inputs;
         slapo_node *outs[16];

@@ -309,7 +309,11 @@ static slapo_status plan_group(slapo_module *m, const sub_edit *e, group_plan *g
   if (!c) return slapo_error(SLAPO_NOT_FOUND, "replace: %s has no child '%s'", e->path, child);
   char path[1024];
   snprintf(path, sizeof path, "%s.%s", e->path, child);
-  SLAPO_TRY(slapo_module_infer(c, path, gp->n_ins, gp->ins, &gp->dt, &gp->ndim, gp->shape));
+  slapo_value_meta res[SLAPO_MAX_RESULTS];
+  int n_res;
+  SLAPO_TRY(slapo_module_infer(c, path, gp->n_ins, gp->ins, res, &n_res));
+  gp->dt = res[0].dtype, gp->ndim = res[0].ndim;
+  memcpy(gp->shape, res[0].shape, sizeof gp->shape);
   return check_meta(e, gp->ms, gp->n, gp->dt, gp->ndim, gp->shape);
 }
 

@@ -266,6 +266,35 @@ static void test_getitem_and_results(void **state) {
   slapo_graph_free(g);
 }
 
+/* A tuple node (a forward's several values): n_results = n_inputs, its
+ * items' metas, no nesting; an output returns a tuple with n_results = its
+ * n_inputs, nothing else; DCE drops an unused tuple. */
+static void test_tuple_node(void **state) {
+  (void)state;
+  slapo_graph *g;
+  OK(slapo_graph_new(&g));
+  slapo_node *x = placeholder(g, "x"), *y = unary(g, "relu", x), *t, *out;
+  OK(slapo_graph_add_tuple(g, 2, (slapo_node *[]){x, y}, &t));
+  assert_int_equal(t->kind, SLAPO_NODE_TUPLE);
+  assert_string_equal(slapo_node_kind_name(t->kind), "tuple");
+  assert_int_equal(t->n_results, 2);
+  OK(slapo_graph_lint(g));
+  assert_int_equal(slapo_graph_add_tuple(g, 2, (slapo_node *[]){t, y}, NULL), SLAPO_INVALID_ARG);
+  assert_non_null(strstr(slapo_last_error(), "do not nest"));
+  assert_int_equal(slapo_graph_add_tuple(g, 0, (slapo_node *[]){x}, NULL), SLAPO_INVALID_ARG);
+  t->n_results = 1; /* broken by hand: lint names the rule */
+  assert_int_equal(slapo_graph_lint(g), SLAPO_STATE);
+  assert_non_null(strstr(slapo_last_error(), "n_results = n_inputs"));
+  t->n_results = 2;
+  OK(slapo_graph_add_output(g, 2, (slapo_node *[]){x, y}, &out));
+  assert_int_equal(slapo_node_set_n_results(out, 1), SLAPO_INVALID_ARG);
+  OK(slapo_node_set_n_results(out, 2));
+  OK(slapo_graph_lint(g));
+  assert_int_equal(slapo_graph_dce(g), 1);
+  assert_null(slapo_graph_find(g, "tuple"));
+  slapo_graph_free(g);
+}
+
 static void test_attrs_copied(void **state) {
   (void)state;
   slapo_graph *g;
@@ -475,6 +504,7 @@ int main(void) {
       cmocka_unit_test(test_replace_all_uses),
       cmocka_unit_test(test_erase_and_dce),
       cmocka_unit_test(test_move_before),
+      cmocka_unit_test(test_tuple_node),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
