@@ -77,8 +77,11 @@ const char *slapo_module_registered_summary(int i);
  * not an old module, and ties the parameters it takes over (a matched
  * Linear's weight) so Hugging Face paths and checkpoints still load. Its
  * forward takes the input nodes bound to the pattern's placeholders, in
- * pattern order (parameters excluded), and returns the result, or the
- * results joined along the last axis when there are several. */
+ * pattern order (parameters excluded), and returns the result; when there
+ * are several (a pattern with several results, the matches of a horizontal
+ * replacement), either a tuple of them (slapo_tuple: one value per result,
+ * each match's results in turn) or one value holding them joined along the
+ * last axis. */
 typedef slapo_status (*slapo_subgraph_factory)(slapo_module *owner, int n_matches,
                                                const slapo_match *matches, slapo_module **out);
 

@@ -6,10 +6,14 @@
  *
  * replace, vertical   each match becomes one call of a new module (or the
  *                     ops of an op function); horizontal: all matches, which
- *                     must bind the same input nodes, become one call whose
- *                     value holds the matches' results concatenated along
- *                     the last axis, split back with slices (no multi-result
- *                     nodes). The new node's inputs are the input nodes bound
+ *                     must bind the same input nodes, become one call. A
+ *                     match with several results (a pattern `(p, q)`), and
+ *                     the matches of a horizontal replacement, are given
+ *                     either a tuple with one value per result (read back
+ *                     with getitem nodes of a multi-result call: the
+ *                     original system's way) or one value holding them
+ *                     concatenated along the last axis (split back with
+ *                     slices). The new node's inputs are the input nodes bound
  *                     to the pattern's placeholders, in the pattern's order;
  *                     placeholders bound to a leaf's parameters are not
  *                     inputs (the factory ties those parameters).
@@ -226,31 +230,103 @@ static slapo_status check_meta(const sub_edit *e, const slapo_match *ms, int n, 
                      n_out > 1 ? " (joined along the last axis)" : "");
 }
 
-/* Points every user of the matches' results at `y` (or slices of it) and
- * erases the matched nodes. */
-static slapo_status splice(slapo_graph *g, const slapo_match *ms, int n, slapo_node *y) {
-  int n_out;
-  joined_last(ms, n, &n_out);
-  slapo_ctx *ctx = NULL;
-  slapo_status s = SLAPO_OK;
-  int64_t start = 0;
-  if (n_out > 1) {
-    SLAPO_TRY(slapo_ctx_new(g, &ctx));
-    slapo_graph_insert_after(g, y);
+/* The matches' results in order (each match's, match after match). */
+static int results_of(const slapo_match *ms, int n, slapo_node **out) {
+  int k = 0;
+  for (int i = 0; i < n; i++)
+    for (int o = 0; o < ms[i].n_outputs && k < SLAPO_MAX_RESULTS; o++) out[k++] = ms[i].outputs[o];
+  return k;
+}
+
+/* What the replacement returns against what the matches give: one value
+ * (n_res 0: the result, or the results joined along the last axis), or a
+ * tuple with one value per result, each of the result's dtype and shape. */
+static slapo_status check_results(const sub_edit *e, const slapo_match *ms, int n,
+                                  const slapo_value_meta *res, int n_res) {
+  int total = 0;
+  for (int i = 0; i < n; i++) total += ms[i].n_outputs;
+  if (total > SLAPO_MAX_RESULTS)
+    return slapo_error(SLAPO_LIMIT, "replace: %s: the match%s give%s %d results; a replacement "
+                       "stands for at most %d", e->path, n > 1 ? "es" : "", n > 1 ? "" : "s",
+                       total, SLAPO_MAX_RESULTS);
+  if (n_res == 0) return check_meta(e, ms, n, res[0].dtype, res[0].ndim, res[0].shape);
+  slapo_node *outs[SLAPO_MAX_RESULTS];
+  int n_out = results_of(ms, n, outs);
+  if (n_res != n_out)
+    return slapo_error(SLAPO_SHAPE, "replace: %s: the replacement returns a tuple of %d values "
+                       "where the match%s give%s %d result%s", e->path, n_res,
+                       n > 1 ? "es" : "", n > 1 ? "" : "s", n_out, n_out == 1 ? "" : "s");
+  for (int i = 0; i < n_res; i++) {
+    const slapo_node *r = outs[i];
+    if (res[i].dtype == r->dtype && slapo_shape_equal(res[i].ndim, res[i].shape, r->ndim, r->shape))
+      continue;
+    char a[96], b[96];
+    return slapo_error(SLAPO_SHAPE, "replace: %s: value %d of the replacement's tuple is %s%s "
+                       "where result %d (%%%s) is %s%s", e->path, i, slapo_dtype_name(res[i].dtype),
+                       slapo_shape_str(res[i].ndim, res[i].shape, a, sizeof a), i, r->name,
+                       slapo_dtype_name(r->dtype), slapo_shape_str(r->ndim, r->shape, b, sizeof b));
   }
-  for (int k = 0; s == SLAPO_OK && k < n; k++)
-    for (int o = 0; s == SLAPO_OK && o < ms[k].n_outputs; o++) {
-      slapo_node *out = ms[k].outputs[o], *v = y;
-      if (n_out > 1) {
-        int64_t w = out->shape[out->ndim - 1];
-        v = slapo_slice(ctx, y, y->ndim - 1, start, start + w);
-        start += w;
-        s = slapo_ctx_status(ctx);
-      }
-      if (s == SLAPO_OK) s = slapo_node_replace_all_uses(out, v);
+  return SLAPO_OK;
+}
+
+/* The metas of a value the replacement built: one, or a tuple's. */
+static int metas_of(const slapo_node *y, slapo_value_meta *res) {
+  bool tuple = y->kind == SLAPO_NODE_TUPLE;
+  int k = tuple ? (y->n_inputs < SLAPO_MAX_RESULTS ? y->n_inputs : SLAPO_MAX_RESULTS) : 1;
+  for (int i = 0; i < k; i++) {
+    const slapo_node *v = tuple ? y->inputs[i] : y;
+    res[i].dtype = v->dtype, res[i].ndim = v->ndim;
+    memcpy(res[i].shape, v->shape, sizeof res[i].shape);
+  }
+  return tuple ? k : 0;
+}
+
+/* The value standing for each result, into repl [SLAPO_MAX_RESULTS]:
+ * y's values one per result (a tuple: getitem nodes of a module call, the
+ * values of an op function's tuple), slices of y (several results joined),
+ * or y. */
+static slapo_status new_values(slapo_graph *g, const slapo_match *ms, int n, slapo_node *y,
+                               int n_res, slapo_node **repl) {
+  slapo_node *outs[SLAPO_MAX_RESULTS];
+  int n_out = results_of(ms, n, outs);
+  if (n_res > 0 && y->kind == SLAPO_NODE_TUPLE) {
+    for (int i = 0; i < n_out; i++) repl[i] = y->inputs[i];
+    return SLAPO_OK;
+  }
+  slapo_status s = SLAPO_OK;
+  slapo_graph_insert_after(g, y);
+  if (n_res > 0) {
+    s = slapo_node_set_n_results(y, n_res);
+    for (int i = 0; s == SLAPO_OK && i < n_out; i++) {
+      s = slapo_graph_add_getitem(g, y, i, &repl[i]);
+      if (s == SLAPO_OK) s = slapo_node_set_meta(repl[i], outs[i]->dtype, outs[i]->ndim,
+                                                 outs[i]->shape);
     }
+  } else if (n_out > 1) {
+    slapo_ctx *ctx = NULL;
+    s = slapo_ctx_new(g, &ctx);
+    int64_t start = 0;
+    for (int i = 0; s == SLAPO_OK && i < n_out; i++) {
+      int64_t w = outs[i]->shape[outs[i]->ndim - 1];
+      repl[i] = slapo_slice(ctx, y, y->ndim - 1, start, start + w);
+      start += w;
+      s = slapo_ctx_status(ctx);
+    }
+    slapo_ctx_free(ctx);
+  } else {
+    repl[0] = y;
+  }
   slapo_graph_insert_at_end(g);
-  slapo_ctx_free(ctx);
+  return s;
+}
+
+/* Points every user of the matches' results at its new value (repl) and
+ * erases the matched nodes. */
+static slapo_status splice(slapo_graph *g, const slapo_match *ms, int n, slapo_node *const *repl) {
+  slapo_node *outs[SLAPO_MAX_RESULTS];
+  int n_out = results_of(ms, n, outs);
+  slapo_status s = SLAPO_OK;
+  for (int i = 0; s == SLAPO_OK && i < n_out; i++) s = slapo_node_replace_all_uses(outs[i], repl[i]);
   for (int k = n - 1; s == SLAPO_OK && k >= 0; k--)
     for (int j = ms[k].n_nodes - 1; s == SLAPO_OK && j >= 0; j--)
       s = slapo_graph_erase(g, ms[k].nodes[j]);
@@ -266,9 +342,8 @@ typedef struct group_plan {
   slapo_node *ins[16];
   int n_ins;
   slapo_node *after, *before;
-  slapo_dtype dt;
-  int ndim;
-  int64_t shape[SLAPO_MAX_DIMS];
+  slapo_value_meta res[SLAPO_MAX_RESULTS]; /* what the replacement returns: */
+  int n_res;                               /*   one value (0) or a tuple   */
 } group_plan;
 
 /* Runs the op function on placeholders shaped like the group's inputs in a
@@ -288,7 +363,8 @@ static slapo_status dry_run_fn(const sub_edit *e, group_plan *gp) {
   if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
   if (s == SLAPO_OK && !y)
     s = slapo_error(SLAPO_STATE, "replace: %s: the op function returned no value", e->path);
-  if (s == SLAPO_OK) s = check_meta(e, gp->ms, gp->n, y->dtype, y->ndim, y->shape);
+  if (s == SLAPO_OK) gp->n_res = metas_of(y, gp->res);
+  if (s == SLAPO_OK) s = check_results(e, gp->ms, gp->n, gp->res, gp->n_res);
   slapo_ctx_free(ctx);
   slapo_graph_free(g);
   return s;
@@ -309,12 +385,8 @@ static slapo_status plan_group(slapo_module *m, const sub_edit *e, group_plan *g
   if (!c) return slapo_error(SLAPO_NOT_FOUND, "replace: %s has no child '%s'", e->path, child);
   char path[1024];
   snprintf(path, sizeof path, "%s.%s", e->path, child);
-  slapo_value_meta res[SLAPO_MAX_RESULTS];
-  int n_res;
-  SLAPO_TRY(slapo_module_infer(c, path, gp->n_ins, gp->ins, res, &n_res));
-  gp->dt = res[0].dtype, gp->ndim = res[0].ndim;
-  memcpy(gp->shape, res[0].shape, sizeof gp->shape);
-  return check_meta(e, gp->ms, gp->n, gp->dt, gp->ndim, gp->shape);
+  SLAPO_TRY(slapo_module_infer(c, path, gp->n_ins, gp->ins, gp->res, &gp->n_res));
+  return check_results(e, gp->ms, gp->n, gp->res, gp->n_res);
 }
 
 static void insert_point(slapo_graph *g, const group_plan *gp) {
@@ -335,12 +407,15 @@ static slapo_status emit_group(slapo_graph *g, const sub_edit *e, const group_pl
       s = slapo_ctx_status(ctx);
       if (s == SLAPO_OK && !*y)
         s = slapo_error(SLAPO_STATE, "replace: %s: the op function returned no value", e->path);
-      if (s == SLAPO_OK) s = check_meta(e, gp->ms, gp->n, (*y)->dtype, (*y)->ndim, (*y)->shape);
+      slapo_value_meta res[SLAPO_MAX_RESULTS];
+      int n_res = s == SLAPO_OK ? metas_of(*y, res) : 0;
+      if (s == SLAPO_OK) s = check_results(e, gp->ms, gp->n, res, n_res);
     }
     slapo_ctx_free(ctx);
   } else {
     s = slapo_graph_add_call_module(g, child, gp->n_ins, gp->ins, y);
-    if (s == SLAPO_OK) s = slapo_node_set_meta(*y, gp->dt, gp->ndim, gp->shape);
+    if (s == SLAPO_OK) s = slapo_node_set_meta(*y, gp->res[0].dtype, gp->res[0].ndim,
+                                               gp->res[0].shape);
   }
   slapo_graph_insert_at_end(g);
   if (s != SLAPO_OK) slapo_graph_dce(g); /* drops what was built: g as before */
@@ -348,17 +423,16 @@ static slapo_status emit_group(slapo_graph *g, const sub_edit *e, const group_pl
 }
 
 /* A later group whose input was a result just replaced (a chain of
- * matches: one's result feeds the next) reads the replacement instead:
- * the node itself (one result), or the users' new input. */
-static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n, slapo_node *y) {
-  for (int k = 0; k < n; k++)
-    for (int o = 0; o < ms[k].n_outputs; o++) {
-      const slapo_node *old = ms[k].outputs[o];
-      for (int j = 0; j < n_rest; j++) {
-        for (int i = 0; i < rest[j].n_ins; i++)
-          if (rest[j].ins[i] == old) rest[j].ins[i] = y;
-        if (rest[j].after == old) rest[j].after = y;
-      }
+ * matches: one's result feeds the next) reads the result's new value. */
+static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n,
+                     slapo_node *const *repl) {
+  slapo_node *outs[SLAPO_MAX_RESULTS];
+  int n_out = results_of(ms, n, outs);
+  for (int o = 0; o < n_out; o++)
+    for (int j = 0; j < n_rest; j++) {
+      for (int i = 0; i < rest[j].n_ins; i++)
+        if (rest[j].ins[i] == outs[o]) rest[j].ins[i] = repl[o];
+      if (rest[j].after == outs[o]) rest[j].after = repl[o];
     }
 }
 
@@ -383,11 +457,13 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   }
   /* Everything is checked; now mutate, group by group. */
   for (int i = 0; s == SLAPO_OK && i < n_groups; i++) {
-    slapo_node *y = NULL;
+    slapo_node *y = NULL, *repl[SLAPO_MAX_RESULTS];
     s = emit_group(g, e, &gp[i], e->fn ? NULL : e->children[i], &y);
     if (s == SLAPO_OK) s = slapo_node_set_origin(y, "", 0);
-    if (s == SLAPO_OK) s = splice(g, gp[i].ms, gp[i].n, y);
-    if (s == SLAPO_OK) retarget(gp + i + 1, n_groups - i - 1, gp[i].ms, gp[i].n, y);
+    int n_res = e->fn && s == SLAPO_OK && y->kind == SLAPO_NODE_TUPLE ? y->n_inputs : gp[i].n_res;
+    if (s == SLAPO_OK) s = new_values(g, gp[i].ms, gp[i].n, y, n_res, repl);
+    if (s == SLAPO_OK) s = splice(g, gp[i].ms, gp[i].n, repl);
+    if (s == SLAPO_OK) retarget(gp + i + 1, n_groups - i - 1, gp[i].ms, gp[i].n, repl);
   }
   slapo_free(gp);
   slapo_matches_deinit(&ms);

@@ -303,9 +303,170 @@ static void replaced_and_checkpointed(void **state) {
   pt_sched_free(root);
 }
 
+/* ---- subgraph replace ---- */
+
+/* PairAct(h) = (gelu(h), h * sigmoid(h)): a match's two results as a tuple;
+ * PairActBad returns three values. */
+static slapo_node *act_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                               slapo_node *const *in) {
+  (void)n_in;
+  slapo_node *u = slapo_gelu(ctx, in[0], true);
+  slapo_node *v = slapo_mul(ctx, in[0], slapo_sigmoid(ctx, in[0]));
+  bool bad = self->config != NULL;
+  return slapo_tuple(ctx, bad ? 3 : 2, (slapo_node *[]){u, v, u});
+}
+
+static const slapo_module_type k_act = {"PairAct", act_forward, NULL, NULL, NULL};
+
+static slapo_status act_new(slapo_module *owner, int n, const slapo_match *ms, slapo_module **out) {
+  (void)owner, (void)n, (void)ms;
+  return slapo_module_new(&k_act, NULL, out);
+}
+
+static slapo_status act_bad_new(slapo_module *owner, int n, const slapo_match *ms,
+                                slapo_module **out) {
+  (void)owner, (void)n, (void)ms;
+  return slapo_module_new(&k_act, calloc(1, 1), out);
+}
+
+static slapo_node *act_fn(slapo_ctx *ctx, slapo_node *const *in, void *ud) {
+  (void)ud;
+  slapo_node *u = slapo_gelu(ctx, in[0], true);
+  return slapo_tuple(ctx, 2, (slapo_node *[]){u, slapo_mul(ctx, in[0], slapo_sigmoid(ctx, in[0]))});
+}
+
+static const char *const k_pair_pattern = "(gelu(x), mul(x, sigmoid(x)))";
+
+static void subgraph_replaced_by_tuples(void **state) {
+  (void)state;
+  slapo_pattern *p = pt_parse(k_pair_pattern);
+  /* By a module: a multi-result call read by getitem, replayed at new
+   * shapes and from the log. */
+  slapo_sched *root = net_sched(true);
+  for (int i = 1; i <= 2; i++) {
+    char path[8];
+    snprintf(path, sizeof path, "p%d", i);
+    OK(slapo_trace(pt_at(root, path), NULL));
+    OK(slapo_replace_subgraph(pt_at(root, path), p, "PairAct", false));
+  }
+  char *g = graph_of(pt_at(root, "p2"));
+  print_message("%s", g);
+  assert_non_null(strstr(g, "%PairAct_0 : (2) = call_module PairAct_0(%lin)"));
+  assert_non_null(strstr(g, "output(%getitem, %getitem_1)"));
+  free(g);
+  expect_like_reference(slapo_sched_module(root), true);
+  char *line = pt_last_line(root);
+  assert_string_equal(line, "p2 replace PairAct pattern=\"(gelu(x), mul(x, sigmoid(x)))\"");
+  free(line);
+  /* A tuple of the wrong size is refused before anything changes. */
+  slapo_sched *r2 = net_sched(true);
+  OK(slapo_trace(pt_at(r2, "p1"), NULL));
+  PT_EXPECT_REFUSED(r2, slapo_replace_subgraph(pt_at(r2, "p1"), p, "PairActBad", false),
+                    SLAPO_SHAPE, "returns a tuple of 3 values where the match gives 2 results");
+  /* By an op function returning a tuple. */
+  OK(slapo_replace_subgraph_fn(pt_at(r2, "p1"), p, "act", 1, act_fn, NULL));
+  g = graph_of(pt_at(r2, "p1"));
+  assert_null(strstr(g, "tuple"));
+  free(g);
+  expect_like_reference(slapo_sched_module(r2), true);
+  pt_sched_free(r2);
+  pt_sched_free(root);
+  slapo_pattern_free(p);
+}
+
+/* ---- the original system's horizontal replacement ---- */
+
+/* TwinNet: gelu(fc1(x)) + gelu(fc2(x)); the two branches share x. */
+static slapo_node *twin_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                slapo_node *const *in) {
+  slapo_node *a = slapo_gelu(ctx, slapo_call1(ctx, self, "fc1", in[0]), true);
+  slapo_node *b = slapo_gelu(ctx, slapo_call1(ctx, self, "fc2", in[0]), true);
+  slapo_node *z = slapo_add(ctx, a, slapo_mul_scalar(ctx, b, 0.5));
+  if (n_in == 1) return z;
+  slapo_node *d = slapo_sub(ctx, z, in[1]);
+  return slapo_mean(ctx, slapo_mul(ctx, d, d), 2, (int64_t[]){0, 1}, false);
+}
+
+static const slapo_module_type k_twin = {"TwinNet", twin_forward, NULL, NULL, NULL};
+
+static slapo_module *twin_new(void) {
+  slapo_module *m, *fc;
+  OK(slapo_module_new(&k_twin, NULL, &m));
+  for (int i = 1; i <= 2; i++) {
+    char name[8];
+    snprintf(name, sizeof name, "fc%d", i);
+    OK(slapo_linear_new(D, D, true, 0.5f, &fc));
+    OK(slapo_module_add_child(m, name, fc));
+  }
+  OK(slapo_module_materialize(m, PT_SEED));
+  slapo_tensor *ex[2];
+  for (int i = 0; i < 2; i++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, (int64_t[]){2, D}, &ex[i]));
+  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
+  for (int i = 0; i < 2; i++) slapo_tensor_free(ex[i]);
+  return m;
+}
+
+/* BothBranches: (gelu(a(x)), gelu(b(x))) with a, b tied to the matched
+ * Linears: one value per match. */
+static slapo_node *both_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                slapo_node *const *in) {
+  (void)n_in;
+  slapo_node *a = slapo_gelu(ctx, slapo_call1(ctx, self, "a", in[0]), true);
+  slapo_node *b = slapo_gelu(ctx, slapo_call1(ctx, self, "b", in[0]), true);
+  return slapo_tuple(ctx, 2, (slapo_node *[]){a, b});
+}
+
+static const slapo_module_type k_both = {"BothBranches", both_forward, NULL, NULL, NULL};
+
+static slapo_status both_new(slapo_module *owner, int n, const slapo_match *ms,
+                             slapo_module **out) {
+  assert_int_equal(n, 2);
+  OK(slapo_module_new(&k_both, NULL, out));
+  for (int i = 0; i < 2; i++) {
+    slapo_module *old, *lin;
+    OK(slapo_module_at(owner, ms[i].paths[0], &old));
+    OK(slapo_linear_new(D, D, true, 0.5f, &lin));
+    OK(slapo_module_tie_param(lin, "weight", slapo_module_param(old, "weight")));
+    OK(slapo_module_tie_param(lin, "bias", slapo_module_param(old, "bias")));
+    OK(slapo_module_add_child(*out, i ? "b" : "a", lin));
+  }
+  return SLAPO_OK;
+}
+
+static void horizontal_tuple(void **state) {
+  (void)state;
+  slapo_sched *root;
+  OK(slapo_sched_create(twin_new(), &root));
+  OK(slapo_trace(root, NULL));
+  slapo_pattern *p = pt_parse("gelu(mod('fc1|fc2')(x))");
+  OK(slapo_replace_subgraph(root, p, "BothBranches", true));
+  slapo_pattern_free(p);
+  /* One child, read by exactly two getitem nodes (the original's test). */
+  char *g = graph_of(root);
+  print_message("%s", g);
+  assert_non_null(strstr(g, "%BothBranches_0 : (2) = call_module BothBranches_0(%in0)"));
+  int getitems = 0;
+  for (const char *q = g; (q = strstr(q, "getitem(%BothBranches_0, ")); q++) getitems++;
+  assert_int_equal(getitems, 2);
+  free(g);
+  pt_result a, b;
+  slapo_module *ref = twin_new();
+  net_run(ref, &a);
+  net_run(slapo_sched_module(root), &b);
+  pt_expect_bitwise(&b, &a);
+  pt_result_free(&a);
+  pt_result_free(&b);
+  slapo_module_free(ref);
+  pt_sched_free(root);
+}
+
 static int setup(void **state) {
   (void)state;
   if (slapo_models_init() != SLAPO_OK) return -1;
+  if (slapo_subgraph_register("PairAct", "test: (gelu(h), h * sigmoid(h))", act_new) != SLAPO_OK ||
+      slapo_subgraph_register("PairActBad", "test: three values", act_bad_new) != SLAPO_OK ||
+      slapo_subgraph_register("BothBranches", "test: one value per branch", both_new) != SLAPO_OK)
+    return -1;
   return slapo_module_register("PairOneModule", "test: a Pair as one module", pair2_new) ==
                  SLAPO_OK
              ? 0
@@ -318,6 +479,8 @@ int main(void) {
       cmocka_unit_test(misuse_errors),
       cmocka_unit_test(traced_child_and_root),
       cmocka_unit_test(replaced_and_checkpointed),
+      cmocka_unit_test(subgraph_replaced_by_tuples),
+      cmocka_unit_test(horizontal_tuple),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
