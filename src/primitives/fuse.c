@@ -15,15 +15,26 @@
  * parameters among them: a larger region is SLAPO_LIMIT, saying so. */
 enum { FUSE_MAX_VALUES = 32, FUSE_MAX_PARAMS = 16 };
 
+/* One compiled op of a fused module: it computes one of the region's
+ * results from the region values it reads (args: their indices among the
+ * module's inputs then parameters), with its random ops' streams. */
+typedef struct fused_op {
+  const slapo_op *op;
+  int n_args;
+  unsigned char args[FUSE_MAX_VALUES];
+  int n_streams;      /* the region's random ops' streams, in order: */
+  int64_t streams[8]; /*   one compiled op serves regions of any     */
+} fused_op;
+
 typedef struct fused_cfg {
   slapo_module_type type; /* per instance: its name is the fused name   */
   char *name;
   char *compiler;
   slapo_graph *region;    /* placeholders: node inputs, then parameters */
-  const slapo_op *op;     /* NULL: re-emit the region (none)            */
   int n_in, n_params;
-  int n_streams;          /* the region's random ops' streams, in order: */
-  int64_t streams[8];     /*   one compiled op serves regions of any     */
+  int n_out;              /* the region's results; > 1: a tuple          */
+  int n_ops;              /* 0: re-emit the region (none); else one op    */
+  fused_op ops[SLAPO_MAX_RESULTS]; /* per result (each recomputes its cone) */
 } fused_cfg;
 
 static void fused_free(void *p) {
@@ -34,7 +45,8 @@ static void fused_free(void *p) {
   slapo_free(c);
 }
 
-/* The region's ops on `args` (its placeholders' values, in order). */
+/* The region's ops on `args` (its placeholders' values, in order): its
+ * result, or a tuple of its results. */
 static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *const *args) {
   int n = slapo_graph_count(c->region), k = 0, most = 1;
   for (slapo_node *r = slapo_graph_first(c->region); r; r = r->next)
@@ -53,10 +65,18 @@ static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *c
     if (r->kind == SLAPO_NODE_PLACEHOLDER) val[r->id] = args[k++];
     else if (r->kind == SLAPO_NODE_CALL_OP)
       val[r->id] = slapo_op_apply(ctx, r->op, r->n_inputs, in, r->n_attrs, r->attrs);
-    else if (r->kind == SLAPO_NODE_OUTPUT) y = in[0];
+    else if (r->kind == SLAPO_NODE_OUTPUT)
+      y = r->n_inputs > 1 ? slapo_tuple(ctx, r->n_inputs, in) : in[0];
   }
   slapo_free(val);
   return slapo_ctx_status(ctx) == SLAPO_OK ? y : NULL;
+}
+
+static slapo_node *apply_op(slapo_ctx *ctx, const fused_op *f, slapo_node *const *args) {
+  slapo_node *in[FUSE_MAX_VALUES];
+  for (int i = 0; i < f->n_args; i++) in[i] = args[f->args[i]];
+  slapo_attr a = slapo_attr_ints("streams", f->n_streams, f->streams);
+  return slapo_op_apply(ctx, f->op, f->n_args, in, f->n_streams ? 1 : 0, &a);
 }
 
 static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
@@ -74,11 +94,11 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
     snprintf(pn, sizeof pn, "p%d", k);
     args[n_in + k] = slapo_weight(ctx, self, pn);
   }
-  if (c->op) {
-    slapo_attr a = slapo_attr_ints("streams", c->n_streams, c->streams);
-    return slapo_op_apply(ctx, c->op, n_in + c->n_params, args, c->n_streams ? 1 : 0, &a);
-  }
-  return emit_region(ctx, c, args);
+  if (!c->n_ops) return emit_region(ctx, c, args);
+  if (c->n_out == 1) return apply_op(ctx, &c->ops[0], args);
+  slapo_node *ys[SLAPO_MAX_RESULTS];
+  for (int i = 0; i < c->n_out; i++) ys[i] = apply_op(ctx, &c->ops[i], args);
+  return slapo_tuple(ctx, c->n_out, ys);
 }
 
 static void fused_describe(const slapo_module *self, char *buf, size_t cap) {
@@ -188,22 +208,104 @@ static slapo_status build_region(region_build *rb) {
     rb->map[n->id] = slapo_op_apply(rb->ctx, n->op, n->n_inputs, in, n->n_attrs, n->attrs);
   }
   if (slapo_ctx_status(rb->ctx) != SLAPO_OK) return slapo_ctx_status(rb->ctx);
-  if (rb->m->n_outputs != 1)
-    return slapo_error(SLAPO_UNSUPPORTED, "fuse: a pattern with %d results; fuse one result",
-                       rb->m->n_outputs);
-  slapo_node *y = rb->map[rb->m->outputs[0]->id];
-  return slapo_output(rb->ctx, 1, &y) ? SLAPO_OK : slapo_ctx_status(rb->ctx);
+  int k = rb->m->n_outputs;
+  if (k > SLAPO_MAX_RESULTS)
+    return slapo_error(SLAPO_LIMIT, "fuse: the region has %d results; a fused module returns at "
+                       "most %d", k, SLAPO_MAX_RESULTS);
+  slapo_node *ys[SLAPO_MAX_RESULTS];
+  for (int i = 0; i < k; i++) ys[i] = rb->map[rb->m->outputs[i]->id];
+  return slapo_output(rb->ctx, k, ys) ? SLAPO_OK : slapo_ctx_status(rb->ctx);
+}
+
+/* ---- one op per result ---- */
+
+/* The part of `region` that result `which` depends on, as a region of its
+ * own (placeholders it reads, in order; their indices among region's into
+ * f->args), so a backend compiles one op per result: a region with several
+ * results becomes that many ops, each recomputing the shared part (an
+ * elementwise region's recompute is cheaper than a kernel with several
+ * outputs the executor would have to split). */
+static slapo_status cone_of(const slapo_graph *region, int which, fused_op *f, slapo_graph **out) {
+  *out = NULL;
+  int n = slapo_graph_count(region);
+  slapo_node **map = slapo_calloc((size_t)n + 1, sizeof *map);
+  bool *need = slapo_calloc((size_t)n + 1, sizeof *need);
+  slapo_graph *g = NULL;
+  slapo_status s = map && need ? slapo_graph_new(&g) : slapo_error(SLAPO_NOMEM, "fuse: oom");
+  const slapo_node *res = s == SLAPO_OK ? slapo_graph_output(region)->inputs[which] : NULL;
+  if (res) need[res->id] = true;
+  for (const slapo_node *r = slapo_graph_last(region); s == SLAPO_OK && r; r = r->prev)
+    for (int i = 0; need[r->id] && i < r->n_inputs; i++) need[r->inputs[i]->id] = true;
+  int ph = 0;
+  f->n_args = 0;
+  for (const slapo_node *r = slapo_graph_first(region); s == SLAPO_OK && r; r = r->next) {
+    bool is_ph = r->kind == SLAPO_NODE_PLACEHOLDER;
+    if (!need[r->id] || r->kind == SLAPO_NODE_OUTPUT) {
+      ph += is_ph;
+      continue;
+    }
+    slapo_node *in[8], *c = NULL;
+    for (int i = 0; i < r->n_inputs && i < 8; i++) in[i] = map[r->inputs[i]->id];
+    if (is_ph) {
+      f->args[f->n_args++] = (unsigned char)ph++;
+      s = slapo_graph_add_placeholder(g, r->target, r->dtype, r->ndim, r->shape, &c);
+    } else {
+      s = slapo_graph_add_call_op(g, r->target, r->op, r->n_inputs, in, r->n_attrs, r->attrs, &c);
+      if (s == SLAPO_OK) s = slapo_node_set_meta(c, r->dtype, r->ndim, r->shape);
+    }
+    map[r->id] = c;
+  }
+  if (s == SLAPO_OK) s = slapo_graph_add_output(g, 1, &map[res->id], NULL);
+  slapo_free(map);
+  slapo_free(need);
+  if (s != SLAPO_OK) slapo_graph_free(g);
+  else *out = g;
+  return s;
+}
+
+/* The random ops' streams of a region, in order, as the cc plan counts
+ * them (a dropout with p = 0 draws nothing). */
+static void streams_of(const slapo_graph *region, fused_op *f) {
+  f->n_streams = 0;
+  for (const slapo_node *r = slapo_graph_first(region); r; r = r->next)
+    if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && f->n_streams < 8 &&
+        slapo_node_attr_float(r, "p", 1) != 0)
+      f->streams[f->n_streams++] = slapo_node_attr_int(r, "stream", 0);
+}
+
+/* Compiles c's region: one op, or one per result (cone_of). `none`
+ * registers nothing: the module re-emits the region. */
+static slapo_status compile_ops(fused_cfg *c, const slapo__fuse_req *rq) {
+  c->n_out = slapo_graph_output(c->region)->n_inputs;
+  slapo_graph_renumber(c->region);
+  const slapo_op *op = NULL;
+  if (c->n_out == 1) {
+    SLAPO_TRY(rq->compiler->compile(c->region, rq->name, rq->opts, &op));
+    if (!op) return SLAPO_OK;
+    c->ops[0].op = op;
+    c->ops[0].n_args = c->n_in + c->n_params;
+    for (int i = 0; i < c->ops[0].n_args; i++) c->ops[0].args[i] = (unsigned char)i;
+    streams_of(c->region, &c->ops[0]);
+    c->n_ops = 1;
+    return SLAPO_OK;
+  }
+  for (int i = 0; i < c->n_out; i++) {
+    slapo_graph *cone;
+    SLAPO_TRY(cone_of(c->region, i, &c->ops[i], &cone));
+    slapo_status s = rq->compiler->compile(cone, rq->name, rq->opts, &c->ops[i].op);
+    streams_of(cone, &c->ops[i]);
+    slapo_graph_free(cone);
+    SLAPO_TRY(s);
+    if (!c->ops[i].op) return SLAPO_OK; /* none: re-emit */
+    c->n_ops = i + 1;
+  }
+  return SLAPO_OK;
 }
 
 /* ---- the factory ---- */
 
 static slapo_status make_fused(fused_cfg *c, const region_build *rb, slapo_module **out) {
   c->type = (slapo_module_type){c->name, fused_forward, fused_describe, fused_free, NULL};
-  c->n_in = rb->n_in, c->n_params = rb->n_params;
-  for (slapo_node *r = slapo_graph_first(c->region); r; r = r->next)
-    if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && c->n_streams < 8 &&
-        slapo_node_attr_float(r, "p", 1) != 0) /* as the cc plan counts them */
-      c->streams[c->n_streams++] = slapo_node_attr_int(r, "stream", 0);
   SLAPO_TRY(slapo_module_new(&c->type, c, out));
   for (int k = 0; k < rb->n_params; k++) {
     char pn[16];
@@ -252,7 +354,7 @@ slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const sla
   if (s == SLAPO_OK) s = slapo_ctx_new(c->region, &rb.ctx);
   if (s == SLAPO_OK) s = build_region(&rb);
   if (s == SLAPO_OK) s = no_bf16_gemm(owner, path, c->region);
-  if (s == SLAPO_OK) s = rq->compiler->compile(c->region, rq->name, rq->opts, &c->op);
+  if (s == SLAPO_OK) c->n_in = rb.n_in, c->n_params = rb.n_params, s = compile_ops(c, rq);
   if (s == SLAPO_OK) s = make_fused(c, &rb, out); /* owns c from here, also on error */
   else if (c) fused_free(c);
   slapo_ctx_free(rb.ctx);
@@ -290,7 +392,8 @@ static slapo_status fuse_impl(slapo_sched *node, const slapo_pattern *p, const c
   slapo__fuse_req rq = {cc, name, opts};
   slapo__subgraph_spec sp = {.primitive = "fuse", .child = name,
                              .factory = {slapo__fuse_factory, &rq},
-                             .skip_escaping = all, .exactly_one = !all, .args = args,
+                             .skip_escaping = all, .escaping_results = true,
+                             .exactly_one = !all, .args = args,
                              .n_args = n, .replayable = replayable, .from = from};
   return slapo__subgraph_apply(node, p, &sp);
 }

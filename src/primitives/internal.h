@@ -70,6 +70,7 @@ typedef struct slapo__subgraph_spec {
   slapo__sub_factory factory;
   bool horizontal;            /* one child for all matches              */
   bool skip_escaping;         /* leave matches with outside users       */
+  bool escaping_results;      /* inner values used outside are results  */
   bool exactly_one;           /* anything but one match is an error     */
   bool skip_unsupported;      /* a match the factory cannot do is left  */
   const slapo_sched_arg *args; /* the log line's arguments               */

@@ -72,6 +72,7 @@ typedef struct sub_edit {
   slapo_pattern *p; /* owned clone */
   bool horizontal, checkpoint;
   bool skip_escaping; /* all=true: matches with outside users are left   */
+  bool escaping_results; /* fuse: inner values used outside are results */
   bool exactly_one;   /* fuse without all: one replaceable match or error */
   bool regions;       /* fuse_all: maximal elementwise regions, no pattern */
   int n_skip;         /* matches the factory declined (unsupported), by   */
@@ -112,6 +113,51 @@ static void drop_skipped(const sub_edit *e, slapo_matches *ms) {
   for (int i = 0; i < ms->n; i++)
     if (i >= e->n_skip || !e->skip[i]) ms->items[k++] = ms->items[i];
   ms->n = k;
+}
+
+/* Results added to matches by widen, freed with unwiden. */
+typedef struct widened {
+  int n;
+  slapo_node **arrays[64];
+} widened;
+
+static bool in_match(const slapo_match *x, const slapo_node *n) {
+  for (int j = 0; j < x->n_nodes; j++)
+    if (x->nodes[j] == n) return true;
+  return false;
+}
+
+/* fuse: a match whose inner values are also read outside it is a region
+ * with several outputs: those values become results after the pattern's
+ * (graph order), so the fused module returns them all (a tuple) instead of
+ * being refused. */
+static slapo_status widen(const sub_edit *e, slapo_matches *ms, widened *w) {
+  w->n = 0;
+  if (!e->escaping_results) return SLAPO_OK;
+  for (int i = 0; i < ms->n && w->n < 64; i++) {
+    slapo_match *x = &ms->items[i];
+    if (x->replaceable) continue;
+    slapo_node **outs = slapo_calloc((size_t)(x->n_outputs + x->n_nodes), sizeof *outs);
+    if (!outs) return slapo_error(SLAPO_NOMEM, "subgraph: out of memory");
+    w->arrays[w->n++] = outs;
+    int k = 0;
+    for (int o = 0; o < x->n_outputs; o++) outs[k++] = x->outputs[o];
+    for (int j = 0; j < x->n_nodes; j++) {
+      slapo_node *v = x->nodes[j];
+      bool out = false, escapes = false;
+      for (int o = 0; o < x->n_outputs; o++) out |= x->outputs[o] == v;
+      for (int u = 0; u < v->n_users && !out; u++) escapes |= !in_match(x, v->users[u]);
+      if (escapes) outs[k++] = v;
+    }
+    x->outputs = outs, x->n_outputs = k;
+    x->replaceable = true, x->why = NULL;
+  }
+  return SLAPO_OK;
+}
+
+static void unwiden(widened *w) {
+  for (int i = 0; i < w->n; i++) slapo_free(w->arrays[i]);
+  w->n = 0;
 }
 
 static int node_inputs(const slapo_match *x, slapo_node **out) {
@@ -439,8 +485,10 @@ static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n,
 static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   sub_edit *e = ud;
   slapo_matches ms;
+  widened w;
   SLAPO_TRY(find_for(e, m, g, &ms));
-  slapo_status s = check_matches(e, "replace", &ms);
+  slapo_status s = widen(e, &ms, &w);
+  if (s == SLAPO_OK) s = check_matches(e, "replace", &ms);
   keep_usable(e, &ms);
   drop_skipped(e, &ms);
   int n_groups = e->horizontal ? 1 : ms.n;
@@ -466,6 +514,7 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
     if (s == SLAPO_OK) retarget(gp + i + 1, n_groups - i - 1, gp[i].ms, gp[i].n, repl);
   }
   slapo_free(gp);
+  unwiden(&w);
   slapo_matches_deinit(&ms);
   return s;
 }
@@ -611,8 +660,11 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   e->horizontal = sp->horizontal;
   e->skip_escaping = sp->skip_escaping;
   e->exactly_one = sp->exactly_one;
+  e->escaping_results = sp->escaping_results;
   slapo_matches ms;
+  widened w = {0};
   slapo_status s = find_for(e, slapo_sched_module(node), slapo_module_graph(slapo_sched_module(node)), &ms);
+  if (s == SLAPO_OK) s = widen(e, &ms, &w);
   if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
   if (s == SLAPO_OK) keep_usable(e, &ms);
   if (s == SLAPO_OK)
@@ -620,6 +672,7 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   if (s == SLAPO_OK && e->n_children == 0)
     s = slapo_error(SLAPO_UNSUPPORTED, "%s: %s: nothing could be fused (SLAPO_DEBUG=1 lists "
                     "why each region was left)", sp->primitive, e->path);
+  unwiden(&w);
   slapo_matches_deinit(&ms);
   if (s != SLAPO_OK) {
     remove_children(slapo_sched_module(node), e);

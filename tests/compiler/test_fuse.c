@@ -379,10 +379,11 @@ static void preconditions(void **state) {
   PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_NO_MATCH,
                     "matches nothing");
   slapo_pattern_free(p);
-  /* The residual sum feeds ln_2 and the second residual add: it escapes. */
-  p = pt_parse("layer_norm(add(x, y), w, b)");
-  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "none", "F", NULL, false), SLAPO_STATE,
-                    "is not replaceable", "outside the match");
+  /* The first residual sum escapes to ln_2, which runs before the MLP
+   * output the fused region reads: no place for the fused call. */
+  p = pt_parse("add(add(x, y), z)");
+  PT_EXPECT_REFUSED(root, slapo_fuse(blk, p, "cc", "F", NULL, false), SLAPO_STATE,
+                    "before the replacement's input", "is computed");
   slapo_pattern_free(p);
   /* Not elementwise: the backend names the op. */
   p = pt_parse("gelu(linear(x, w, b))");
@@ -466,6 +467,25 @@ static void fuse_all_blocks(void **state) {
   /* Nothing left to fuse. */
   PT_EXPECT_REFUSED(root, slapo_fuse_all(pt_at(root, "transformer.h.0"), "cc", NULL),
                     SLAPO_NO_MATCH, "no elementwise region of two ops or more");
+  pt_sched_free(root);
+}
+
+/* A value used outside the match is one more result of the region: the
+ * residual sum feeding ln_2 (and the second residual add) comes out of the
+ * fused module beside the LayerNorm, as a tuple; the model is unchanged. */
+static void escaping_value_is_a_result(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  slapo_sched *blk = pt_at(root, "transformer.h.0");
+  OK(slapo_trace(blk, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p = pt_parse("layer_norm(add(x, y), w, b)");
+  OK(slapo_fuse(blk, p, "none", "F", NULL, false));
+  slapo_pattern_free(p);
+  char *g = pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(blk)));
+  assert_non_null(strstr(g, "%F_0 : (2) = call_module F_0("));
+  assert_non_null(strstr(g, "getitem(%F_0, 1)"));
+  free(g);
+  pt_expect_same_as_plain(root, &k_tiny, 2, 8, true);
   pt_sched_free(root);
 }
 
@@ -611,6 +631,7 @@ int main(void) {
       cmocka_unit_test(cache_hits_and_misses),
       cmocka_unit_test(compiler_missing_and_failing),
       cmocka_unit_test(preconditions),
+      cmocka_unit_test(escaping_value_is_a_result),
       cmocka_unit_test(golden_source),
       cmocka_unit_test(backward_reductions),
       cmocka_unit_test(gradient_identities),

@@ -460,6 +460,84 @@ static void horizontal_tuple(void **state) {
   pt_sched_free(root);
 }
 
+/* ---- fuse ---- */
+
+/* Step-graph nodes whose op name starts with `prefix` (fused ops are
+ * named after the module). */
+static int step_count_prefix(slapo_module *m, const char *prefix) {
+  slapo_tensor *in[2];
+  net_inputs(in);
+  slapo_runner *r;
+  OK(slapo_runner_new(m, NULL, &r));
+  slapo_kernel_env env = {.seed = 1, .step = 0, .training = true};
+  OK(slapo_step(r, 2, (const slapo_tensor *const *)in, SLAPO_STEP_TRAIN, &env, NULL));
+  int n = 0;
+  for (const slapo_node *x = slapo_graph_first(slapo_runner_graph(r)); x; x = x->next)
+    n += x->kind == SLAPO_NODE_CALL_OP && !strncmp(x->target, prefix, strlen(prefix));
+  slapo_runner_free(r);
+  pt_inputs_free(in);
+  return n;
+}
+
+static void fused_cc_and_none(void **state) {
+  (void)state;
+  const char *compilers[2] = {"none", "cc"};
+  for (int c = 0; c < 2; c++) {
+    slapo_sched *root = net_sched(true);
+    slapo_pattern *p = pt_parse(k_pair_pattern);
+    for (int i = 1; i <= 2; i++) {
+      char path[8];
+      snprintf(path, sizeof path, "p%d", i);
+      OK(slapo_trace(pt_at(root, path), NULL));
+      OK(slapo_fuse(pt_at(root, path), p, compilers[c], "FusedPair", NULL, false));
+    }
+    slapo_pattern_free(p);
+    char *g = graph_of(pt_at(root, "p2"));
+    print_message("%s: %s", compilers[c], g);
+    assert_non_null(strstr(g, "%FusedPair_0 : (2) = call_module FusedPair_0(%lin)"));
+    free(g);
+    /* none re-emits the ops: bitwise; cc within the fused tolerance. */
+    expect_like_reference(slapo_sched_module(root), c == 0);
+    if (c == 1) {
+      /* One op per used value: p1's two, p2's first; p2's second (unused)
+       * is not in the step at all, nor is its backward. */
+      int n = step_count_prefix(slapo_sched_module(root), "FusedPair");
+      print_message("fused op nodes in the train step: %d\n", n);
+      assert_int_equal(n, 3 * 2); /* three forwards, three backwards */
+    }
+    pt_sched_free(root);
+  }
+}
+
+/* ---- verify, from a schedule file ---- */
+
+static slapo_status build_net(void *ud, slapo_module **out) {
+  (void)ud;
+  *out = net_new(true);
+  return SLAPO_OK;
+}
+
+static void verified_schedule(void **state) {
+  (void)state;
+  const char *text = "p1 trace\n"
+                     "p1 fuse pattern=\"(gelu(x), mul(x, sigmoid(x)))\" name=FusedPair compiler=cc\n"
+                     "p2 trace\n"
+                     "p2 replace PairAct pattern=\"(gelu(x), mul(x, sigmoid(x)))\"\n"
+                     "p2 checkpoint\n"
+                     ". trace\n";
+  slapo_sched_log *log;
+  OK(slapo_sched_parse(text, "tuple.sched", &log));
+  slapo_tensor *in[2];
+  net_inputs(in);
+  slapo_verify_opts o = {.n_in = 2, .in = (const slapo_tensor *const *)in, .seed = 5, .step = 1,
+                         .per_entry = true};
+  size_t bad = 99;
+  OK(slapo_verify(build_net, NULL, log, &o, NULL, NULL, &bad));
+  assert_int_equal(bad, 0);
+  slapo_sched_log_free(log);
+  pt_inputs_free(in);
+}
+
 static int setup(void **state) {
   (void)state;
   if (slapo_models_init() != SLAPO_OK) return -1;
@@ -481,6 +559,8 @@ int main(void) {
       cmocka_unit_test(replaced_and_checkpointed),
       cmocka_unit_test(subgraph_replaced_by_tuples),
       cmocka_unit_test(horizontal_tuple),
+      cmocka_unit_test(fused_cc_and_none),
+      cmocka_unit_test(verified_schedule),
   };
   return cmocka_run_group_tests(tests, setup, NULL);
 }
