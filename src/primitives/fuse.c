@@ -392,7 +392,7 @@ static slapo_status fuse_impl(slapo_sched *node, const slapo_pattern *p, const c
   slapo__fuse_req rq = {cc, name, opts};
   slapo__subgraph_spec sp = {.primitive = "fuse", .child = name,
                              .factory = {slapo__fuse_factory, &rq},
-                             .skip_escaping = all, .escaping_results = true,
+                             .escaping_results = true,
                              .exactly_one = !all, .args = args,
                              .n_args = n, .replayable = replayable, .from = from};
   return slapo__subgraph_apply(node, p, &sp);
@@ -445,10 +445,13 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse) = {
            "  chain as one oneDNN matmul with post-ops; with compiler=none the region's ops\n"
            "  re-emitted. compiler defaults to cc. Other key=value arguments go to the\n"
            "  backend.\n"
+           "  A region with several results (a pattern (p, q), and every inner value\n"
+           "  read outside the match) returns them as a tuple; the backend compiles one\n"
+           "  op per result, so a result nothing reads costs nothing.\n"
            "  Fails: PRECOND if not traced; NO_MATCH; INVALID_ARG for several matches\n"
-           "  without all=true or an unknown compiler; STATE for a match whose value\n"
-           "  escapes; UNSUPPORTED for an op the backend cannot generate; COMPILE when the\n"
-           "  system compiler fails.\n"
+           "  without all=true or an unknown compiler; STATE when an outside reader of\n"
+           "  a result comes before an input of the match; UNSUPPORTED for an op the\n"
+           "  backend cannot generate; COMPILE when the system compiler fails.\n"
            "  Verified: outputs and gradients within tolerance.\n",
     .bitwise = false,
     .apply = apply,

@@ -69,7 +69,6 @@ typedef struct slapo__subgraph_spec {
   const char *child;          /* new children are "<child>_<k>"         */
   slapo__sub_factory factory;
   bool horizontal;            /* one child for all matches              */
-  bool skip_escaping;         /* leave matches with outside users       */
   bool escaping_results;      /* inner values used outside are results  */
   bool exactly_one;           /* anything but one match is an error     */
   bool skip_unsupported;      /* a match the factory cannot do is left  */

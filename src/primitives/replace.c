@@ -122,7 +122,10 @@ SLAPO_PRIMITIVE_DESCRIPTOR(replace) = {
            "  With pattern=P (a registered pattern or a \"text pattern\") on a traced\n"
            "  module: every match becomes a call of a new child <Name>_<k> built by the\n"
            "  registered subgraph module Name (horizontal=true: one child for all\n"
-           "  matches, which share their inputs; results split back along the last axis).\n"
+           "  matches, which share their inputs). Several results (a pattern (p, q), or\n"
+           "  the matches of a horizontal replacement) take a tuple from the child, one\n"
+           "  value each, read back with getitem, or one value split back along the last\n"
+           "  axis.\n"
            "  Verified: outputs and gradients within tolerance (dropout masks included).\n",
     .bitwise = false,
     .apply = apply,

@@ -71,12 +71,11 @@ const char *slapo_subgraph_registered_summary(int i) {
 typedef struct sub_edit {
   slapo_pattern *p; /* owned clone */
   bool horizontal, checkpoint;
-  bool skip_escaping; /* all=true: matches with outside users are left   */
   bool escaping_results; /* fuse: inner values used outside are results */
   bool exactly_one;   /* fuse without all: one replaceable match or error */
   bool regions;       /* fuse_all: maximal elementwise regions, no pattern */
   int n_skip;         /* matches the factory declined (unsupported), by   */
-  unsigned char *skip; /*   index after keep_usable; replays skip them too */
+  unsigned char *skip; /*   index; replays skip them too                */
   int n_children;
   char **children;  /* module form: child per match (vertical) or one */
   slapo_pattern_fn fn;
@@ -179,10 +178,8 @@ static slapo_status check_matches(const sub_edit *e, const char *what, const sla
     return slapo_error(SLAPO_INVALID_ARG, "%s: %s: pattern '%s' matches %d times; %s one "
                        "needs exactly one match (narrow the pattern, or all=true for each)",
                        what, e->path, label(e), ms->n, what);
-  int usable = 0;
-  for (int i = 0; i < ms->n; i++) usable += ms->items[i].replaceable;
   for (int i = 0; i < ms->n && !e->checkpoint; i++)
-    if (!ms->items[i].replaceable && (!e->skip_escaping || usable == 0))
+    if (!ms->items[i].replaceable)
       return slapo_error(SLAPO_STATE, "%s: %s: match %d of '%s' is not replaceable: %s", what,
                          e->path, i + 1, label(e), ms->items[i].why);
   if (!e->horizontal) return SLAPO_OK;
@@ -198,19 +195,6 @@ static slapo_status check_matches(const sub_edit *e, const char *what, const sla
                            k < nb ? b[k]->name : "(none)", k < na ? a[k]->name : "(none)");
   }
   return SLAPO_OK;
-}
-
-/* The matches an edit acts on: all, or with skip_escaping the replaceable
- * ones (the others are logged), compacted in place. */
-static void keep_usable(const sub_edit *e, slapo_matches *ms) {
-  if (!e->skip_escaping || e->checkpoint) return;
-  int k = 0;
-  for (int i = 0; i < ms->n; i++) {
-    if (ms->items[i].replaceable) ms->items[k++] = ms->items[i];
-    else slapo_logf(1, "%s: match %d of '%s' left as it is: %s", e->path, i + 1,
-                    label(e), ms->items[i].why);
-  }
-  ms->n = k;
 }
 
 /* Where a node replacing matches [first, first + n) goes: after its latest
@@ -489,7 +473,6 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   SLAPO_TRY(find_for(e, m, g, &ms));
   slapo_status s = widen(e, &ms, &w);
   if (s == SLAPO_OK) s = check_matches(e, "replace", &ms);
-  keep_usable(e, &ms);
   drop_skipped(e, &ms);
   int n_groups = e->horizontal ? 1 : ms.n;
   if (s == SLAPO_OK && !e->fn && e->n_children != n_groups)
@@ -658,7 +641,6 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   sub_edit *e;
   SLAPO_TRY(new_edit(node, p, &e));
   e->horizontal = sp->horizontal;
-  e->skip_escaping = sp->skip_escaping;
   e->exactly_one = sp->exactly_one;
   e->escaping_results = sp->escaping_results;
   slapo_matches ms;
@@ -666,7 +648,6 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   slapo_status s = find_for(e, slapo_sched_module(node), slapo_module_graph(slapo_sched_module(node)), &ms);
   if (s == SLAPO_OK) s = widen(e, &ms, &w);
   if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
-  if (s == SLAPO_OK) keep_usable(e, &ms);
   if (s == SLAPO_OK)
     s = make_children(node, e, sp->primitive, sp->child, &sp->factory, &ms, sp->skip_unsupported);
   if (s == SLAPO_OK && e->n_children == 0)
