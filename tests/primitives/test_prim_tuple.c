@@ -347,6 +347,15 @@ static void subgraph_replaced_by_tuples(void **state) {
     char path[8];
     snprintf(path, sizeof path, "p%d", i);
     OK(slapo_trace(pt_at(root, path), NULL));
+    /* find: one match of the region, its two results in pattern order. */
+    slapo_matches ms = {0};
+    OK(slapo_sched_find(pt_at(root, path), p, &ms));
+    assert_int_equal(ms.n, 1);
+    assert_int_equal(ms.items[0].n_outputs, 2);
+    assert_string_equal(ms.items[0].outputs[0]->target, "gelu");
+    assert_string_equal(ms.items[0].outputs[1]->target, "mul");
+    assert_true(ms.items[0].replaceable);
+    slapo_matches_deinit(&ms);
     OK(slapo_replace_subgraph(pt_at(root, path), p, "PairAct", false));
   }
   char *g = graph_of(pt_at(root, "p2"));
