@@ -1,9 +1,9 @@
 /* compiler/dnnl.c - the `dnnl` backend: GEMM epilogue fusion. A region
  *   linear(x, w[, b])  or  matmul(x, w, trans_b=1) [+ add(., b[N])]
- * followed by a chain of relu, gelu (tanh or erf), mul_scalar and add of a
- * full-shape input (a residual) becomes one op whose forward is ONE oneDNN
- * matmul primitive: the bias as its bias argument, the chain as post-ops
- * (eltwise relu / gelu_tanh / gelu_erf / linear, binary add). Primitives
+ * followed by a chain of relu, gelu (tanh or erf), mul_scalar, add_scalar
+ * and add of a full-shape input (a residual) becomes one op whose forward is
+ * ONE oneDNN matmul primitive: the bias as its bias argument, the chain as
+ * post-ops (eltwise relu / gelu_tanh / gelu_erf / linear, binary add). Primitives
  * are cached per op (ops/dnnl_cache.h), keyed by problem shape and OpenMP
  * thread count.
  * The backward rule is built from existing ops on the fused node's inputs
@@ -29,11 +29,11 @@
 #define MAX_IN 32
 #define CACHE_CAP 8
 
-typedef enum post_kind { P_RELU, P_GELU_TANH, P_GELU_ERF, P_SCALE, P_ADD } post_kind;
+typedef enum post_kind { P_RELU, P_GELU_TANH, P_GELU_ERF, P_SCALE, P_ADD, P_SHIFT } post_kind;
 
 typedef struct post {
   post_kind kind;
-  double scale; /* P_SCALE */
+  double scale; /* P_SCALE: the factor; P_SHIFT: the constant added */
   int in;       /* P_ADD: the residual's input index */
 } post;
 
@@ -137,6 +137,7 @@ static void fwd_ref(const slapo_node *node, const slapo_tensor *const *in, slapo
       case P_GELU_ERF: v = gelu_d(v, false); break;
       case P_SCALE: v = v * q->scale; break;
       case P_ADD: v = v + r[i]; break;
+      case P_SHIFT: v = v + q->scale; break;
       }
       y[i] = (float)v;
     }
@@ -176,6 +177,9 @@ static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
       break;
     case P_SCALE:
       ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, (float)q->scale, 0);
+      break;
+    case P_SHIFT: /* eltwise linear: alpha x + beta */
+      ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, 1.0f, (float)q->scale);
       break;
     case P_ADD:
       ok = desc2(&md[MEM_POST + i], k->M, k->N, k->N, 1) &&
@@ -258,12 +262,15 @@ static slapo_node *apply_post(slapo_ctx *ctx, const post *q, slapo_node *v,
   case P_GELU_ERF: return slapo_gelu(ctx, v, false);
   case P_SCALE: return slapo_mul_scalar(ctx, v, q->scale);
   case P_ADD: return slapo_add(ctx, v, in[q->in]);
+  case P_SHIFT: return slapo_add_scalar(ctx, v, q->scale);
   }
   return NULL;
 }
 
 /* A relu's mask from y: the relu is last, or only scales >= 1 follow it
- * (s z > 0 iff z > 0 then; a scale below 1 could round a tiny z to 0). */
+ * (s z > 0 iff z > 0 then; a scale below 1 could round a tiny z to 0).
+ * After a shift, y says nothing exact: relu(z) + 1 is 1 for every
+ * 0 < z < 2^-24, so the pre-activation is recomputed. */
 static bool relu_mask_from_y(const plan *p, int k) {
   for (int j = k + 1; j < p->n_post; j++)
     if (p->post[j].kind != P_SCALE || !(p->post[j].scale >= 1.0)) return false;
@@ -293,6 +300,7 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
     slapo_attr a;
     switch (q->kind) {
     case P_SCALE: g = slapo_mul_scalar(ctx, g, q->scale); break;
+    case P_SHIFT: break;
     case P_ADD:
       if (need[q->in]) acc[q->in] = accumulate(ctx, acc[q->in], g);
       break;
@@ -397,6 +405,8 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
       q.kind = !strcmp(a, "tanh") ? P_GELU_TANH : P_GELU_ERF;
     } else if (op == SLAPO_OP_DESC(mul_scalar)) {
       q.kind = P_SCALE, q.scale = slapo_node_attr_float(n, "value", 1.0);
+    } else if (op == SLAPO_OP_DESC(add_scalar)) {
+      q.kind = P_SHIFT, q.scale = slapo_node_attr_float(n, "value", 0.0);
     } else if (op == SLAPO_OP_DESC(add)) {
       const slapo_node *o = n->inputs[1 - at];
       int oi = input_index(ph, p->n_in, o);

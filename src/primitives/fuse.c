@@ -15,16 +15,27 @@
  * parameters among them: a larger region is SLAPO_LIMIT, saying so. */
 enum { FUSE_MAX_VALUES = 32, FUSE_MAX_PARAMS = 16 };
 
-/* One compiled op of a fused module: it computes one of the region's
- * results from the region values it reads (args: their indices among the
- * module's inputs then parameters), with its random ops' streams. */
-typedef struct fused_op {
+/* How a fused module computes one result: one compiled op over the region
+ * (its cone, for one of several results), or a GEMM/convolution head run
+ * as its own op followed by one compiled op over the rest (a backend that
+ * compiles elementwise code takes the GEMM's output as an input). Each step
+ * reads values by index: the module's inputs then parameters, then the
+ * results of the steps before it. */
+typedef struct fused_step {
   const slapo_op *op;
+  const slapo_node *like; /* a head: the region node whose attributes it reuses */
+  const char *backend;    /* what runs it: a compiler's name, or "oneDNN"     */
   int n_args;
   unsigned char args[FUSE_MAX_VALUES];
-  int n_streams;      /* the region's random ops' streams, in order: */
-  int64_t streams[8]; /*   one compiled op serves regions of any     */
-} fused_op;
+  int n_streams;          /* its random ops' streams, in order: one compiled */
+  int64_t streams[8];     /*   op serves regions of any streams              */
+} fused_step;
+
+typedef struct fused_prog {
+  int n_steps;
+  fused_step steps[2];
+  slapo_graph *keep;      /* the graph `like` lives in (owned)               */
+} fused_prog;
 
 typedef struct fused_cfg {
   slapo_module_type type; /* per instance: its name is the fused name   */
@@ -33,13 +44,14 @@ typedef struct fused_cfg {
   slapo_graph *region;    /* placeholders: node inputs, then parameters */
   int n_in, n_params;
   int n_out;              /* the region's results; > 1: a tuple          */
-  int n_ops;              /* 0: re-emit the region (none); else one op    */
-  fused_op ops[SLAPO_MAX_RESULTS]; /* per result (each recomputes its cone) */
+  bool compiled;          /* false: re-emit the region (none)            */
+  fused_prog prog[SLAPO_MAX_RESULTS]; /* per result (each recomputes its cone) */
 } fused_cfg;
 
 static void fused_free(void *p) {
   fused_cfg *c = p;
   slapo_graph_free(c->region);
+  for (int i = 0; i < SLAPO_MAX_RESULTS; i++) slapo_graph_free(c->prog[i].keep);
   slapo_free(c->name);
   slapo_free(c->compiler);
   slapo_free(c);
@@ -72,11 +84,19 @@ static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *c
   return slapo_ctx_status(ctx) == SLAPO_OK ? y : NULL;
 }
 
-static slapo_node *apply_op(slapo_ctx *ctx, const fused_op *f, slapo_node *const *args) {
-  slapo_node *in[FUSE_MAX_VALUES];
-  for (int i = 0; i < f->n_args; i++) in[i] = args[f->args[i]];
-  slapo_attr a = slapo_attr_ints("streams", f->n_streams, f->streams);
-  return slapo_op_apply(ctx, f->op, f->n_args, in, f->n_streams ? 1 : 0, &a);
+/* One result: its steps in order on the module's values `vals`. */
+static slapo_node *run_prog(slapo_ctx *ctx, const fused_prog *pg, int n_vals, slapo_node **vals) {
+  slapo_node *y = NULL;
+  for (int k = 0; k < pg->n_steps; k++) {
+    const fused_step *f = &pg->steps[k];
+    slapo_node *in[FUSE_MAX_VALUES];
+    for (int i = 0; i < f->n_args; i++) in[i] = vals[f->args[i]];
+    slapo_attr a = slapo_attr_ints("streams", f->n_streams, f->streams);
+    y = f->like ? slapo_op_apply(ctx, f->op, f->n_args, in, f->like->n_attrs, f->like->attrs)
+                : slapo_op_apply(ctx, f->op, f->n_args, in, f->n_streams ? 1 : 0, &a);
+    vals[n_vals + k] = y;
+  }
+  return y;
 }
 
 static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
@@ -87,20 +107,24 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                    slapo_ctx_origin(ctx), c->name, c->n_in, n_in);
     return NULL;
   }
-  slapo_node *args[FUSE_MAX_VALUES]; /* c->n_in + c->n_params < FUSE_MAX_VALUES */
+  /* c->n_in + c->n_params < FUSE_MAX_VALUES; then the steps' results */
+  slapo_node *args[FUSE_MAX_VALUES + 2];
   for (int i = 0; i < n_in; i++) args[i] = in[i];
   for (int k = 0; k < c->n_params; k++) {
     char pn[16];
     snprintf(pn, sizeof pn, "p%d", k);
     args[n_in + k] = slapo_weight(ctx, self, pn);
   }
-  if (!c->n_ops) return emit_region(ctx, c, args);
-  if (c->n_out == 1) return apply_op(ctx, &c->ops[0], args);
+  if (!c->compiled) return emit_region(ctx, c, args);
+  int n_vals = n_in + c->n_params;
+  if (c->n_out == 1) return run_prog(ctx, &c->prog[0], n_vals, args);
   slapo_node *ys[SLAPO_MAX_RESULTS];
-  for (int i = 0; i < c->n_out; i++) ys[i] = apply_op(ctx, &c->ops[i], args);
+  for (int i = 0; i < c->n_out; i++) ys[i] = run_prog(ctx, &c->prog[i], n_vals, args);
   return slapo_tuple(ctx, c->n_out, ys);
 }
 
+/* "compiler=auto, ops=conv2d+relu+add_scalar, runs=oneDNN conv2d + cc":
+ * the region's ops and what runs each result (one "; " apart). */
 static void fused_describe(const slapo_module *self, char *buf, size_t cap) {
   const fused_cfg *c = self->config;
   size_t used = (size_t)snprintf(buf, cap, "compiler=%s, ops=", c->compiler);
@@ -109,6 +133,13 @@ static void fused_describe(const slapo_module *self, char *buf, size_t cap) {
     if (r->kind == SLAPO_NODE_CALL_OP) {
       used += (size_t)snprintf(buf + used, cap - used, "%s%s", first ? "" : "+", r->target);
       first = false;
+    }
+  if (!c->compiled && used < cap) snprintf(buf + used, cap - used, ", runs=the ops as they are");
+  for (int i = 0; c->compiled && i < c->n_out && used < cap; i++)
+    for (int k = 0; k < c->prog[i].n_steps && used < cap; k++) {
+      const fused_step *f = &c->prog[i].steps[k];
+      used += (size_t)snprintf(buf + used, cap - used, "%s%s%s%s", k ? " + " : i ? "; " : ", runs=",
+                               f->backend, f->like ? " " : "", f->like ? f->op->name : "");
     }
 }
 
@@ -219,28 +250,35 @@ static slapo_status build_region(region_build *rb) {
 
 /* ---- one op per result ---- */
 
-/* The part of `region` that result `which` depends on, as a region of its
- * own (placeholders it reads, in order; their indices among region's into
- * f->args), so a backend compiles one op per result: a region with several
- * results becomes that many ops, each recomputing the shared part (an
- * elementwise region's recompute is cheaper than a kernel with several
- * outputs the executor would have to split). */
-static slapo_status cone_of(const slapo_graph *region, int which, fused_op *f, slapo_graph **out) {
+/* The part of `region` that `result` depends on, as a region of its own,
+ * so a backend compiles one op per result: a region with several results
+ * becomes that many ops, each recomputing the shared part (an elementwise
+ * region's recompute is cheaper than a kernel with several outputs the
+ * executor would have to split). With `cut` (a node of region), the cut
+ * node's value is the new region's first input instead of being computed
+ * (a GEMM head runs as its own op; arg index `cut_arg`). The placeholders
+ * the part reads follow, in order; their indices among region's go to
+ * f->args. */
+static slapo_status extract(const slapo_graph *region, const slapo_node *result,
+                            const slapo_node *cut, int cut_arg, fused_step *f, slapo_graph **out) {
   *out = NULL;
   int n = slapo_graph_count(region);
   slapo_node **map = slapo_calloc((size_t)n + 1, sizeof *map);
   bool *need = slapo_calloc((size_t)n + 1, sizeof *need);
   slapo_graph *g = NULL;
   slapo_status s = map && need ? slapo_graph_new(&g) : slapo_error(SLAPO_NOMEM, "fuse: oom");
-  const slapo_node *res = s == SLAPO_OK ? slapo_graph_output(region)->inputs[which] : NULL;
-  if (res) need[res->id] = true;
+  if (s == SLAPO_OK) need[result->id] = true;
   for (const slapo_node *r = slapo_graph_last(region); s == SLAPO_OK && r; r = r->prev)
-    for (int i = 0; need[r->id] && i < r->n_inputs; i++) need[r->inputs[i]->id] = true;
-  int ph = 0;
+    for (int i = 0; need[r->id] && r != cut && i < r->n_inputs; i++) need[r->inputs[i]->id] = true;
   f->n_args = 0;
+  if (cut && s == SLAPO_OK) {
+    f->args[f->n_args++] = (unsigned char)cut_arg;
+    s = slapo_graph_add_placeholder(g, "z", cut->dtype, cut->ndim, cut->shape, &map[cut->id]);
+  }
+  int ph = 0;
   for (const slapo_node *r = slapo_graph_first(region); s == SLAPO_OK && r; r = r->next) {
     bool is_ph = r->kind == SLAPO_NODE_PLACEHOLDER;
-    if (!need[r->id] || r->kind == SLAPO_NODE_OUTPUT) {
+    if (!need[r->id] || r == cut || r->kind == SLAPO_NODE_OUTPUT) {
       ph += is_ph;
       continue;
     }
@@ -255,7 +293,7 @@ static slapo_status cone_of(const slapo_graph *region, int which, fused_op *f, s
     }
     map[r->id] = c;
   }
-  if (s == SLAPO_OK) s = slapo_graph_add_output(g, 1, &map[res->id], NULL);
+  if (s == SLAPO_OK) s = slapo_graph_add_output(g, 1, &map[result->id], NULL);
   slapo_free(map);
   slapo_free(need);
   if (s != SLAPO_OK) slapo_graph_free(g);
@@ -265,7 +303,7 @@ static slapo_status cone_of(const slapo_graph *region, int which, fused_op *f, s
 
 /* The random ops' streams of a region, in order, as the cc plan counts
  * them (a dropout with p = 0 draws nothing). */
-static void streams_of(const slapo_graph *region, fused_op *f) {
+static void streams_of(const slapo_graph *region, fused_step *f) {
   f->n_streams = 0;
   for (const slapo_node *r = slapo_graph_first(region); r; r = r->next)
     if (r->kind == SLAPO_NODE_CALL_OP && r->op && r->op->random && f->n_streams < 8 &&
@@ -273,32 +311,121 @@ static void streams_of(const slapo_graph *region, fused_op *f) {
       f->streams[f->n_streams++] = slapo_node_attr_int(r, "stream", 0);
 }
 
-/* Compiles c's region: one op, or one per result (cone_of). `none`
- * registers nothing: the module re-emits the region. */
-static slapo_status compile_ops(fused_cfg *c, const slapo__fuse_req *rq) {
-  c->n_out = slapo_graph_output(c->region)->n_inputs;
-  slapo_graph_renumber(c->region);
-  const slapo_op *op = NULL;
-  if (c->n_out == 1) {
-    SLAPO_TRY(rq->compiler->compile(c->region, rq->name, rq->opts, &op));
-    if (!op) return SLAPO_OK;
-    c->ops[0].op = op;
-    c->ops[0].n_args = c->n_in + c->n_params;
-    for (int i = 0; i < c->ops[0].n_args; i++) c->ops[0].args[i] = (unsigned char)i;
-    streams_of(c->region, &c->ops[0]);
-    c->n_ops = 1;
-    return SLAPO_OK;
+/* The backends `auto` tries, in order: oneDNN for the GEMM epilogues it
+ * can express, generated C for the rest. */
+static const char *const k_auto[] = {"dnnl", "cc"};
+
+/* Compiles `region` with the request's backend (auto: the first of k_auto
+ * that takes it), into f->op; f->backend names the one that did. A backend
+ * that refuses gives SLAPO_UNSUPPORTED; auto's message names each refusal. */
+static slapo_status compile_with(const slapo__fuse_req *rq, const slapo_graph *region,
+                                 fused_step *f) {
+  /* The op is named <Name>_<backend>_<hash>: step graphs and profiles say
+   * which backend runs each fused node. */
+  char name[128];
+  if (rq->compiler) {
+    f->backend = rq->compiler->name;
+    snprintf(name, sizeof name, "%s_%s", rq->name, rq->compiler->name);
+    return rq->compiler->compile(region, name, rq->opts, &f->op);
   }
+  char why[1024] = "";
+  for (size_t i = 0; i < SLAPO_ARRAY_LEN(k_auto); i++) {
+    const slapo_compiler *cc = slapo_compiler_find(k_auto[i]);
+    snprintf(name, sizeof name, "%s_%s", rq->name, cc->name);
+    slapo_status s = cc->compile(region, name, rq->opts, &f->op);
+    if (s != SLAPO_UNSUPPORTED) {
+      f->backend = cc->name;
+      return s;
+    }
+    size_t used = strlen(why);
+    snprintf(why + used, sizeof why - used, "%s%s", used ? "; " : "", slapo_last_error());
+  }
+  return slapo_error(SLAPO_UNSUPPORTED, "auto: no backend runs the region: %s", why);
+}
+
+/* The GEMM or convolution a region starts with, when its operands are
+ * region inputs and ops follow it: the head a backend of elementwise code
+ * leaves to its own oneDNN op. NULL otherwise. */
+static const slapo_node *gemm_head(const slapo_graph *region) {
+  const slapo_node *h = NULL;
+  int n_ops = 0;
+  for (const slapo_node *r = slapo_graph_first(region); r; r = r->next) {
+    if (r->kind != SLAPO_NODE_CALL_OP) continue;
+    if (!n_ops++) h = r;
+  }
+  if (!h || n_ops < 2) return NULL;
+  if (h->op != SLAPO_OP_DESC(linear) && h->op != SLAPO_OP_DESC(matmul) &&
+      h->op != SLAPO_OP_DESC(conv2d))
+    return NULL;
+  for (int i = 0; i < h->n_inputs; i++)
+    if (h->inputs[i]->kind != SLAPO_NODE_PLACEHOLDER) return NULL;
+  return h;
+}
+
+/* The program of one result whose region `cone` (reading placeholders at
+ * region indices args) the backend refused: its GEMM head as its own op,
+ * then the backend on the rest. `keep` receives the graph the head lives
+ * in. The refusal stands when there is no head or the rest is refused. */
+static slapo_status split_head(const slapo__fuse_req *rq, slapo_graph *cone, const fused_step *whole,
+                               int n_vals, fused_prog *pg) {
+  const slapo_node *h = gemm_head(cone);
+  if (!h) return SLAPO_UNSUPPORTED;
+  slapo_graph_renumber(cone);
+  fused_step *head = &pg->steps[0], *tail = &pg->steps[1];
+  *head = (fused_step){.op = h->op, .like = h, .backend = "oneDNN"};
+  int k = 0; /* the cone's k-th placeholder is the module's value whole->args[k] */
+  for (const slapo_node *r = slapo_graph_first(cone); r; r = r->next) {
+    if (r->kind != SLAPO_NODE_PLACEHOLDER) continue;
+    for (int i = 0; i < h->n_inputs; i++)
+      if (h->inputs[i] == r) head->args[i] = whole->args[k];
+    k++;
+  }
+  head->n_args = h->n_inputs;
+  slapo_graph *rest;
+  SLAPO_TRY(extract(cone, slapo_graph_output(cone)->inputs[0], h, n_vals, tail, &rest));
+  /* tail->args index cone placeholders (then the head): back to the module's values */
+  for (int i = 1; i < tail->n_args; i++) tail->args[i] = whole->args[tail->args[i]];
+  slapo_status s = compile_with(rq, rest, tail);
+  streams_of(rest, tail);
+  slapo_graph_free(rest);
+  if (s == SLAPO_OK && tail->op) pg->n_steps = 2, pg->keep = cone;
+  return s;
+}
+
+/* Compiles c's region: one program per result (extract's cone for each of
+ * several), each one op, or a GEMM head plus one op when the backend takes
+ * only the rest. `none` registers nothing: the module re-emits the region. */
+static slapo_status compile_ops(fused_cfg *c, const slapo__fuse_req *rq) {
+  const slapo_node *out = slapo_graph_output(c->region);
+  c->n_out = out->n_inputs;
+  slapo_graph_renumber(c->region);
+  int n_vals = c->n_in + c->n_params;
   for (int i = 0; i < c->n_out; i++) {
+    fused_prog *pg = &c->prog[i];
     slapo_graph *cone;
-    SLAPO_TRY(cone_of(c->region, i, &c->ops[i], &cone));
-    slapo_status s = rq->compiler->compile(cone, rq->name, rq->opts, &c->ops[i].op);
-    streams_of(cone, &c->ops[i]);
+    SLAPO_TRY(extract(c->region, out->inputs[i], NULL, 0, &pg->steps[0], &cone));
+    slapo_status s = compile_with(rq, cone, &pg->steps[0]);
+    streams_of(cone, &pg->steps[0]);
+    pg->n_steps = 1;
+    if (s == SLAPO_UNSUPPORTED) {
+      char msg[1024];
+      snprintf(msg, sizeof msg, "%s", slapo_last_error());
+      fused_step whole = pg->steps[0];
+      s = split_head(rq, cone, &whole, n_vals, pg);
+      if (s == SLAPO_UNSUPPORTED && !gemm_head(cone)) s = slapo_error(s, "%s", msg);
+      else if (s == SLAPO_UNSUPPORTED) {
+        char rest[1024];
+        snprintf(rest, sizeof rest, "%s", slapo_last_error());
+        s = slapo_error(s, "%s; with the %s run on its own, the rest: %s", msg,
+                        gemm_head(cone)->op->name, rest);
+      }
+      if (s == SLAPO_OK) cone = NULL; /* kept by the program */
+    }
     slapo_graph_free(cone);
     SLAPO_TRY(s);
-    if (!c->ops[i].op) return SLAPO_OK; /* none: re-emit */
-    c->n_ops = i + 1;
+    if (!pg->steps[pg->n_steps - 1].op) return SLAPO_OK; /* none: re-emit */
   }
+  c->compiled = true;
   return SLAPO_OK;
 }
 
@@ -348,7 +475,7 @@ slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const sla
   rb.map = tg ? slapo_calloc((size_t)slapo_graph_count(tg) + 1, sizeof *rb.map) : NULL;
   slapo_status s = c && path && rb.map ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "fuse: oom");
   if (s == SLAPO_OK && (!(c->name = slapo_strdup(rq->name)) ||
-                        !(c->compiler = slapo_strdup(rq->compiler->name))))
+                        !(c->compiler = slapo_strdup(rq->compiler ? rq->compiler->name : "auto"))))
     s = slapo_error(SLAPO_NOMEM, "fuse: out of memory");
   if (s == SLAPO_OK) s = slapo_graph_new(&c->region);
   if (s == SLAPO_OK) s = slapo_ctx_new(c->region, &rb.ctx);
@@ -367,8 +494,8 @@ slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const sla
 
 slapo_status slapo__compiler_named(slapo_sched *node, const char *primitive, const char *name,
                                    const slapo_compiler **out) {
-  if ((*out = slapo_compiler_find(name))) return SLAPO_OK;
-  char known[256] = "";
+  if ((*out = slapo_compiler_find(name)) || !strcmp(name, "auto")) return SLAPO_OK;
+  char known[256] = "auto";
   for (int i = 0; i < slapo_compiler_count(); i++)
     slapo_list_append(known, sizeof known, slapo_compiler_at(i)->name);
   return slapo_error(SLAPO_INVALID_ARG, "%s: %s: no compiler '%s' (known: %s)", primitive,
@@ -435,7 +562,7 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse) = {
     .name = "fuse",
     .summary = "turn a subgraph of a traced module into one module with generated forward and "
                "backward kernels",
-    .doc = "fuse pattern=P name=Name [compiler=cc] [all=true] [key=value ...]\n"
+    .doc = "fuse pattern=P name=Name [compiler=cc|dnnl|none|auto] [all=true] [key=value ...]\n"
            "  C: slapo_fuse(node, pattern, \"cc\", \"FusedBiasGeLU\", NULL, false)\n"
            "  Applies to a traced module; the match holds ops or calls of leaves with an\n"
            "  op form (ReLU, GELU, Dropout), fused as those ops.\n"
@@ -443,8 +570,13 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse) = {
            "  generated forward and one backward kernel (intermediates recomputed, not\n"
            "  stored); with compiler=dnnl a matmul/linear + bias + relu/gelu/scale/residual\n"
            "  chain as one oneDNN matmul with post-ops; with compiler=none the region's ops\n"
-           "  re-emitted. compiler defaults to cc. Other key=value arguments go to the\n"
-           "  backend.\n"
+           "  re-emitted; with compiler=auto dnnl where it can express the region, else cc.\n"
+           "  A region that starts with a linear, matmul or conv2d which the backend\n"
+           "  cannot take (cc generates elementwise code) runs that op as its own oneDNN\n"
+           "  kernel and the backend's kernel over its output. The child's description\n"
+           "  (slapo show) says what runs each result, and the ops are named\n"
+           "  <Name>_<backend>_<hash> in step graphs and profiles. compiler defaults to\n"
+           "  cc. Other key=value arguments go to the backend.\n"
            "  A region with several results (a pattern (p, q), and every inner value\n"
            "  read outside the match) returns them as a tuple; the backend compiles one\n"
            "  op per result, so a result nothing reads costs nothing.\n"

@@ -36,7 +36,7 @@ static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
 SLAPO_PRIMITIVE_DESCRIPTOR(fuse_all) = {
     .name = "fuse_all",
     .summary = "fuse every maximal elementwise region of a traced module",
-    .doc = "fuse_all [compiler=cc] [name=Fused]\n"
+    .doc = "fuse_all [compiler=cc|dnnl|none|auto] [name=Fused]\n"
            "  C: slapo_fuse_all(node, \"cc\", \"Fused\")\n"
            "  Applies to a traced module (flatten=true exposes its children's ops).\n"
            "  Effect: every region of connected elementwise nodes whose values are used\n"

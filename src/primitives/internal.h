@@ -84,13 +84,14 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
 /* fuse.c: the factory that makes a Fused module from a match, for fuse and
  * fuse_all; ud is a slapo__fuse_req. */
 typedef struct slapo__fuse_req {
-  const slapo_compiler *compiler;
+  const slapo_compiler *compiler; /* NULL: auto */
   const char *name;
   const slapo_compile_opts *opts;
 } slapo__fuse_req;
 slapo_status slapo__fuse_factory(void *ud, slapo_module *owner, int n, const slapo_match *ms,
                                  slapo_module **out);
-/* The backend `name`, or SLAPO_INVALID_ARG listing the known ones. */
+/* The backend `name` (NULL for "auto": fuse.c picks per region), or
+ * SLAPO_INVALID_ARG listing the known ones. */
 slapo_status slapo__compiler_named(slapo_sched *node, const char *primitive, const char *name,
                                    const slapo_compiler **out);
 /* The pattern as a .sched argument pattern=...: a registered name (word),

@@ -1,0 +1,177 @@
+/* tests/compiler/test_fuse_epilogue.c - GEMM and convolution epilogues:
+ * the original system's recipe `x = conv(x); x = relu(x); x = x + 1`
+ * (pattern add(relu(conv2d(x, w, b)), 1)) and its Linear twin fused with
+ * cc (the oneDNN op runs on its own, one generated kernel over its
+ * output), dnnl (one oneDNN matmul with post-ops; `+ 1` as eltwise linear)
+ * and auto (which backend ran is in the module's description), against the
+ * unfused model in outputs and every gradient; and the relu-mask edge:
+ * relu(z) + 1 is exactly 1 for 0 < z < 2^-24, so a mask read from the
+ * output would lose those gradients. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include "../primitives/prim_test.h"
+#include "slapo/primitives.h"
+
+/* ---- Chain: y = relu(head(x)) + 1; loss = mean((y - t)^2) ---- */
+
+static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                 slapo_node *const *in) {
+  slapo_node *y = slapo_add_scalar(ctx, slapo_relu(ctx, slapo_call1(ctx, self, "head", in[0])), 1.0);
+  if (n_in == 1) return y;
+  slapo_node *d = slapo_sub(ctx, y, in[1]);
+  int64_t axes[4] = {0, 1, 2, 3};
+  return slapo_mean(ctx, slapo_mul(ctx, d, d), d->ndim, axes, false);
+}
+
+static const slapo_module_type k_chain = {"Chain", chain_forward, NULL, NULL, NULL};
+
+enum { N = 2, C = 3, H = 5, W = 6, O = 4 };
+
+/* conv: Conv2d(C, O, 3, padding 1) on [N, C, H, W]; else Linear(W, O) on
+ * [N, C, H, W] (x's last axis). */
+static slapo_module *chain_new(bool conv, int64_t *xs, int64_t *ys) {
+  slapo_module *m, *head;
+  OK(slapo_module_new(&k_chain, NULL, &m));
+  if (conv) {
+    slapo_conv2d_opts o = SLAPO_CONV2D_OPTS_DEFAULT;
+    o.padding[0] = o.padding[1] = 1;
+    OK(slapo_conv2d_new(C, O, 3, 3, &o, &head));
+  } else {
+    OK(slapo_linear_new(W, O, true, 0.5f, &head));
+  }
+  OK(slapo_module_add_child(m, "head", head));
+  OK(slapo_module_materialize(m, PT_SEED));
+  int64_t x[4] = {N, C, H, W}, y[4] = {N, conv ? O : C, H, conv ? W : O};
+  memcpy(xs, x, sizeof x), memcpy(ys, y, sizeof y);
+  slapo_tensor *ex[2];
+  OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 4, x, &ex[0]));
+  OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 4, y, &ex[1]));
+  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
+  slapo_tensor_free(ex[0]);
+  slapo_tensor_free(ex[1]);
+  return m;
+}
+
+static void inputs(const int64_t *xs, const int64_t *ys, slapo_tensor *in[2]) {
+  const int64_t *s[2] = {xs, ys};
+  for (int j = 0; j < 2; j++) {
+    OK(slapo_tensor_new(SLAPO_DTYPE_F32, 4, s[j], &in[j]));
+    float *d = slapo_tensor_data(in[j]); /* [numel] */
+    for (int64_t i = 0; i < slapo_tensor_numel(in[j]); i++)
+      d[i] = (float)((i * 7 + j * 5) % 13) / 6.0f - 1.0f;
+  }
+}
+
+static void run(slapo_module *m, const int64_t *xs, const int64_t *ys, pt_result *r) {
+  slapo_tensor *in[2];
+  inputs(xs, ys, in);
+  pt_run(m, in, r);
+  pt_inputs_free(in);
+}
+
+/* Fuses the chain of a fresh model with `compiler`, checks the module's
+ * description names `runs`, and compares with the unfused model. */
+static void fuse_and_compare(bool conv, const char *compiler, const char *runs, bool bitwise) {
+  int64_t xs[4], ys[4];
+  slapo_sched *root;
+  OK(slapo_sched_create(chain_new(conv, xs, ys), &root));
+  OK(slapo_trace(root, NULL));
+  slapo_pattern *p = pt_parse(conv ? "add(relu(conv2d(x, w, b)), 1)" : "add(relu(linear(x, w, b)), 1)");
+  OK(slapo_fuse(root, p, compiler, "Epi", NULL, false));
+  slapo_pattern_free(p);
+  char *tree = pt_capture(pt_print_module, slapo_sched_module(root));
+  print_message("%s %s:\n%s", conv ? "conv" : "linear", compiler, tree);
+  assert_non_null(strstr(tree, runs));
+  free(tree);
+  pt_result a, b;
+  slapo_module *ref = chain_new(conv, xs, ys);
+  run(ref, xs, ys, &a);
+  run(slapo_sched_module(root), xs, ys, &b);
+  if (bitwise) pt_expect_bitwise(&b, &a);
+  else pt_expect_close(&b, &a, 1e-5, 1e-4);
+  pt_result_free(&a);
+  pt_result_free(&b);
+  slapo_module_free(ref);
+  pt_sched_free(root);
+}
+
+static void conv_relu_add(void **state) {
+  (void)state;
+  /* cc: the convolution as its own oneDNN op, relu + 1 generated: the
+   * same kernels and arithmetic as unfused, so bitwise. */
+  fuse_and_compare(true, "cc", "runs=oneDNN conv2d + cc", true);
+  fuse_and_compare(true, "auto", "runs=oneDNN conv2d + cc", true);
+  fuse_and_compare(true, "none", "runs=the ops as they are", true);
+  /* dnnl fuses GEMMs only: the convolution is refused by name. */
+  int64_t xs[4], ys[4];
+  slapo_sched *root;
+  OK(slapo_sched_create(chain_new(true, xs, ys), &root));
+  OK(slapo_trace(root, NULL));
+  slapo_pattern *p = pt_parse("add(relu(conv2d(x, w, b)), 1)");
+  PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
+                    "dnnl: the region must start with a matmul or linear, not conv2d");
+  slapo_pattern_free(p);
+  pt_sched_free(root);
+}
+
+static void linear_relu_add(void **state) {
+  (void)state;
+  fuse_and_compare(false, "cc", "runs=oneDNN linear + cc", true);
+  /* dnnl: one matmul primitive, `+ 1` an eltwise linear post-op; its GEMM
+   * blocking differs from the unfused linear's, so within tolerance. */
+  fuse_and_compare(false, "dnnl", "runs=dnnl", false);
+  fuse_and_compare(false, "auto", "runs=dnnl", false);
+}
+
+/* relu(z) + 1 == 1 for tiny positive z: the backward must still pass the
+ * gradient there (z > 0), as the unfused relu's does. */
+static void relu_mask_edge(void **state) {
+  (void)state;
+  const char *compilers[3] = {"dnnl", "cc", "auto"};
+  for (int c = 0; c < 3; c++) {
+    int64_t xs[4], ys[4];
+    slapo_sched *root;
+    OK(slapo_sched_create(chain_new(false, xs, ys), &root));
+    slapo_module *ref = chain_new(false, xs, ys);
+    /* weights so that z = x w^T + b lands in (0, 2^-24) for some outputs */
+    slapo_module *models[2] = {slapo_sched_module(root), ref};
+    for (int k = 0; k < 2; k++) {
+      float *w = slapo_tensor_data(slapo_module_param_at(models[k], "head.weight")->value);
+      float *b = slapo_tensor_data(slapo_module_param_at(models[k], "head.bias")->value);
+      for (int i = 0; i < O * W; i++) w[i] = 0;
+      b[0] = 1e-8f, b[1] = 3e-8f, b[2] = -1e-8f, b[3] = 0.5f; /* [O] */
+    }
+    OK(slapo_trace(root, NULL));
+    slapo_pattern *p = pt_parse("add(relu(linear(x, w, b)), 1)");
+    OK(slapo_fuse(root, p, compilers[c], "Epi", NULL, false));
+    slapo_pattern_free(p);
+    pt_result a, b;
+    run(ref, xs, ys, &a);
+    run(slapo_sched_module(root), xs, ys, &b);
+    pt_expect_close(&b, &a, 1e-6, 1e-5);
+    /* the bias gradient of the tiny positive outputs is not zero */
+    for (int i = 0; i < b.n; i++)
+      if (!strcmp(b.paths[i], "head.bias")) {
+        const float *g = slapo_tensor_data(b.grads[i]); /* [O] */
+        print_message("%s: bias grad %g %g %g %g\n", compilers[c], g[0], g[1], g[2], g[3]);
+        assert_true(g[0] != 0 && g[1] != 0);
+        assert_true(g[2] == 0);
+      }
+    pt_result_free(&a);
+    pt_result_free(&b);
+    slapo_module_free(ref);
+    pt_sched_free(root);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(conv_relu_add),
+      cmocka_unit_test(linear_relu_add),
+      cmocka_unit_test(relu_mask_edge),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
