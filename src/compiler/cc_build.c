@@ -54,7 +54,13 @@ static const char *isa_flags(void) {
   }
 }
 
-#define BASE_FLAGS "-std=c99 -O3 -ffp-contract=off -fPIC -shared -fopenmp -fno-math-errno"
+/* -fno-trapping-math: no kernel runs with floating-point traps enabled, and
+ * without it GCC will not turn a compare-and-select (relu's z <= 0 ? 0 : z,
+ * its mask in the backward) into a vector blend, so a region holding one
+ * ran scalar: relu + 1 over 3.1M floats took 4.8 ms against 1.75 ms. The
+ * arithmetic is unchanged (it allows no reassociation or contraction). */
+#define BASE_FLAGS "-std=c99 -O3 -ffp-contract=off -fno-trapping-math -fPIC -shared -fopenmp " \
+                   "-fno-math-errno"
 
 /* Runs `cmd` through sh with its stderr joined to its stdout, keeping the
  * first cap - 1 bytes of that output in out (NUL-terminated). A pipe, not

@@ -277,6 +277,13 @@ static bool relu_mask_from_y(const plan *p, int k) {
   return true;
 }
 
+/* Whether post-op k's gradient needs its input (which the fused GEMM
+ * never writes): a gelu's, a relu's whose mask y does not give. */
+static bool needs_input(const plan *p, int k) {
+  post_kind q = p->post[k].kind;
+  return q == P_GELU_TANH || q == P_GELU_ERF || (q == P_RELU && !relu_mask_from_y(p, k));
+}
+
 static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                  const bool *need, slapo_node **dx) {
   const plan *p = &of(node->op)->p;
@@ -284,11 +291,8 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   /* val[k]: the input of post-op k (val[0] = z, the GEMM's output with
    * bias), recomputed up to the last one a gradient needs. */
   int upto = -1;
-  for (int k = 0; k < p->n_post; k++) {
-    post_kind q = p->post[k].kind;
-    if (q == P_GELU_TANH || q == P_GELU_ERF || (q == P_RELU && !relu_mask_from_y(p, k)))
-      upto = k;
-  }
+  for (int k = 0; k < p->n_post; k++)
+    if (needs_input(p, k)) upto = k;
   slapo_node *val[MAX_POST + 1] = {0};
   if (upto >= 0) {
     val[0] = slapo_linear(ctx, in[p->x], in[p->w], p->b >= 0 ? in[p->b] : NULL);
@@ -439,15 +443,43 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
   return used < cap ? SLAPO_OK : slapo_error(SLAPO_LIMIT, "dnnl: region too long");
 }
 
+/* Whether the backward would recompute the GEMM (a gelu's input, a relu
+ * whose mask y does not give). */
+static bool recomputes(const plan *p) {
+  for (int k = 0; k < p->n_post; k++)
+    if (needs_input(p, k)) return true;
+  return false;
+}
+
+/* Options: recompute=allowed (the default) or never, which refuses a
+ * region whose backward would run the GEMM again (compiler=auto asks for
+ * it: in training that GEMM costs more than the passes the fusion saves). */
+static slapo_status read_opts(const slapo_compile_opts *opts, bool *never) {
+  *never = false;
+  for (int i = 0; opts && i < opts->n; i++) {
+    if (strcmp(opts->keys[i], "recompute"))
+      return slapo_error(SLAPO_INVALID_ARG, "dnnl: unknown option '%s' (the dnnl backend takes "
+                         "recompute=allowed|never)", opts->keys[i]);
+    if (strcmp(opts->values[i], "allowed") && strcmp(opts->values[i], "never"))
+      return slapo_error(SLAPO_INVALID_ARG, "dnnl: recompute=%s; expected allowed or never",
+                         opts->values[i]);
+    *never = !strcmp(opts->values[i], "never");
+  }
+  return SLAPO_OK;
+}
+
 static slapo_status dnnl_compile(const slapo_graph *region, const char *name,
                                  const slapo_compile_opts *opts, const slapo_op **out) {
   *out = NULL;
-  if (opts && opts->n > 0)
-    return slapo_error(SLAPO_INVALID_ARG, "dnnl: unknown option '%s' (the dnnl backend takes "
-                       "none)", opts->keys[0]);
+  bool never;
+  SLAPO_TRY(read_opts(opts, &never));
   plan p;
   char desc[512];
   SLAPO_TRY(parse(region, &p, desc, sizeof desc));
+  if (never && recomputes(&p))
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the backward of this epilogue would recompute "
+                       "the GEMM (a gelu, or a relu followed by more than scales >= 1) and "
+                       "recompute=never");
   char op_name[112];
   snprintf(op_name, sizeof op_name, "%s_%08llx", name,
            (unsigned long long)(slapo_hash_str(desc) & 0xffffffffu));

@@ -74,12 +74,13 @@ static void run(slapo_module *m, const int64_t *xs, const int64_t *ys, pt_result
 
 /* Fuses the chain of a fresh model with `compiler`, checks the module's
  * description names `runs`, and compares with the unfused model. */
-static void fuse_and_compare(bool conv, const char *compiler, const char *runs, bool bitwise) {
+static void fuse_pattern_and_compare(bool conv, const char *pattern, const char *compiler,
+                                     const char *runs, bool bitwise) {
   int64_t xs[4], ys[4];
   slapo_sched *root;
   OK(slapo_sched_create(chain_new(conv, xs, ys), &root));
   OK(slapo_trace(root, NULL));
-  slapo_pattern *p = pt_parse(conv ? "add(relu(conv2d(x, w, b)), 1)" : "add(relu(linear(x, w, b)), 1)");
+  slapo_pattern *p = pt_parse(pattern);
   OK(slapo_fuse(root, p, compiler, "Epi", NULL, false));
   slapo_pattern_free(p);
   char *tree = pt_capture(pt_print_module, slapo_sched_module(root));
@@ -96,6 +97,12 @@ static void fuse_and_compare(bool conv, const char *compiler, const char *runs, 
   pt_result_free(&b);
   slapo_module_free(ref);
   pt_sched_free(root);
+}
+
+static void fuse_and_compare(bool conv, const char *compiler, const char *runs, bool bitwise) {
+  fuse_pattern_and_compare(conv, conv ? "add(relu(conv2d(x, w, b)), 1)"
+                                      : "add(relu(linear(x, w, b)), 1)",
+                           compiler, runs, bitwise);
 }
 
 static void conv_relu_add(void **state) {
@@ -123,7 +130,23 @@ static void linear_relu_add(void **state) {
   /* dnnl: one matmul primitive, `+ 1` an eltwise linear post-op; its GEMM
    * blocking differs from the unfused linear's, so within tolerance. */
   fuse_and_compare(false, "dnnl", "runs=dnnl", false);
-  fuse_and_compare(false, "auto", "runs=dnnl", false);
+  /* auto: dnnl would recompute the GEMM for the relu's mask after + 1, so
+   * the linear runs on its own and cc takes relu + 1; without the + 1 the
+   * mask comes from y and dnnl takes the whole region. */
+  fuse_and_compare(false, "auto", "runs=oneDNN linear + cc", true);
+  fuse_pattern_and_compare(false, "relu(linear(x, w, b))", "auto", "runs=dnnl", false);
+  /* dnnl's own refusal under recompute=never names the reason. */
+  int64_t xs[4], ys[4];
+  slapo_sched *root;
+  OK(slapo_sched_create(chain_new(false, xs, ys), &root));
+  OK(slapo_trace(root, NULL));
+  slapo_pattern *p = pt_parse("add(relu(linear(x, w, b)), 1)");
+  const char *k[1] = {"recompute"}, *v[1] = {"never"};
+  slapo_compile_opts o = {1, k, v};
+  PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", &o, false), SLAPO_UNSUPPORTED,
+                    "would recompute the GEMM");
+  slapo_pattern_free(p);
+  pt_sched_free(root);
 }
 
 /* relu(z) + 1 == 1 for tiny positive z: the backward must still pass the
