@@ -70,6 +70,21 @@ static slapo_status write_dot(FILE *fp, const char *tmp_path, void *ud) {
   return SLAPO_OK;
 }
 
+/* What each call_module node of g runs: the called module's type and
+ * description (a fused child says which backend runs each result). */
+static void print_calls(slapo_module *t, const slapo_graph *g) {
+  bool first = true;
+  for (const slapo_node *n = slapo_graph_first(g); n; n = n->next) {
+    slapo_module *c = NULL;
+    if (n->kind != SLAPO_NODE_CALL_MODULE || slapo_module_at(t, n->target, &c) != SLAPO_OK)
+      continue;
+    char desc[512] = "";
+    if (c->type->describe) c->type->describe(c, desc, sizeof desc);
+    printf("%s  %%%s: %s(%s)\n", first ? "calls:\n" : "", n->name, c->type->name, desc);
+    first = false;
+  }
+}
+
 /* The stored graph of the traced module `path` of m: a header line, then the
  * text form, or DOT written to `dot`. */
 static slapo_status show_graph(slapo_module *m, const char *path, const char *dot) {
@@ -99,6 +114,7 @@ static slapo_status show_graph(slapo_module *m, const char *path, const char *do
   printf(": %d nodes\n", slapo_graph_count(g));
   if (!dot) {
     slapo_graph_print(g, stdout);
+    print_calls(t, g);
     return SLAPO_OK;
   }
   SLAPO_TRY(slapo_write_atomic(dot, "show --dot", write_dot, g));

@@ -189,6 +189,13 @@ run "show --graph flattened" 0 "$SLAPO" show --graph transformer.h.0 --config ti
 check_re "show --graph flattened: header" out "^graph of transformer\.h\.0 \(GPT2Block\), traced flatten=true"
 check_re "show --graph flattened: matmul" out "call_op matmul"
 check_re "show --graph flattened: module paths" out "call_module mlp\.c_fc\(.*# mlp$"
+check_re "show --graph flattened: what a call runs" out "^  %mlp_c_fc: Linear\(in_features=128"
+
+# A fused child says which backend runs it.
+printf 'transformer.h.0.mlp.c_fc decompose\ntransformer.h.0 trace flatten=true\ntransformer.h.0 fuse pattern="gelu(add(x, b))" compiler=auto name=BiasGeLU\n' >"$TMP/auto.sched"
+run "show --graph fused auto" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
+  --schedule "$TMP/auto.sched"
+check_re "show --graph: backend of a fused call" out "^  %BiasGeLU_0: BiasGeLU\(compiler=auto, ops=add\+gelu, runs=cc\)"
 
 run "show --graph --dot" 0 "$SLAPO" show --graph transformer.h.0 --config tiny \
   --schedule "$TMP/trace_flat.sched" --dot "$TMP/out.dot"
