@@ -1,5 +1,7 @@
-/* compiler/dnnl.c - the `dnnl` backend: GEMM epilogue fusion. A region
+/* compiler/dnnl.c - the `dnnl` backend: GEMM and convolution epilogue
+ * fusion. A region
  *   linear(x, w[, b])  or  matmul(x, w, trans_b=1) [+ add(., b[N])]
+ *   or conv2d(x, w[, b]) (NCHW; its attributes; one convolution primitive)
  * followed by a chain of relu, gelu (tanh or erf), mul_scalar, add_scalar
  * and add of a full-shape input (a residual) becomes one op whose forward is
  * ONE oneDNN matmul primitive: the bias as its bias argument, the chain as
@@ -40,14 +42,18 @@ typedef struct post {
 typedef struct plan {
   int n_in;
   int x, w, b; /* input indices; b -1: no bias */
+  bool conv;   /* a conv2d head (NCHW) instead of a GEMM                 */
+  int64_t stride[2], pad[2], dil[2], groups; /* conv: its attributes     */
   int n_post;
   post post[MAX_POST];
 } plan;
 
 /* The problem a primitive was made for; zeroed before filling (compared as
- * bytes). */
+ * bytes). GEMM: M, N, K; conv: x [N, C, H, W], w [O, C/G, KH, KW],
+ * y [N, O, OH, OW] in dims. */
 typedef struct key {
   int64_t M, N, K;
+  int64_t dims[11];
   int64_t nthr; /* dnnl fixes its work split at creation (no padding) */
 } key;
 
@@ -73,6 +79,34 @@ typedef struct create_args {
 
 static dnnl_op *of(const slapo_op *op) { return (dnnl_op *)op; }
 
+/* ---- a conv2d head: its attributes and the conv2d op's own rules ---- */
+
+/* The conv2d attributes of p into a [4] (pointing into p, which lives with
+ * its op). */
+static int conv_attrs(const plan *p, slapo_attr *a) {
+  a[0] = slapo_attr_ints("stride", 2, p->stride);
+  a[1] = slapo_attr_ints("padding", 2, p->pad);
+  a[2] = slapo_attr_ints("dilation", 2, p->dil);
+  a[3] = slapo_attr_int("groups", p->groups);
+  return 4;
+}
+
+/* A conv2d node standing for the head of fused node `node` (not in any
+ * graph: its shape inference, reference kernel and backward rule read its
+ * inputs, attributes and meta only), so the convolution's math is written
+ * once, in ops/conv.c. in [3] and a [4] are the caller's storage. */
+static slapo_node conv_shadow(const slapo_node *node, const plan *p, slapo_node **in,
+                              slapo_attr *a) {
+  slapo_node sh = *node;
+  in[0] = node->inputs[p->x], in[1] = node->inputs[p->w];
+  if (p->b >= 0) in[2] = node->inputs[p->b];
+  sh.op = SLAPO_OP_DESC(conv2d), sh.target = "conv2d";
+  sh.inputs = in, sh.n_inputs = p->b >= 0 ? 3 : 2;
+  sh.attrs = a, sh.n_attrs = conv_attrs(p, a);
+  sh.n_users = 0, sh.users = NULL;
+  return sh;
+}
+
 /* ---- shapes ---- */
 
 static int64_t rows_of(const slapo_node *x) {
@@ -87,6 +121,19 @@ static slapo_status fwd_infer(slapo_node *node) {
     if (node->inputs[i]->dtype != SLAPO_DTYPE_F32)
       return slapo_error(SLAPO_DTYPE, "%s: input %d is %s, expected f32", node->target, i,
                          slapo_dtype_name(node->inputs[i]->dtype));
+  if (p->conv) {
+    slapo_node *in[3];
+    slapo_attr a[4];
+    slapo_node sh = conv_shadow(node, p, in, a);
+    SLAPO_TRY(SLAPO_OP_DESC(conv2d)->infer(&sh));
+    for (int k = 0; k < p->n_post; k++) {
+      const slapo_node *r = node->inputs[p->post[k].in];
+      if (p->post[k].kind == P_ADD && !slapo_shape_equal(r->ndim, r->shape, sh.ndim, sh.shape))
+        return slapo_error(SLAPO_SHAPE, "%s: residual input %d must have the output's shape",
+                           node->target, p->post[k].in);
+    }
+    return slapo_node_set_meta(node, SLAPO_DTYPE_F32, sh.ndim, sh.shape);
+  }
   const slapo_node *x = node->inputs[p->x], *w = node->inputs[p->w];
   if (x->ndim < 2 || w->ndim != 2 || w->shape[1] != x->shape[x->ndim - 1])
     return slapo_error(SLAPO_SHAPE, "%s: x [.., K] (%d-d) and w [N, K] (%d-d) do not match",
@@ -119,11 +166,18 @@ static double gelu_d(double x, bool tanh_form) {
 
 static void fwd_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                     const slapo_kernel_env *env) {
-  (void)env;
   const plan *p = &of(node->op)->p;
-  slapo__gemm g;
-  slapo__gemm_init(&g, in[p->x], false, in[p->w], true, p->b >= 0 ? in[p->b] : NULL, out);
-  slapo__gemm_ref(&g);
+  if (p->conv) {
+    slapo_node *sin[3];
+    slapo_attr a[4];
+    slapo_node sh = conv_shadow(node, p, sin, a);
+    const slapo_tensor *t[3] = {in[p->x], in[p->w], p->b >= 0 ? in[p->b] : NULL};
+    SLAPO_OP_DESC(conv2d)->ref(&sh, t, out, env);
+  } else {
+    slapo__gemm g;
+    slapo__gemm_init(&g, in[p->x], false, in[p->w], true, p->b >= 0 ? in[p->b] : NULL, out);
+    slapo__gemm_ref(&g);
+  }
   float *y = slapo_tensor_data(out);
   int64_t n = slapo_tensor_numel(out);
   for (int k = 0; k < p->n_post; k++) {
@@ -152,15 +206,31 @@ static bool desc2(dnnl_memory_desc_t *md, int64_t r, int64_t c, int64_t sr, int6
 }
 
 /* The cache's create function (ud: create_args). */
+/* The memory descriptors of a conv2d head, NCHW as ops/conv.c uses them. */
+static bool conv_descs(const plan *p, const key *k, dnnl_memory_desc_t *md) {
+  const int64_t *d = k->dims; /* N C H W O KH KW OH OW */
+  int64_t G = p->groups;
+  dnnl_dims_t xd = {d[0], d[1], d[2], d[3]}, yd = {d[0], d[4], d[7], d[8]}, bd = {d[4]};
+  dnnl_dims_t wd = {G, d[4] / G, d[1] / G, d[5], d[6]};
+  return dnnl_memory_desc_init_by_tag(&md[MEM_SRC], 4, xd, dnnl_f32, dnnl_nchw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&md[MEM_DST], 4, yd, dnnl_f32, dnnl_nchw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&md[MEM_WEI], G > 1 ? 5 : 4, G > 1 ? wd : wd + 1, dnnl_f32,
+                                      G > 1 ? dnnl_goihw : dnnl_oihw) == dnnl_success &&
+         dnnl_memory_desc_init_by_tag(&md[MEM_BIAS], 1, bd, dnnl_f32, dnnl_x) == dnnl_success;
+}
+
 static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
   const create_args *a = ud;
   const plan *p = a->p;
   const key *k = a->k;
   dnnl_engine_t eng = slapo__dnnl_engine();
-  /* src x [M, K]; weights w^T [K, N] read through w [N, K]'s strides. */
+  /* GEMM: src x [M, K]; weights w^T [K, N] read through w [N, K]'s strides. */
   dnnl_memory_desc_t md[N_MEM];
-  bool ok = desc2(&md[MEM_SRC], k->M, k->K, k->K, 1) && desc2(&md[MEM_WEI], k->K, k->N, 1, k->K) &&
-            desc2(&md[MEM_BIAS], 1, k->N, k->N, 1) && desc2(&md[MEM_DST], k->M, k->N, k->N, 1);
+  bool ok = p->conv ? conv_descs(p, k, md)
+                    : desc2(&md[MEM_SRC], k->M, k->K, k->K, 1) &&
+                          desc2(&md[MEM_WEI], k->K, k->N, 1, k->K) &&
+                          desc2(&md[MEM_BIAS], 1, k->N, k->N, 1) &&
+                          desc2(&md[MEM_DST], k->M, k->N, k->N, 1);
   dnnl_post_ops_t po = NULL;
   dnnl_primitive_attr_t attr = NULL;
   ok = ok && dnnl_post_ops_create(&po) == dnnl_success &&
@@ -182,17 +252,30 @@ static bool entry_create(slapo__dnnl_entry *e, const void *ud) {
       ok = !dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, 1.0f, (float)q->scale);
       break;
     case P_ADD:
-      ok = desc2(&md[MEM_POST + i], k->M, k->N, k->N, 1) &&
+      if (p->conv) md[MEM_POST + i] = md[MEM_DST];
+      ok = (p->conv || desc2(&md[MEM_POST + i], k->M, k->N, k->N, 1)) &&
            !dnnl_post_ops_append_binary(po, dnnl_binary_add, &md[MEM_POST + i]);
       break;
     }
   }
   ok = ok && dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success;
   dnnl_matmul_desc_t mm;
+  dnnl_convolution_desc_t cd;
   dnnl_primitive_desc_t pd = NULL;
-  ok = ok && dnnl_matmul_desc_init(&mm, &md[MEM_SRC], &md[MEM_WEI],
-                                   p->b >= 0 ? &md[MEM_BIAS] : NULL, &md[MEM_DST]) == dnnl_success;
-  ok = ok && dnnl_primitive_desc_create(&pd, &mm, attr, eng, NULL) == dnnl_success;
+  /* dnnl counts dilation from 0; the right padding equal to the left gives
+   * PyTorch's floor in the output extent (as ops/conv.c). */
+  dnnl_dims_t st = {p->stride[0], p->stride[1]}, dil = {p->dil[0] - 1, p->dil[1] - 1};
+  dnnl_dims_t pad = {p->pad[0], p->pad[1]};
+  const dnnl_memory_desc_t *bias = p->b >= 0 ? &md[MEM_BIAS] : NULL;
+  if (p->conv)
+    ok = ok && dnnl_dilated_convolution_forward_desc_init(
+                   &cd, dnnl_forward_training, dnnl_convolution_direct, &md[MEM_SRC],
+                   &md[MEM_WEI], bias, &md[MEM_DST], st, dil, pad, pad) == dnnl_success;
+  else
+    ok = ok && dnnl_matmul_desc_init(&mm, &md[MEM_SRC], &md[MEM_WEI], bias, &md[MEM_DST]) ==
+                   dnnl_success;
+  ok = ok && dnnl_primitive_desc_create(&pd, p->conv ? (const void *)&cd : (const void *)&mm,
+                                        attr, eng, NULL) == dnnl_success;
   ok = ok && dnnl_primitive_create(&e->prim, pd) == dnnl_success;
   if (pd) dnnl_primitive_desc_destroy(pd);
   if (attr) dnnl_primitive_attr_destroy(attr);
@@ -211,7 +294,15 @@ static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slap
   const plan *p = &c->p;
   key k;
   memset(&k, 0, sizeof k);
-  k.M = rows_of(node->inputs[p->x]), k.K = in[p->w]->shape[1], k.N = in[p->w]->shape[0];
+  if (p->conv) {
+    const slapo_tensor *x = in[p->x], *w = in[p->w];
+    int64_t d[11] = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
+                     w->shape[2], w->shape[3], out->shape[2], out->shape[3]};
+    memcpy(k.dims, d, sizeof d);
+    k.M = slapo_tensor_numel(out), k.N = 1, k.K = slapo_tensor_numel(w);
+  } else {
+    k.M = rows_of(node->inputs[p->x]), k.K = in[p->w]->shape[1], k.N = in[p->w]->shape[0];
+  }
   k.nthr = omp_get_max_threads();
   if (k.M == 0 || k.N == 0) return;
   dnnl_stream_t stream = slapo__dnnl_stream();
@@ -277,6 +368,9 @@ static bool relu_mask_from_y(const plan *p, int k) {
   return true;
 }
 
+static slapo_status gemm_grads(slapo_ctx *ctx, const plan *p, slapo_node *const *in,
+                               slapo_node *g, const bool *need, slapo_node **acc);
+
 /* Whether post-op k's gradient needs its input (which the fused GEMM
  * never writes): a gelu's, a relu's whose mask y does not give. */
 static bool needs_input(const plan *p, int k) {
@@ -294,8 +388,12 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   for (int k = 0; k < p->n_post; k++)
     if (needs_input(p, k)) upto = k;
   slapo_node *val[MAX_POST + 1] = {0};
+  slapo_node *sin[3];
+  slapo_attr ca[4];
+  slapo_node sh = p->conv ? conv_shadow(node, p, sin, ca) : *node;
   if (upto >= 0) {
-    val[0] = slapo_linear(ctx, in[p->x], in[p->w], p->b >= 0 ? in[p->b] : NULL);
+    val[0] = p->conv ? slapo_op_apply(ctx, SLAPO_OP_DESC(conv2d), sh.n_inputs, sin, 4, ca)
+                     : slapo_linear(ctx, in[p->x], in[p->w], p->b >= 0 ? in[p->b] : NULL);
     for (int k = 0; k < upto; k++) val[k + 1] = apply_post(ctx, &p->post[k], val[k], in);
   }
   slapo_node *acc[MAX_IN] = {0}, *g = dy;
@@ -320,7 +418,27 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
       break;
     }
   }
-  /* g: the gradient of z = x w^T + b, as linear's rule takes it. */
+  if (p->conv) {
+    /* g: the gradient of z = conv2d(x, w, b), through conv2d's own rule. */
+    bool cneed[3] = {need[p->x], need[p->w], p->b >= 0 && need[p->b]};
+    slapo_node *cdx[3] = {0};
+    SLAPO_TRY(SLAPO_OP_DESC(conv2d)->backward(ctx, &sh, g, cneed, cdx));
+    int idx[3] = {p->x, p->w, p->b};
+    for (int i = 0; i < sh.n_inputs; i++)
+      if (cneed[i]) acc[idx[i]] = accumulate(ctx, acc[idx[i]], cdx[i]);
+  } else {
+    SLAPO_TRY(gemm_grads(ctx, p, in, g, need, acc));
+  }
+  for (int i = 0; i < p->n_in; i++)
+    if (need[i])
+      dx[i] = acc[i] ? acc[i] : slapo_full(ctx, in[i]->ndim, in[i]->shape, 0.0);
+  return slapo_ctx_status(ctx);
+}
+
+/* The gradients of z = x w^T + b from g, as linear's rule takes them, added
+ * into acc. */
+static slapo_status gemm_grads(slapo_ctx *ctx, const plan *p, slapo_node *const *in,
+                               slapo_node *g, const bool *need, slapo_node **acc) {
   slapo_node *x = in[p->x], *w = in[p->w];
   int nd = x->ndim;
   int64_t rows = rows_of(x), K = w->shape[1], N = w->shape[0];
@@ -335,9 +453,6 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
     for (int i = 0; i < nd - 1; i++) axes[i] = i;
     acc[p->b] = accumulate(ctx, acc[p->b], slapo_sum(ctx, g, nd - 1, axes, false));
   }
-  for (int i = 0; i < p->n_in; i++)
-    if (need[i])
-      dx[i] = acc[i] ? acc[i] : slapo_full(ctx, in[i]->ndim, in[i]->shape, 0.0);
   return slapo_ctx_status(ctx);
 }
 
@@ -371,9 +486,10 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
     return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region must start with a matmul or linear");
   slapo_node *g0 = ops[0];
   bool is_linear = g0->op == SLAPO_OP_DESC(linear), is_mm = g0->op == SLAPO_OP_DESC(matmul);
-  if (!is_linear && !is_mm)
-    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region must start with a matmul or linear, "
-                       "not %s (%%%s)", g0->op->name, g0->name);
+  p->conv = g0->op == SLAPO_OP_DESC(conv2d);
+  if (!is_linear && !is_mm && !p->conv)
+    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: the region must start with a matmul, linear or "
+                       "conv2d, not %s (%%%s)", g0->op->name, g0->name);
   if (is_mm &&
       (slapo_node_attr_int(g0, "trans_b", 0) != 1 || slapo_node_attr_int(g0, "trans_a", 0)))
     return slapo_error(SLAPO_UNSUPPORTED, "dnnl: matmul (%%%s) must be matmul(x, w, trans_b=1) "
@@ -385,10 +501,25 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
   p->x = input_index(ph, p->n_in, g0->inputs[0]);
   p->w = input_index(ph, p->n_in, g0->inputs[1]);
   if (g0->n_inputs == 3) p->b = input_index(ph, p->n_in, g0->inputs[2]);
-  if (g0->inputs[0]->ndim < 2 || g0->inputs[1]->ndim != 2)
-    return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s): x must be [.., K] with 2 or more "
-                       "dims and w [N, K]", g0->op->name, g0->name);
-  size_t used = (size_t)snprintf(desc, cap, "dnnl1 n%d x%d w%d", p->n_in, p->x, p->w);
+  size_t used;
+  if (p->conv) {
+    const slapo_attr *a[3] = {slapo_node_attr(g0, "stride"), slapo_node_attr(g0, "padding"),
+                              slapo_node_attr(g0, "dilation")};
+    int64_t *dst[3] = {p->stride, p->pad, p->dil}, dflt[3] = {1, 0, 1};
+    for (int i = 0; i < 3; i++)
+      for (int j = 0; j < 2; j++)
+        dst[i][j] = a[i] && a[i]->kind == SLAPO_ATTR_INTS && a[i]->n == 2 ? a[i]->ints[j] : dflt[i];
+    p->groups = slapo_node_attr_int(g0, "groups", 1);
+    used = (size_t)snprintf(desc, cap, "dnnl1 conv n%d x%d w%d s%lld,%lld p%lld,%lld d%lld,%lld "
+                            "g%lld", p->n_in, p->x, p->w, (long long)p->stride[0],
+                            (long long)p->stride[1], (long long)p->pad[0], (long long)p->pad[1],
+                            (long long)p->dil[0], (long long)p->dil[1], (long long)p->groups);
+  } else {
+    if (g0->inputs[0]->ndim < 2 || g0->inputs[1]->ndim != 2)
+      return slapo_error(SLAPO_UNSUPPORTED, "dnnl: %s (%%%s): x must be [.., K] with 2 or more "
+                         "dims and w [N, K]", g0->op->name, g0->name);
+    used = (size_t)snprintf(desc, cap, "dnnl1 n%d x%d w%d", p->n_in, p->x, p->w);
+  }
   for (int k = 1; k < n_ops; k++) {
     slapo_node *n = ops[k], *prev = ops[k - 1];
     if (prev->n_users != 1)
@@ -418,7 +549,7 @@ static slapo_status parse(const slapo_graph *region, plan *p, char *desc, size_t
         return slapo_error(SLAPO_UNSUPPORTED, "dnnl: add (%%%s): the other operand must be a "
                            "region input", n->name);
       bool row = o->ndim == 1 && o->shape[0] == n->shape[n->ndim - 1];
-      if (row && k == 1 && p->b < 0) {
+      if (row && k == 1 && p->b < 0 && !p->conv) {
         p->b = oi; /* the bias of matmul + add, as oneDNN's bias argument */
         continue;
       }

@@ -206,12 +206,12 @@ static void unsupported_chains(void **state) {
   /* cc takes the dropout alone, dnnl wants a GEMM first. */
   p = pt_parse("dropout(x)");
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
-                    "dnnl: the region must start with a matmul or linear");
+                    "dnnl: the region must start with a matmul, linear or conv2d");
   slapo_pattern_free(p);
   /* x = in + e: an add before the GEMM is not an epilogue. */
   p = pt_parse("linear(add(x, e), w, b)");
   PT_EXPECT_REFUSED(root, slapo_fuse(root, p, "dnnl", "Epi", NULL, false), SLAPO_UNSUPPORTED,
-                    "dnnl: the region must start with a matmul or linear");
+                    "dnnl: the region must start with a matmul, linear or conv2d");
   slapo_pattern_free(p);
   p = pt_parse("linear(x, w, b)");
   const char *keys[1] = {"fast"}, *values[1] = {"true"};
