@@ -490,6 +490,44 @@ static void escaping_value_is_a_result(void **state) {
   pt_sched_free(root);
 }
 
+/* Pre-LN: the MLP residual of block i feeds block i + 1's ln_1 (the last
+ * one ln_f), so a per-block trace sees n_layer of the 2 n_layer chains
+ * bias + dropout + residual + LayerNorm. A trace of `transformer` (the
+ * blocks' parent) spans them: all 2 n_layer match, each but the last with
+ * the residual sum as a second result (read by the next residual add), and
+ * fuse (none) keeps the model bitwise. */
+static void pre_ln_chains_across_blocks(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_tiny4);
+  for (int l = 0; l < k_tiny4.n_layer; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+  }
+  slapo_sched *tr = pt_at(root, "transformer");
+  OK(slapo_trace(tr, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p = pt_parse("layer_norm(add(x, dropout(add(y, b))), w, c)");
+  slapo_matches ms = {0};
+  OK(slapo_sched_find(tr, p, &ms));
+  assert_int_equal(ms.n, 2 * k_tiny4.n_layer);
+  assert_string_equal(ms.items[ms.n - 1].paths[ms.items[ms.n - 1].n_nodes - 1], "ln_f");
+  slapo_matches_deinit(&ms);
+  OK(slapo_fuse(tr, p, "none", "BiasDropoutResidualLN", NULL, true));
+  slapo_pattern_free(p);
+  char *g = pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(tr)));
+  int n = 0, two = 0;
+  for (const char *q = g; (q = strstr(q, "= call_module BiasDropoutResidualLN_")); q++) n++;
+  for (const char *q = g; (q = strstr(q, " : (2) = call_module BiasDropoutResidualLN_")); q++) two++;
+  free(g);
+  assert_int_equal(n, 2 * k_tiny4.n_layer);
+  /* the last residual sum feeds ln_f alone: one result there */
+  assert_int_equal(two, 2 * k_tiny4.n_layer - 1);
+  pt_expect_same_as_plain(root, &k_tiny4, 2, 8, true);
+  pt_sched_free(root);
+}
+
 /* The generated source for bias + GELU (tanh) against a golden file;
  * SLAPO_UPDATE_GOLDEN=1 rewrites it. */
 static void golden_source(void **state) {
@@ -633,6 +671,7 @@ int main(void) {
       cmocka_unit_test(compiler_missing_and_failing),
       cmocka_unit_test(preconditions),
       cmocka_unit_test(escaping_value_is_a_result),
+      cmocka_unit_test(pre_ln_chains_across_blocks),
       cmocka_unit_test(golden_source),
       cmocka_unit_test(backward_reductions),
       cmocka_unit_test(gradient_identities),
