@@ -42,7 +42,9 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse_all) = {
            "  Effect: every region of connected elementwise nodes whose values are used\n"
            "  only inside it but for its result (two ops or more) becomes a call of\n"
            "  <name>_<k>; a region never crosses a value read outside it. Regions the\n"
-           "  backend cannot generate are left and logged (SLAPO_DEBUG=1).\n"
+           "  backend cannot generate are left and logged (SLAPO_DEBUG=1); with\n"
+           "  compiler=auto each region goes to the first backend that takes it. No\n"
+           "  region ends in a LayerNorm or RMSNorm yet (no backend generates them).\n"
            "  Fails: PRECOND if not traced; NO_MATCH without such regions; UNSUPPORTED\n"
            "  when none could be fused; INVALID_ARG for an unknown compiler.\n"
            "  Verified: outputs and gradients within tolerance.\n",

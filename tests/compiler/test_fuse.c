@@ -469,6 +469,17 @@ static void fuse_all_blocks(void **state) {
   PT_EXPECT_REFUSED(root, slapo_fuse_all(pt_at(root, "transformer.h.0"), "cc", NULL),
                     SLAPO_NO_MATCH, "no elementwise region of two ops or more");
   pt_sched_free(root);
+  /* compiler=auto: every region is elementwise, so cc runs each. */
+  root = pt_sched_new(&k_tiny);
+  pt_apply(root, "transformer.h.*.mlp.c_fc decompose\n"
+                 "transformer.h.* trace flatten=true\n"
+                 "transformer.h.* fuse_all compiler=auto\n");
+  slapo_module *blk = slapo_sched_module(pt_at(root, "transformer.h.0"));
+  char *tree = pt_capture(pt_print_module, blk);
+  assert_non_null(strstr(tree, "Fused(compiler=auto, ops=add+gelu, runs=cc)"));
+  free(tree);
+  pt_expect_same_as_plain(root, &k_tiny, PT_B, PT_T, false);
+  pt_sched_free(root);
 }
 
 /* A value used outside the match is one more result of the region: the
