@@ -64,6 +64,16 @@ static slapo_node *net_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
 
 static const slapo_module_type k_net = {"PairNet", net_forward, NULL, NULL, NULL};
 
+/* m materialized, with example inputs x, target [2, D] f32 for `trace`. */
+static slapo_module *materialized(slapo_module *m) {
+  OK(slapo_module_materialize(m, PT_SEED));
+  slapo_tensor *ex[2];
+  for (int i = 0; i < 2; i++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, (int64_t[]){2, D}, &ex[i]));
+  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
+  for (int i = 0; i < 2; i++) slapo_tensor_free(ex[i]);
+  return m;
+}
+
 /* The model: with tuples, or the same computation with one-value modules
  * (p1 adds its pair itself, p2 returns its first value). Same parameter
  * paths and values either way. */
@@ -76,12 +86,7 @@ static slapo_module *net_new(bool tuple) {
   OK(slapo_module_add_child(m, "p2", pair_new(tuple ? PAIR_TUPLE : PAIR_FIRST)));
   OK(slapo_linear_new(D, D, true, 0.5f, &head));
   OK(slapo_module_add_child(m, "head", head));
-  OK(slapo_module_materialize(m, PT_SEED));
-  slapo_tensor *ex[2];
-  for (int i = 0; i < 2; i++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, (int64_t[]){2, D}, &ex[i]));
-  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
-  for (int i = 0; i < 2; i++) slapo_tensor_free(ex[i]);
-  return m;
+  return materialized(m);
 }
 
 static slapo_sched *net_sched(bool tuple) {
@@ -125,8 +130,10 @@ static void expect_like_reference(slapo_module *m, bool bitwise) {
   pt_result_free(&b);
 }
 
-/* Nodes of op `op` in the last train step graph of m. */
-static int step_count(slapo_module *m, const char *op) {
+/* Op nodes in a train step graph of m whose op name is `op`, or with
+ * `prefix`, starts with it (fused ops are named after their module); a
+ * step graph never holds a tuple. */
+static int step_count_of(slapo_module *m, const char *op, bool prefix) {
   slapo_tensor *in[2];
   net_inputs(in);
   slapo_runner *r;
@@ -136,12 +143,15 @@ static int step_count(slapo_module *m, const char *op) {
   int n = 0;
   for (const slapo_node *x = slapo_graph_first(slapo_runner_graph(r)); x; x = x->next) {
     assert_int_not_equal(x->kind, SLAPO_NODE_TUPLE);
-    n += x->kind == SLAPO_NODE_CALL_OP && !strcmp(x->target, op);
+    n += x->kind == SLAPO_NODE_CALL_OP &&
+         (prefix ? !strncmp(x->target, op, strlen(op)) : !strcmp(x->target, op));
   }
   slapo_runner_free(r);
   pt_inputs_free(in);
   return n;
 }
+
+static int step_count(slapo_module *m, const char *op) { return step_count_of(m, op, false); }
 
 static char *graph_of(slapo_sched *n) {
   return pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(n)));
@@ -407,12 +417,7 @@ static slapo_module *twin_new(void) {
     OK(slapo_linear_new(D, D, true, 0.5f, &fc));
     OK(slapo_module_add_child(m, name, fc));
   }
-  OK(slapo_module_materialize(m, PT_SEED));
-  slapo_tensor *ex[2];
-  for (int i = 0; i < 2; i++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 2, (int64_t[]){2, D}, &ex[i]));
-  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
-  for (int i = 0; i < 2; i++) slapo_tensor_free(ex[i]);
-  return m;
+  return materialized(m);
 }
 
 /* BothBranches: (gelu(a(x)), gelu(b(x))) with a, b tied to the matched
@@ -471,23 +476,6 @@ static void horizontal_tuple(void **state) {
 
 /* ---- fuse ---- */
 
-/* Step-graph nodes whose op name starts with `prefix` (fused ops are
- * named after the module). */
-static int step_count_prefix(slapo_module *m, const char *prefix) {
-  slapo_tensor *in[2];
-  net_inputs(in);
-  slapo_runner *r;
-  OK(slapo_runner_new(m, NULL, &r));
-  slapo_kernel_env env = {.seed = 1, .step = 0, .training = true};
-  OK(slapo_step(r, 2, (const slapo_tensor *const *)in, SLAPO_STEP_TRAIN, &env, NULL));
-  int n = 0;
-  for (const slapo_node *x = slapo_graph_first(slapo_runner_graph(r)); x; x = x->next)
-    n += x->kind == SLAPO_NODE_CALL_OP && !strncmp(x->target, prefix, strlen(prefix));
-  slapo_runner_free(r);
-  pt_inputs_free(in);
-  return n;
-}
-
 static void fused_cc_and_none(void **state) {
   (void)state;
   const char *compilers[2] = {"none", "cc"};
@@ -510,7 +498,7 @@ static void fused_cc_and_none(void **state) {
     if (c == 1) {
       /* One op per used value: p1's two, p2's first; p2's second (unused)
        * is not in the step at all, nor is its backward. */
-      int n = step_count_prefix(slapo_sched_module(root), "FusedPair");
+      int n = step_count_of(slapo_sched_module(root), "FusedPair", true);
       print_message("fused op nodes in the train step: %d\n", n);
       assert_int_equal(n, 3 * 2); /* three forwards, three backwards */
     }
