@@ -53,14 +53,25 @@ static bool no_tuple_inputs(slapo_ctx *ctx, const char *name, int n_in, slapo_no
   return true;
 }
 
-int slapo__drop_tuples(slapo_graph *g) {
-  int n = 0;
-  for (slapo_node *x = slapo_graph_first(g), *next; x; x = next) {
-    next = x->next;
-    if (x->kind == SLAPO_NODE_TUPLE && x->n_users == 0 && slapo_graph_erase(g, x) == SLAPO_OK)
-      n++;
+slapo_status slapo__prune_tuples(slapo_graph *g, int n_keep, slapo_node *const *keep,
+                                 slapo__build_state *bs) {
+  bool any = false;
+  for (slapo_node *x = slapo_graph_first(g); x && !any; x = x->next)
+    any = x->kind == SLAPO_NODE_TUPLE;
+  if (!any) return SLAPO_OK;
+  slapo_node *o;
+  SLAPO_TRY(slapo_graph_add_output(g, n_keep, keep, &o)); /* keeps them and what they read */
+  slapo_graph_dce(g);
+  SLAPO_TRY(slapo_graph_erase(g, o));
+  for (size_t i = slapo_map_count(bs->param_nodes); i-- > 0;) {
+    const slapo_node *p = slapo_map_value_at(bs->param_nodes, i);
+    if (p->graph) continue;
+    char key[1024];
+    snprintf(key, sizeof key, "%s", slapo_map_key_at(bs->param_nodes, i));
+    slapo_map_remove(bs->param_nodes, key);
+    slapo_map_remove(bs->param_objs, key);
   }
-  return n;
+  return SLAPO_OK;
 }
 
 slapo_node *slapo_call(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,

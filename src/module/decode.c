@@ -166,8 +166,8 @@ static slapo_status build_decode(slapo_module *root, slapo_ctx *ctx, const slapo
   if (!outs) return slapo_error(SLAPO_NOMEM, "decode: out of memory");
   outs[0] = y;
   for (int i = 0; i < d->n; i++) outs[1 + 2 * i] = d->k[i], outs[2 + 2 * i] = d->v[i];
-  slapo_status s = slapo_output(ctx, 1 + 2 * d->n, outs) ? SLAPO_OK : slapo_ctx_status(ctx);
-  slapo__drop_tuples(slapo_ctx_graph(ctx));
+  slapo_status s = slapo__prune_tuples(slapo_ctx_graph(ctx), 1 + 2 * d->n, outs, bs);
+  if (s == SLAPO_OK && !slapo_output(ctx, 1 + 2 * d->n, outs)) s = slapo_ctx_status(ctx);
   slapo_free(outs);
   return s;
 }

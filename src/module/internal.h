@@ -60,9 +60,16 @@ slapo_node *slapo__apply_syncs(slapo_ctx *ctx, const slapo_module *m, slapo_sync
 
 /* Runs m's forward, or emits its traced graph, or captures it (call.c). */
 slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node *const *in);
-/* Erases the tuple nodes of a built graph, which getitem leaves without
- * users (call.c); returns how many. The planner refuses tuples. */
-int slapo__drop_tuples(slapo_graph *g);
+/* After a forward that built tuples (call.c): removes the nodes none of
+ * keep [n_keep] (the values the graph will output) depends on: the tuples,
+ * which getitem leaves without users and the planner refuses, and the
+ * values of returned tuples nobody took, with their inputs, so a step
+ * neither computes nor differentiates them; forgets from bs the parameters
+ * only those read (their gradients are then zero, as for any parameter the
+ * forward does not use). A graph without tuples is left exactly as built.
+ * Call before the graph has an output node. Errors: NOMEM. */
+slapo_status slapo__prune_tuples(slapo_graph *g, int n_keep, slapo_node *const *keep,
+                                 slapo__build_state *bs);
 /* slapo_call without the tracer's interception (call.c). */
 slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
                                slapo_node *const *in);

@@ -183,32 +183,6 @@ static slapo_status add_backward(slapo_runner *r, slapo_ctx *ctx, slapo__build_s
   return s;
 }
 
-/* After a forward that built tuples: removes the forward nodes y does not
- * depend on (values of a returned tuple nobody took, with their inputs),
- * so the step neither computes them nor differentiates them, and forgets
- * the parameters only they read (their gradients are then zero, as for
- * any parameter the forward does not use). Graphs without tuples are left
- * exactly as built. Errors: NOMEM. */
-static slapo_status prune_forward(slapo_graph *g, slapo_node *y, slapo__build_state *bs) {
-  bool any = false;
-  for (slapo_node *x = slapo_graph_first(g); x && !any; x = x->next)
-    any = x->kind == SLAPO_NODE_TUPLE;
-  if (!any) return SLAPO_OK;
-  slapo_node *o;
-  SLAPO_TRY(slapo_graph_add_output(g, 1, &y, &o)); /* keeps y and what it reads */
-  slapo_graph_dce(g);
-  SLAPO_TRY(slapo_graph_erase(g, o));
-  for (size_t i = slapo_map_count(bs->param_nodes); i-- > 0;) {
-    const slapo_node *p = slapo_map_value_at(bs->param_nodes, i);
-    if (p->graph) continue;
-    char key[1024];
-    snprintf(key, sizeof key, "%s", slapo_map_key_at(bs->param_nodes, i));
-    slapo_map_remove(bs->param_nodes, key);
-    slapo_map_remove(bs->param_objs, key);
-  }
-  return SLAPO_OK;
-}
-
 /* Builds the step graph and plans it. With `estimate` non-NULL only the
  * planned activation peak is computed, into *estimate (nothing allocated,
  * parameters may be meta; b is cleared afterwards). */
@@ -253,7 +227,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
                     "mode): return the item it needs", r->root->type->name, y->n_results);
     goto done;
   }
-  if ((s = prune_forward(b->g, y, &bs)) != SLAPO_OK) goto done;
+  if ((s = slapo__prune_tuples(b->g, 1, &y, &bs)) != SLAPO_OK) goto done;
   slapo__index_bounds(r->root, n_in, ins, b->bounds);
   int n = (int)slapo_map_count(bs.param_nodes);
   if (mode == SLAPO_STEP_TRAIN) s = add_backward(r, ctx, &bs, y, b);
