@@ -534,6 +534,11 @@ typedef struct slapo_value_meta {
   int64_t shape[SLAPO_MAX_DIMS];
 } slapo_value_meta;
 
+/* The metas of y, a value a forward returned: one value (returns 0; out[0]
+ * its meta), or a tuple of k values (returns k; out[0..k) their metas,
+ * filled only when k <= SLAPO_MAX_RESULTS, which callers check). */
+int slapo_value_metas(const slapo_node *y, slapo_value_meta *out);
+
 /* What `mod`'s forward returns for inputs with the metas of `in` (nodes of
  * any graph; only dtype and shape are read), built on a scratch graph: for
  * graph edits that insert a call of a new module. One value: *n_results = 0

@@ -299,6 +299,8 @@ static void fwd_fast(const slapo_node *node, const slapo_tensor *const *in, slap
     int64_t d[11] = {x->shape[0], x->shape[1], x->shape[2], x->shape[3], w->shape[0],
                      w->shape[2], w->shape[3], out->shape[2], out->shape[3]};
     memcpy(k.dims, d, sizeof d);
+    /* the GEMM view of the size checks below: an empty output, or an
+     * empty filter (reference path) */
     k.M = slapo_tensor_numel(out), k.N = 1, k.K = slapo_tensor_numel(w);
   } else {
     k.M = rows_of(node->inputs[p->x]), k.K = in[p->w]->shape[1], k.N = in[p->w]->shape[0];

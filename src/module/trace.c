@@ -177,23 +177,26 @@ static slapo_node *leaf_results(slapo_ctx *ctx, slapo_node *call, int k,
   return slapo_tuple(ctx, k, items);
 }
 
-/* The value metas a forward returned: one (*k = 0), or a tuple's. */
+int slapo_value_metas(const slapo_node *y, slapo_value_meta *out) {
+  bool tuple = y->kind == SLAPO_NODE_TUPLE;
+  int k = tuple ? y->n_inputs : 0;
+  for (int i = 0; i < (tuple ? k : 1) && k <= SLAPO_MAX_RESULTS; i++) {
+    const slapo_node *v = tuple ? y->inputs[i] : y;
+    out[i].dtype = v->dtype;
+    out[i].ndim = v->ndim;
+    memcpy(out[i].shape, v->shape, sizeof out[i].shape);
+  }
+  return k;
+}
+
+/* slapo_value_metas, refusing (on ctx) a tuple larger than out holds. */
 static bool metas_of(slapo_ctx *ctx, const slapo_node *y, const char *path, int *k,
                      slapo_value_meta *meta) {
-  bool tuple = y->kind == SLAPO_NODE_TUPLE;
-  *k = tuple ? y->n_inputs : 0;
-  if (*k > SLAPO_MAX_RESULTS) {
-    slapo_ctx_fail(ctx, SLAPO_LIMIT, "%s returns %d values; a module returns at most %d",
-                   path[0] ? path : ".", *k, SLAPO_MAX_RESULTS);
-    return false;
-  }
-  for (int i = 0; i < (tuple ? *k : 1); i++) {
-    const slapo_node *v = tuple ? y->inputs[i] : y;
-    meta[i].dtype = v->dtype;
-    meta[i].ndim = v->ndim;
-    memcpy(meta[i].shape, v->shape, sizeof meta[i].shape);
-  }
-  return true;
+  *k = slapo_value_metas(y, meta);
+  if (*k <= SLAPO_MAX_RESULTS) return true;
+  slapo_ctx_fail(ctx, SLAPO_LIMIT, "%s returns %d values; a module returns at most %d",
+                 path[0] ? path : ".", *k, SLAPO_MAX_RESULTS);
+  return false;
 }
 
 /* While tracing, a call of a leaf becomes one call_module node: the leaf's

@@ -380,13 +380,11 @@ static const slapo_node *gemm_head(const slapo_graph *region) {
 }
 
 /* The program of one result whose region `cone` (reading placeholders at
- * region indices args) the backend refused: its GEMM head as its own op,
- * then the backend on the rest. `keep` receives the graph the head lives
- * in. The refusal stands when there is no head or the rest is refused. */
-static slapo_status split_head(const slapo__fuse_req *rq, slapo_graph *cone, const fused_step *whole,
-                               int n_vals, fused_prog *pg) {
-  const slapo_node *h = gemm_head(cone);
-  if (!h) return SLAPO_UNSUPPORTED;
+ * region indices whole->args) the backend refused: its GEMM head h
+ * (gemm_head) as its own op, then the backend on the rest. pg->keep
+ * receives the cone, where h lives. Errors: the backend's on the rest. */
+static slapo_status split_head(const slapo__fuse_req *rq, slapo_graph *cone, const slapo_node *h,
+                               const fused_step *whole, int n_vals, fused_prog *pg) {
   slapo_graph_renumber(cone);
   fused_step *head = &pg->steps[0], *tail = &pg->steps[1];
   *head = (fused_step){.op = h->op, .like = h, .backend = "oneDNN"};
@@ -424,19 +422,16 @@ static slapo_status compile_ops(fused_cfg *c, const slapo__fuse_req *rq) {
     slapo_status s = compile_with(rq, cone, &pg->steps[0]);
     streams_of(cone, &pg->steps[0]);
     pg->n_steps = 1;
-    if (s == SLAPO_UNSUPPORTED) {
-      char msg[1024];
+    const slapo_node *h = s == SLAPO_UNSUPPORTED ? gemm_head(cone) : NULL;
+    if (h) {
+      char msg[1024], rest[1024];
       snprintf(msg, sizeof msg, "%s", slapo_last_error());
       fused_step whole = pg->steps[0];
-      s = split_head(rq, cone, &whole, n_vals, pg);
-      if (s == SLAPO_UNSUPPORTED && !gemm_head(cone)) s = slapo_error(s, "%s", msg);
-      else if (s == SLAPO_UNSUPPORTED) {
-        char rest[1024];
-        snprintf(rest, sizeof rest, "%s", slapo_last_error());
-        s = slapo_error(s, "%s; with the %s run on its own, the rest: %s", msg,
-                        gemm_head(cone)->op->name, rest);
-      }
+      s = split_head(rq, cone, h, &whole, n_vals, pg);
       if (s == SLAPO_OK) cone = NULL; /* kept by the program */
+      snprintf(rest, sizeof rest, "%s", slapo_last_error());
+      if (s == SLAPO_UNSUPPORTED)
+        s = slapo_error(s, "%s; with the %s run on its own, the rest: %s", msg, h->op->name, rest);
     }
     slapo_graph_free(cone);
     SLAPO_TRY(s);

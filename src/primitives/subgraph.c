@@ -114,12 +114,6 @@ static void drop_skipped(const sub_edit *e, slapo_matches *ms) {
   ms->n = k;
 }
 
-/* Results added to matches by widen, freed with unwiden. */
-typedef struct widened {
-  int n;
-  slapo_node **arrays[64];
-} widened;
-
 static bool in_match(const slapo_match *x, const slapo_node *n) {
   for (int j = 0; j < x->n_nodes; j++)
     if (x->nodes[j] == n) return true;
@@ -129,17 +123,22 @@ static bool in_match(const slapo_match *x, const slapo_node *n) {
 /* fuse: a match whose inner values are also read outside it is a region
  * with several outputs: those values become results after the pattern's
  * (graph order), so the fused module returns them all (a tuple) instead of
- * being refused. */
-static slapo_status widen(const sub_edit *e, slapo_matches *ms, widened *w) {
-  w->n = 0;
+ * being refused. The widened result lists live in *buf (one block, owned:
+ * slapo_free after the matches are done with; NULL when none). */
+static slapo_status widen(const sub_edit *e, slapo_matches *ms, slapo_node ***buf) {
+  *buf = NULL;
   if (!e->escaping_results) return SLAPO_OK;
-  for (int i = 0; i < ms->n && w->n < 64; i++) {
+  size_t total = 0;
+  for (int i = 0; i < ms->n; i++)
+    if (!ms->items[i].replaceable)
+      total += (size_t)(ms->items[i].n_outputs + ms->items[i].n_nodes);
+  if (!total) return SLAPO_OK;
+  slapo_node **outs = *buf = slapo_calloc(total, sizeof *outs);
+  if (!outs) return slapo_error(SLAPO_NOMEM, "subgraph: out of memory");
+  for (int i = 0; i < ms->n; i++) {
     slapo_match *x = &ms->items[i];
     if (x->replaceable) continue;
-    slapo_node **outs = slapo_calloc((size_t)(x->n_outputs + x->n_nodes), sizeof *outs);
-    if (!outs) return slapo_error(SLAPO_NOMEM, "subgraph: out of memory");
-    w->arrays[w->n++] = outs;
-    int k = 0;
+    int k = 0, room = x->n_outputs + x->n_nodes;
     for (int o = 0; o < x->n_outputs; o++) outs[k++] = x->outputs[o];
     for (int j = 0; j < x->n_nodes; j++) {
       slapo_node *v = x->nodes[j];
@@ -150,13 +149,9 @@ static slapo_status widen(const sub_edit *e, slapo_matches *ms, widened *w) {
     }
     x->outputs = outs, x->n_outputs = k;
     x->replaceable = true, x->why = NULL;
+    outs += room;
   }
   return SLAPO_OK;
-}
-
-static void unwiden(widened *w) {
-  for (int i = 0; i < w->n; i++) slapo_free(w->arrays[i]);
-  w->n = 0;
 }
 
 static int node_inputs(const slapo_match *x, slapo_node **out) {
@@ -299,18 +294,6 @@ static slapo_status check_results(const sub_edit *e, const slapo_match *ms, int 
   return SLAPO_OK;
 }
 
-/* The metas of a value the replacement built: one, or a tuple's. */
-static int metas_of(const slapo_node *y, slapo_value_meta *res) {
-  bool tuple = y->kind == SLAPO_NODE_TUPLE;
-  int k = tuple ? (y->n_inputs < SLAPO_MAX_RESULTS ? y->n_inputs : SLAPO_MAX_RESULTS) : 1;
-  for (int i = 0; i < k; i++) {
-    const slapo_node *v = tuple ? y->inputs[i] : y;
-    res[i].dtype = v->dtype, res[i].ndim = v->ndim;
-    memcpy(res[i].shape, v->shape, sizeof res[i].shape);
-  }
-  return tuple ? k : 0;
-}
-
 /* The value standing for each result, into repl [SLAPO_MAX_RESULTS]:
  * y's values one per result (a tuple: getitem nodes of a module call, the
  * values of an op function's tuple), slices of y (several results joined),
@@ -393,7 +376,7 @@ static slapo_status dry_run_fn(const sub_edit *e, group_plan *gp) {
   if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
   if (s == SLAPO_OK && !y)
     s = slapo_error(SLAPO_STATE, "replace: %s: the op function returned no value", e->path);
-  if (s == SLAPO_OK) gp->n_res = metas_of(y, gp->res);
+  if (s == SLAPO_OK) gp->n_res = slapo_value_metas(y, gp->res);
   if (s == SLAPO_OK) s = check_results(e, gp->ms, gp->n, gp->res, gp->n_res);
   slapo_ctx_free(ctx);
   slapo_graph_free(g);
@@ -438,7 +421,7 @@ static slapo_status emit_group(slapo_graph *g, const sub_edit *e, const group_pl
       if (s == SLAPO_OK && !*y)
         s = slapo_error(SLAPO_STATE, "replace: %s: the op function returned no value", e->path);
       slapo_value_meta res[SLAPO_MAX_RESULTS];
-      int n_res = s == SLAPO_OK ? metas_of(*y, res) : 0;
+      int n_res = s == SLAPO_OK ? slapo_value_metas(*y, res) : 0;
       if (s == SLAPO_OK) s = check_results(e, gp->ms, gp->n, res, n_res);
     }
     slapo_ctx_free(ctx);
@@ -469,9 +452,9 @@ static void retarget(group_plan *rest, int n_rest, const slapo_match *ms, int n,
 static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
   sub_edit *e = ud;
   slapo_matches ms;
-  widened w;
+  slapo_node **widened = NULL;
   SLAPO_TRY(find_for(e, m, g, &ms));
-  slapo_status s = widen(e, &ms, &w);
+  slapo_status s = widen(e, &ms, &widened);
   if (s == SLAPO_OK) s = check_matches(e, "replace", &ms);
   drop_skipped(e, &ms);
   int n_groups = e->horizontal ? 1 : ms.n;
@@ -497,7 +480,7 @@ static slapo_status replace_edit(slapo_module *m, slapo_graph *g, void *ud) {
     if (s == SLAPO_OK) retarget(gp + i + 1, n_groups - i - 1, gp[i].ms, gp[i].n, repl);
   }
   slapo_free(gp);
-  unwiden(&w);
+  slapo_free(widened);
   slapo_matches_deinit(&ms);
   return s;
 }
@@ -644,16 +627,16 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   e->exactly_one = sp->exactly_one;
   e->escaping_results = sp->escaping_results;
   slapo_matches ms;
-  widened w = {0};
+  slapo_node **widened = NULL;
   slapo_status s = find_for(e, slapo_sched_module(node), slapo_module_graph(slapo_sched_module(node)), &ms);
-  if (s == SLAPO_OK) s = widen(e, &ms, &w);
+  if (s == SLAPO_OK) s = widen(e, &ms, &widened);
   if (s == SLAPO_OK) s = check_matches(e, sp->primitive, &ms);
   if (s == SLAPO_OK)
     s = make_children(node, e, sp->primitive, sp->child, &sp->factory, &ms, sp->skip_unsupported);
   if (s == SLAPO_OK && e->n_children == 0)
     s = slapo_error(SLAPO_UNSUPPORTED, "%s: %s: nothing could be fused (SLAPO_DEBUG=1 lists "
                     "why each region was left)", sp->primitive, e->path);
-  unwiden(&w);
+  slapo_free(widened);
   slapo_matches_deinit(&ms);
   if (s != SLAPO_OK) {
     remove_children(slapo_sched_module(node), e);
