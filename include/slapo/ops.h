@@ -172,6 +172,19 @@ typedef slapo_status (*slapo_infer_fn)(slapo_node *node);
 typedef slapo_status (*slapo_backward_fn)(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
                                           const bool *need, slapo_node **dx);
 
+/* Backward rule of an op whose value packs several results, each read
+ * through `unpack` views (a fused region with a norm: compiler/): autograd
+ * hands it every result's gradient at once, so one backward kernel can add
+ * them where the unfused graph would (a residual-stream gradient inside a
+ * norm's backward). dys[k] is the gradient of the views at offset offs[k]
+ * (several views of one offset summed in their graph order), k < n, offsets
+ * ascending; a result nothing differentiates is absent. Fills dx like
+ * slapo_backward_fn. A packed value read other than through unpack views
+ * cannot be differentiated (autograd says so). */
+typedef slapo_status (*slapo_backward_packed_fn)(slapo_ctx *ctx, slapo_node *node, int n,
+                                                 const int64_t *offs, slapo_node *const *dys,
+                                                 const bool *need, slapo_node **dx);
+
 /* Builds a small example use of the op for the table-driven tests: declares
  * placeholders with slapo_input (f32 ones are gradient-checked; integer ones
  * are filled in [0, test.int_high)), calls the op and returns its node. */
@@ -198,6 +211,8 @@ typedef struct slapo_op {
   slapo_kernel_fn fast;     /* optimized kernel, or NULL                     */
   slapo_view_fn view;       /* non-NULL: output is a view of in[0]           */
   slapo_backward_fn backward; /* NULL: not differentiable (error if needed) */
+  slapo_backward_packed_fn backward_packed; /* set: the value packs results */
+                            /*   (backward unused), differentiated at once   */
   bool contiguous_inputs;   /* executor makes strided inputs contiguous     */
   bool inplace;             /* the kernel also runs with its output over    */
                             /*   input 0 (same dtype and shape; out == in[0] */

@@ -15,6 +15,7 @@
 typedef struct contrib {
   int user_id;
   int slot;
+  int64_t at; /* an unpack view's offset into a packed value; -1: none */
   slapo_node *g;
 } contrib;
 
@@ -56,7 +57,8 @@ static rec *rec_of(walk *w, const slapo_node *n) {
   return &w->recs[n->id];
 }
 
-static slapo_status add_contrib(walk *w, rec *r, int user_id, int slot, slapo_node *g) {
+static slapo_status add_contrib(walk *w, rec *r, int user_id, int slot, int64_t at,
+                               slapo_node *g) {
   if (r->n_c == r->cap_c) {
     int cap = r->cap_c ? 2 * r->cap_c : 4;
     contrib *c = slapo_realloc(r->c, (size_t)cap * sizeof *c);
@@ -64,7 +66,7 @@ static slapo_status add_contrib(walk *w, rec *r, int user_id, int slot, slapo_no
     r->c = c;
     r->cap_c = cap;
   }
-  r->c[r->n_c++] = (contrib){user_id, slot, g};
+  r->c[r->n_c++] = (contrib){user_id, slot, at, g};
   return SLAPO_OK;
 }
 
@@ -75,27 +77,38 @@ static slapo_node *full_like(slapo_ctx *ctx, const slapo_node *n, double value) 
   return slapo_op_apply(ctx, SLAPO_OP_DESC(full), 0, NULL, 2, a);
 }
 
-/* Sums the contributions of r in (user position, slot) order; a value with
- * one user keeps its gradient node as is. */
-static slapo_node *accumulate(walk *w, rec *r) {
-  /* Insertion sort: contributions arrive in reverse user order, and there
-   * are few per value. */
+/* Orders r's contributions by (view offset, user position, slot).
+ * Insertion sort: contributions arrive in reverse user order, and there
+ * are few per value. */
+static void sort_contribs(rec *r) {
   for (int i = 1; i < r->n_c; i++) {
     contrib x = r->c[i];
     int j = i - 1;
-    while (j >= 0 && (r->c[j].user_id > x.user_id ||
-                      (r->c[j].user_id == x.user_id && r->c[j].slot > x.slot))) {
+    while (j >= 0 && (r->c[j].at > x.at || (r->c[j].at == x.at && r->c[j].user_id > x.user_id) ||
+                      (r->c[j].at == x.at && r->c[j].user_id == x.user_id &&
+                       r->c[j].slot > x.slot))) {
       r->c[j + 1] = r->c[j];
       j--;
     }
     r->c[j + 1] = x;
   }
-  slapo_node *g = r->n_c ? r->c[0].g : NULL;
-  for (int i = 1; i < r->n_c && g; i++) {
+}
+
+/* The sum of sorted contributions c[i0 .. i1) in order; one is kept as is. */
+static slapo_node *sum_contribs(walk *w, const rec *r, int i0, int i1) {
+  slapo_node *g = i1 > i0 ? r->c[i0].g : NULL;
+  for (int i = i0 + 1; i < i1 && g; i++) {
     slapo_node *in[2] = {g, r->c[i].g};
     g = slapo_op_apply(w->ctx, SLAPO_OP_DESC(add), 2, in, 0, NULL);
   }
   return g;
+}
+
+/* Sums the contributions of r in (user position, slot) order; a value with
+ * one user keeps its gradient node as is. */
+static slapo_node *accumulate(walk *w, rec *r) {
+  sort_contribs(r);
+  return sum_contribs(w, r, 0, r->n_c);
 }
 
 /* The dtype of a value's gradient: f32 for the 16-bit floats (autocast's
@@ -155,8 +168,46 @@ static slapo_status recompute_region(walk *w, int region) {
   return SLAPO_OK;
 }
 
-/* Runs n's backward rule with gradient g and queues the input gradients. */
-static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
+/* Whether n is an unpack view of a value that packs an op's results. */
+static bool views_packed(const slapo_node *n) {
+  const slapo_node *p = n->n_inputs == 1 ? n->inputs[0] : NULL;
+  return n->op == SLAPO_OP_DESC(unpack) && p->kind == SLAPO_NODE_CALL_OP && p->op &&
+         p->op->backward_packed;
+}
+
+/* The rule of an op whose value packs results: r's contributions, each an
+ * unpack view's gradient, summed per view offset (graph order), at once. */
+static slapo_status packed_rule(walk *w, slapo_node *n, slapo_node *fwd, rec *r, const bool *need,
+                                slapo_node **dx) {
+  sort_contribs(r);
+  for (int i = 0; i < r->n_c; i++)
+    if (r->c[i].at < 0)
+      return slapo_ctx_fail(w->ctx, SLAPO_UNSUPPORTED,
+                            "backward: %%%s packs the results of op '%s' (module %s) and node "
+                            "%%%s reads it other than through an unpack view; its gradient "
+                            "cannot be split into the results'",
+                            n->name, n->target, path_of(n), w->nodes[r->c[i].user_id]->name);
+  int64_t *offs = slapo_calloc((size_t)r->n_c + 1, sizeof *offs);
+  slapo_node **dys = slapo_calloc((size_t)r->n_c + 1, sizeof *dys);
+  int k = 0;
+  for (int i = 0; offs && dys && i < r->n_c; k++) {
+    int j = i;
+    while (j < r->n_c && r->c[j].at == r->c[i].at) j++;
+    offs[k] = r->c[i].at, dys[k] = sum_contribs(w, r, i, j);
+    i = j;
+  }
+  slapo_status s = offs && dys ? n->op->backward_packed(w->ctx, fwd, k, offs, dys, need, dx)
+                               : nomem(w->ctx);
+  slapo_free(offs);
+  slapo_free(dys);
+  return s;
+}
+
+/* Runs n's backward rule with its accumulated gradient r->grad (a packed
+ * value: with each result's) and queues the input gradients; an unpack
+ * view of a packed value queues its gradient for the packer's rule. */
+static slapo_status visit(walk *w, slapo_node *n, rec *r) {
+  slapo_node *g = r->grad;
   slapo_ctx *ctx = w->ctx;
   bool any = false;
   bool need_local[8];
@@ -177,6 +228,11 @@ static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
   }
   /* A wrt that nothing else flows into stops here (leaves too). */
   if (!any) goto done;
+  if (views_packed(n)) {
+    s = add_contrib(w, rec_of(w, n->inputs[0]), n->id, 0, slapo_node_attr_int(n, "offset", 0),
+                    g);
+    goto done;
+  }
 
   if (n->kind != SLAPO_NODE_CALL_OP) {
     s = slapo_ctx_fail(ctx, SLAPO_UNSUPPORTED,
@@ -186,7 +242,7 @@ static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
                        slapo_node_kind_name(n->kind), n->name, n->target, path_of(n));
     goto done;
   }
-  if (!n->op || !n->op->backward) {
+  if (!n->op || (!n->op->backward && !n->op->backward_packed)) {
     s = slapo_ctx_fail(ctx, SLAPO_UNSUPPORTED,
                        "backward: op '%s' (node %%%s, module %s) has no backward rule; it is "
                        "on the path from a wrt value to y, so y's gradient cannot flow "
@@ -212,7 +268,8 @@ static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
    * memory reports). */
   s = slapo_ctx_push_origin(ctx, n->origin ? n->origin : "");
   if (s != SLAPO_OK) goto done;
-  s = n->op->backward(ctx, fwd, g, need, dx);
+  s = n->op->backward_packed ? packed_rule(w, n, fwd, r, need, dx)
+                             : n->op->backward(ctx, fwd, g, need, dx);
   slapo_ctx_pop_origin(ctx);
   if (s == SLAPO_OK) s = slapo_ctx_status(ctx);
   if (s != SLAPO_OK) {
@@ -226,7 +283,7 @@ static slapo_status visit(walk *w, slapo_node *n, slapo_node *g) {
   for (int i = 0; i < n->n_inputs && s == SLAPO_OK; i++) {
     if (!need[i] || !dx[i]) continue;
     s = check_dx(ctx, n, i, dx[i]);
-    if (s == SLAPO_OK) s = add_contrib(w, rec_of(w, n->inputs[i]), n->id, i, dx[i]);
+    if (s == SLAPO_OK) s = add_contrib(w, rec_of(w, n->inputs[i]), n->id, i, -1, dx[i]);
   }
 
 done:
@@ -360,7 +417,7 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
         goto out;
       }
     }
-    s = add_contrib(&w, ry, w.n, 0, seed);
+    s = add_contrib(&w, ry, w.n, 0, -1, seed);
     if (s != SLAPO_OK) goto out;
   }
 
@@ -371,11 +428,12 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
     slapo_node *n = w.nodes[id];
     s = slapo_ctx_push_origin(ctx, n->origin ? n->origin : "");
     if (s != SLAPO_OK) goto out;
-    r->grad = accumulate(&w, r);
+    /* A packed value's rule sums its results' gradients apart. */
+    if (!n->op || !n->op->backward_packed) r->grad = accumulate(&w, r);
     slapo_ctx_pop_origin(ctx);
     s = slapo_ctx_status(ctx);
     if (s != SLAPO_OK) goto out;
-    s = visit(&w, n, r->grad);
+    s = visit(&w, n, r);
     if (s != SLAPO_OK) goto out;
   }
 

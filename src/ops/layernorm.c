@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "ops/norm.h"
+#include "slapo/ops/rowmath.h"
 #include "slapo/ops/vmath.h"
 
 #define LN_EPS_DEFAULT 1e-5
@@ -64,47 +65,18 @@ static void layer_norm_ref(const slapo_node *node, const slapo_tensor *const *in
   }
 }
 
-/* The fast kernels' row sums use LANES interleaved partial sums (element c
- * goes to lane c % LANES, the lanes added in order at the end): a fixed
- * order, so reproducible, and one the compiler vectorizes, where a single
- * running float sum waits on the previous add for every element. */
-enum { LANES = 16 };
-
-static inline float lanes_total(const float *acc) {
-  float t = 0.0f;
-  for (int l = 0; l < LANES; l++) t += acc[l];
-  return t;
-}
-
-/* Mean and 1/std of one row in float, two passes (a one-pass E[x^2] - E[x]^2
- * loses precision when |mean| >> std). */
+/* The fast kernels' row routines are slapo/ops/rowmath.h's (the cc backend
+ * pastes the same text into fused regions), compiled per ISA level here. */
 SLAPO__SIMD_PROC(row_stats, (const float *xr, int64_t C, float eps, float *mean, float *rstd),
                  (xr, C, eps, mean, rstd)) {
-  float acc[LANES] = {0};
-  int64_t c = 0;
-  for (; c + LANES <= C; c += LANES)
-    for (int l = 0; l < LANES; l++) acc[l] += xr[c + l];
-  for (int l = 0; c < C; c++, l++) acc[l] += xr[c];
-  float m = lanes_total(acc) / (float)C;
-  float vacc[LANES] = {0};
-  for (c = 0; c + LANES <= C; c += LANES)
-    for (int l = 0; l < LANES; l++) vacc[l] += (xr[c + l] - m) * (xr[c + l] - m);
-  for (int l = 0; c < C; c++, l++) vacc[l] += (xr[c] - m) * (xr[c] - m);
-  float v = lanes_total(vacc) / (float)C;
-  *mean = m;
-  *rstd = 1.0f / sqrtf(v + eps);
+  slapo__ln_row_stats(xr, C, eps, mean, rstd);
 }
 
-/* y = (x - mean) rstd [* w + b] for one row. */
 SLAPO__SIMD_PROC(norm_row,
                  (const float *restrict xr, const float *restrict w, const float *restrict b,
                   float *restrict yr, int64_t C, float mean, float rstd),
                  (xr, w, b, yr, C, mean, rstd)) {
-  if (w) {
-    for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd * w[c] + b[c];
-  } else {
-    for (int64_t c = 0; c < C; c++) yr[c] = (xr[c] - mean) * rstd;
-  }
+  slapo__ln_norm_row(xr, w, b, yr, C, mean, rstd);
 }
 
 static void layer_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
@@ -221,34 +193,12 @@ static void layer_norm_backward_ref(const slapo_node *node, const slapo_tensor *
   }
 }
 
-/* dx for one row: rstd (dyw - mean(dyw) - xhat mean(dyw xhat)), the two
- * means from lane sums, plus rr's row when rr is not NULL. */
 SLAPO__SIMD_PROC(backward_row,
                  (const float *restrict xr, const float *restrict w, const float *restrict dyr,
                   const float *restrict rr, float *restrict dxr, int64_t C, float mean,
                   float rstd),
                  (xr, w, dyr, rr, dxr, C, mean, rstd)) {
-  float a1[LANES] = {0}, a2[LANES] = {0};
-  int64_t c = 0;
-  for (; c + LANES <= C; c += LANES) {
-    for (int l = 0; l < LANES; l++) {
-      float dyw = w ? dyr[c + l] * w[c + l] : dyr[c + l];
-      a1[l] += dyw;
-      a2[l] += dyw * (xr[c + l] - mean) * rstd;
-    }
-  }
-  for (int l = 0; c < C; c++, l++) {
-    float dyw = w ? dyr[c] * w[c] : dyr[c];
-    a1[l] += dyw;
-    a2[l] += dyw * (xr[c] - mean) * rstd;
-  }
-  float mean_dyw = lanes_total(a1) / (float)C, mean_dyw_xhat = lanes_total(a2) / (float)C;
-  for (c = 0; c < C; c++) {
-    float dyw = w ? dyr[c] * w[c] : dyr[c];
-    float xhat = (xr[c] - mean) * rstd;
-    float d = rstd * (dyw - mean_dyw - xhat * mean_dyw_xhat);
-    dxr[c] = rr ? d + rr[c] : d; /* d itself without r: the sign of a zero kept */
-  }
+  slapo__ln_backward_row(xr, w, dyr, rr, dxr, C, mean, rstd);
 }
 
 static void layer_norm_backward_fast(const slapo_node *node, const slapo_tensor *const *in,
@@ -317,16 +267,11 @@ static void layer_norm_backward_params_ref(const slapo_node *node, const slapo_t
          sizeof(float) * (size_t)(slapo_tensor_numel(out) - R * C - 2 * C));
 }
 
-/* The row's terms of dw and db, added to the block's float partials. */
 SLAPO__SIMD_PROC(affine_row,
                  (const float *restrict xr, const float *restrict dyr, float *restrict pw,
                   float *restrict pb, int64_t C, float mean, float rstd),
                  (xr, dyr, pw, pb, C, mean, rstd)) {
-  for (int64_t c = 0; c < C; c++) {
-    float xhat = (xr[c] - mean) * rstd;
-    pw[c] += dyr[c] * xhat;
-    pb[c] += dyr[c];
-  }
+  slapo__ln_affine_row(xr, dyr, pw, pb, C, mean, rstd);
 }
 
 /* Parallel over LNB_BLOCKS fixed row blocks (set by R, not by the thread

@@ -54,8 +54,47 @@ static const slapo_op k_nobw = {.name = "ag_nobw", .n_inputs = 1, .infer = same_
                                 .ref = scale_ref, .contiguous_inputs = true,
                                 .doc = "test: an op without a backward rule"};
 
+/* ag_pack2: x [2, 3] -> [12] = [2 x | 3 x], two results read through unpack
+ * views; its packed rule records what autograd handed it. */
+static slapo_status pack2_infer(slapo_node *node) {
+  int64_t n = 12;
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
+}
+
+static void pack2_ref(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
+                      const slapo_kernel_env *env) {
+  (void)node, (void)env;
+  const float *x = slapo_tensor_data(in[0]); /* x [2, 3] */
+  float *o = slapo_tensor_data(out);         /* [12] */
+  for (int i = 0; i < 6; i++) o[i] = 2 * x[i], o[6 + i] = 3 * x[i];
+}
+
+static int g_pack_n;
+static int64_t g_pack_offs[4];
+
+/* dx = 2 dy(offset 0) + 3 dy(offset 6), either absent. */
+static slapo_status pack2_backward(slapo_ctx *ctx, slapo_node *node, int n, const int64_t *offs,
+                                   slapo_node *const *dys, const bool *need, slapo_node **dx) {
+  (void)node;
+  g_pack_n = n;
+  for (int k = 0; k < n && k < 4; k++) g_pack_offs[k] = offs[k];
+  if (!need[0]) return slapo_ctx_status(ctx);
+  slapo_node *sum = NULL;
+  for (int k = 0; k < n; k++) {
+    slapo_node *t = scale(ctx, dys[k], offs[k] == 0 ? 2 : 3);
+    sum = sum ? slapo_add(ctx, sum, t) : t;
+  }
+  dx[0] = sum;
+  return slapo_ctx_status(ctx);
+}
+
+static const slapo_op k_pack2 = {.name = "ag_pack2", .n_inputs = 1, .infer = pack2_infer,
+                                 .ref = pack2_ref, .backward_packed = pack2_backward,
+                                 .contiguous_inputs = true, .doc = "test: [2 x | 3 x] packed"};
+
 static int setup_ops(void **state) {
   (void)state;
+  if (!slapo_op_find("ag_pack2") && slapo_op_register(&k_pack2) != SLAPO_OK) return -1;
   if (!slapo_op_find("ag_scale") && slapo_op_register(&k_scale) != SLAPO_OK) return -1;
   if (!slapo_op_find("ag_nobw") && slapo_op_register(&k_nobw) != SLAPO_OK) return -1;
   return 0;
@@ -396,9 +435,66 @@ static void test_nomem_sweep(void **state) {
   }
 }
 
+static slapo_node *view(slapo_ctx *ctx, slapo_node *p, int64_t off) {
+  slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", 2, k23)};
+  return slapo_op_call(ctx, "unpack", 1, &p, 2, a);
+}
+
+/* A packed value's rule gets each result's gradient at once: the views of
+ * one offset summed first (b read twice), offsets ascending; dx = 2 + 3 * 2
+ * for dy = ones. A result nobody differentiates is absent. */
+static void test_packed_results(void **state) {
+  (void)state;
+  fx f = fx_new();
+  slapo_node *x = slapo_input(f.ctx, "x", SLAPO_DTYPE_F32, 2, k23);
+  slapo_node *p = slapo_op_call(f.ctx, "ag_pack2", 1, &x, 0, NULL);
+  slapo_node *y = slapo_add(f.ctx, slapo_add(f.ctx, view(f.ctx, p, 6), view(f.ctx, p, 0)),
+                            view(f.ctx, p, 6));
+  slapo_node *dx;
+  g_pack_n = -1;
+  assert_int_equal(slapo_backward(f.ctx, y, NULL, 1, &x, &dx), SLAPO_OK);
+  assert_int_equal(g_pack_n, 2);
+  assert_int_equal(g_pack_offs[0], 0);
+  assert_int_equal(g_pack_offs[1], 6);
+  slapo_node *outs[2] = {y, dx};
+  assert_non_null(slapo_output(f.ctx, 2, outs));
+  const float xv[6] = {-1.5f, -0.25f, 0, 0.5f, 1, 3};
+  slapo_tensor *xt = tensor(2, k23, xv), *res[2];
+  const char *names[] = {"x"};
+  run(f.g, 1, names, &xt, 2, res);
+  for (int i = 0; i < 6; i++) {
+    assert_float_equal(f32(res[0])[i], 8 * xv[i], 1e-6);
+    assert_float_equal(f32(res[1])[i], 8, 1e-6);
+  }
+  for (int i = 0; i < 2; i++) slapo_tensor_free(res[i]);
+  slapo_tensor_free(xt);
+  fx_free(&f);
+
+  /* Only the second result on the path. */
+  f = fx_new();
+  x = slapo_input(f.ctx, "x", SLAPO_DTYPE_F32, 2, k23);
+  p = slapo_op_call(f.ctx, "ag_pack2", 1, &x, 0, NULL);
+  y = view(f.ctx, p, 6);
+  (void)view(f.ctx, p, 0);
+  assert_int_equal(slapo_backward(f.ctx, y, NULL, 1, &x, &dx), SLAPO_OK);
+  assert_int_equal(g_pack_n, 1);
+  assert_int_equal(g_pack_offs[0], 6);
+  fx_free(&f);
+
+  /* Read directly: refused, naming the reader. */
+  f = fx_new();
+  x = slapo_input(f.ctx, "x", SLAPO_DTYPE_F32, 2, k23);
+  p = slapo_op_call(f.ctx, "ag_pack2", 1, &x, 0, NULL);
+  y = slapo_add(f.ctx, scale(f.ctx, view(f.ctx, p, 0), 1.0), view(f.ctx, scale(f.ctx, p, 1.0), 6));
+  assert_int_equal(slapo_backward(f.ctx, y, NULL, 1, &x, &dx), SLAPO_UNSUPPORTED);
+  assert_non_null(strstr(slapo_last_error(), "other than through an unpack view"));
+  fx_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_square_plus_x),
+      cmocka_unit_test(test_packed_results),
       cmocka_unit_test(test_accumulation_order),
       cmocka_unit_test(test_broadcast_reduced),
       cmocka_unit_test(test_unreachable_and_seed),
