@@ -27,18 +27,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/internal.h"
+#include "compiler/cc_gen.h"
+
+typedef slapo__cc_gen gen;
+typedef slapo__cc_sbuf sbuf;
 
 /* ---- a growing string ---- */
 
-typedef struct sbuf {
-  char *s;
-  size_t n, cap;
-  bool oom;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
+void slapo__cc_put(slapo__cc_sbuf *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
@@ -63,7 +59,7 @@ static void put(sbuf *b, const char *fmt, ...) {
 
 /* ---- input kinds ---- */
 
-static int64_t numel_of(int ndim, const int64_t *shape) {
+int64_t slapo__cc_numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; i++) n *= shape[i];
   return n;
@@ -71,11 +67,11 @@ static int64_t numel_of(int ndim, const int64_t *shape) {
 
 slapo_status slapo__cc_kinds(int n_in, const slapo_node *const *in, int ndim,
                              const int64_t *shape, slapo__cc_kind *kind, int64_t *C) {
-  int64_t N = numel_of(ndim, shape);
+  int64_t N = slapo__cc_numel(ndim, shape);
   *C = 0;
   for (int i = 0; i < n_in; i++) {
     const slapo_node *x = in[i];
-    int64_t n = numel_of(x->ndim, x->shape);
+    int64_t n = slapo__cc_numel(x->ndim, x->shape);
     /* x's dims without leading 1s must be the output's trailing dims. */
     int k = 0;
     while (k < x->ndim && x->shape[k] == 1) k++;
@@ -109,7 +105,7 @@ static void substitute(sbuf *out, const char *expr, const char *const names[5]) 
       while ((*q >= '0' && *q <= '9') || *q == '.' || (*q >= 'a' && *q <= 'z') ||
              (*q >= 'A' && *q <= 'Z') || ((*q == '+' || *q == '-') && strchr("eEpP", q[-1])))
         q++;
-      put(out, "%.*s", (int)(q - p), p);
+      slapo__cc_put(out, "%.*s", (int)(q - p), p);
       p = q;
     } else if ((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') || *p == '_') {
       const char *q = p;
@@ -117,28 +113,16 @@ static void substitute(sbuf *out, const char *expr, const char *const names[5]) 
              (*q >= '0' && *q <= '9'))
         q++;
       const char *hit = q - p == 1 ? strchr(ops, *p) : NULL;
-      if (hit && names[hit - ops]) put(out, "%s", names[hit - ops]);
-      else put(out, "%.*s", (int)(q - p), p);
+      if (hit && names[hit - ops]) slapo__cc_put(out, "%s", names[hit - ops]);
+      else slapo__cc_put(out, "%.*s", (int)(q - p), p);
       p = q;
     } else {
-      put(out, "%c", *p++);
+      slapo__cc_put(out, "%c", *p++);
     }
   }
 }
 
-typedef struct gen {
-  const slapo_graph *g;
-  slapo__cc_plan *plan;
-  int n;                /* nodes */
-  bool *need;           /* node id -> the backward needs its value */
-  int *rand_of;         /* node id -> random slot, or -1 */
-  int *ph_of;           /* node id -> input index, or -1 */
-  const slapo_node *out;
-  bool fast;            /* the ops' float forms, else their reference forms */
-  sbuf b;
-} gen;
-
-static slapo_status expr_of(gen *G, const slapo_node *n, int which, char *buf, size_t cap) {
+slapo_status slapo__cc_expr_of(gen *G, const slapo_node *n, int which, char *buf, size_t cap) {
   if (!slapo__cc_renders(n->op))
     return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc backend "
                        "generates elementwise regions only", n->target, n->name);
@@ -184,17 +168,17 @@ static bool uses(const char *expr, char op) {
 static slapo_status compute_needs(gen *G) {
   char ebuf[1024];
   for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev) {
-    if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full)) continue;
+    if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full) || n == G->row) continue;
     for (int j = 0; j < n->n_inputs; j++) {
-      SLAPO_TRY(expr_of(G, n, j, ebuf, sizeof ebuf));
+      SLAPO_TRY(slapo__cc_expr_of(G, n, j, ebuf, sizeof ebuf));
       if (uses(ebuf, 'a')) G->need[n->inputs[0]->id] = true;
       if (n->n_inputs > 1 && uses(ebuf, 'b')) G->need[n->inputs[1]->id] = true;
       if (uses(ebuf, 'y')) G->need[n->id] = true;
     }
   }
   for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev)
-    if (G->need[n->id] && n->kind == SLAPO_NODE_CALL_OP)
-      for (int j = 0; j < n->n_inputs; j++) G->need[n->inputs[j]->id] = true;
+    if (G->need[n->id] && n->kind == SLAPO_NODE_CALL_OP && n != G->row) /* a norm's output */
+      for (int j = 0; j < n->n_inputs; j++) G->need[n->inputs[j]->id] = true; /* is recomputed */
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER) G->plan->bwd_reads[G->ph_of[n->id]] = G->need[n->id];
   return SLAPO_OK;
@@ -210,7 +194,7 @@ static slapo_status compute_identities(gen *G) {
     if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
     int k = G->ph_of[n->id];
     if (G->plan->kind[k] != SLAPO__CC_FULL ||
-        numel_of(n->ndim, n->shape) != numel_of(G->out->ndim, G->out->shape))
+        slapo__cc_numel(n->ndim, n->shape) != slapo__cc_numel(G->out->ndim, G->out->shape))
       continue;
     const slapo_node *cur = n;
     bool ok = true;
@@ -221,7 +205,7 @@ static slapo_status compute_identities(gen *G) {
       int j = -1;
       for (int q = 0; ok && q < u->n_inputs; q++)
         if (u->inputs[q] == cur) j = q;
-      if (ok && j >= 0) SLAPO_TRY(expr_of(G, u, j, ebuf, sizeof ebuf));
+      if (ok && j >= 0) SLAPO_TRY(slapo__cc_expr_of(G, u, j, ebuf, sizeof ebuf));
       ok = ok && j >= 0 && !strcmp(ebuf, "(g)");
       cur = u;
     }
@@ -235,70 +219,80 @@ static slapo_status compute_identities(gen *G) {
  * unconditionally and then selected by `training`: under the condition, its
  * multiply would be a conditional floating-point operation, which GCC does
  * not if-convert (it may trap), and the loop would stay scalar. */
-static slapo_status emit_values(gen *G, const char *indent, bool bwd) {
+slapo_status slapo__cc_emit_values(gen *G, const char *indent, bool bwd) {
   char ebuf[1024], lb[64];
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (G->mask && !G->mask[n->id]) continue;
     bool skip = bwd && !G->need[n->id];
     if (skip && !(n->kind == SLAPO_NODE_CALL_OP && G->rand_of[n->id] >= 0)) continue;
+    if (G->as && G->as[n->id]) {
+      slapo__cc_put(&G->b, "%sconst float v%d = %s; /* %s */\n", indent, n->id, G->as[n->id],
+                    n->target);
+      continue;
+    }
     if (n->kind == SLAPO_NODE_PLACEHOLDER) {
-      put(&G->b, "%sconst float v%d = %s; /* %s */\n", indent, n->id,
+      slapo__cc_put(&G->b, "%sconst float v%d = %s; /* %s */\n", indent, n->id,
           load_of(G, G->ph_of[n->id], lb, sizeof lb), n->target);
       continue;
     }
     if (n->kind != SLAPO_NODE_CALL_OP) continue;
     if (n->op == SLAPO_OP_DESC(full)) {
-      put(&G->b, "%sconst float v%d = (float)%.17g; /* full */\n", indent, n->id,
+      slapo__cc_put(&G->b, "%sconst float v%d = (float)%.17g; /* full */\n", indent, n->id,
           slapo_node_attr_float(n, "value", 0));
       continue;
     }
-    SLAPO_TRY(expr_of(G, n, -1, ebuf, sizeof ebuf));
+    SLAPO_TRY(slapo__cc_expr_of(G, n, -1, ebuf, sizeof ebuf));
     char nm[5][24];
     names_of(n, nm, "0");
     const char *names[5] = {nm[0], nm[1], NULL, NULL, nm[4]};
     if (G->rand_of[n->id] >= 0)
-      put(&G->b, "%sconst float u%d = ub%d[c - c0];\n", indent, n->id, n->id);
+      slapo__cc_put(&G->b, "%sconst float u%d = ub%d[c - c0];\n", indent, n->id, n->id);
     if (skip) continue;
     if (G->rand_of[n->id] >= 0) {
-      put(&G->b, "%sconst float d%d = ", indent, n->id);
+      slapo__cc_put(&G->b, "%sconst float d%d = ", indent, n->id);
       substitute(&G->b, ebuf, names);
-      put(&G->b, "; /* %s, training */\n%sconst float v%d = !training ? v%d : d%d;\n",
+      slapo__cc_put(&G->b, "; /* %s, training */\n%sconst float v%d = !training ? v%d : d%d;\n",
           n->target, indent, n->id, n->inputs[0]->id, n->id);
       continue;
     }
-    put(&G->b, "%sconst float v%d = ", indent, n->id);
+    slapo__cc_put(&G->b, "%sconst float v%d = ", indent, n->id);
     substitute(&G->b, ebuf, names);
-    put(&G->b, "; /* %s */\n", n->target);
+    slapo__cc_put(&G->b, "; /* %s */\n", n->target);
   }
   return SLAPO_OK;
 }
 
 /* Reverse mode: adjoints ga<id>, seeded by dy at the output (a random
  * node's gradient selected by `training` as in emit_values). */
-static slapo_status emit_adjoints(gen *G, const char *indent) {
+slapo_status slapo__cc_emit_adjoints(gen *G, const char *indent) {
   char ebuf[1024];
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
-    if (n->kind == SLAPO_NODE_PLACEHOLDER || n->kind == SLAPO_NODE_CALL_OP)
-      put(&G->b, "%sfloat ga%d = %s;\n", indent, n->id, n == G->out ? "dy[i]" : "0.0f");
+    if ((n->kind == SLAPO_NODE_PLACEHOLDER || n->kind == SLAPO_NODE_CALL_OP) &&
+        (!G->mask || G->mask[n->id]))
+      slapo__cc_put(&G->b, "%sfloat ga%d = %s;\n", indent, n->id,
+                    G->seed ? (G->seed[n->id] ? G->seed[n->id] : "0.0f")
+                            : n == G->out ? "dy[i]" : "0.0f");
   for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev) {
     if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full)) continue;
+    if ((G->mask && !G->mask[n->id]) || (G->as && G->as[n->id])) continue;
     for (int j = 0; j < n->n_inputs; j++) {
       const slapo_node *x = n->inputs[j];
       if (x->kind == SLAPO_NODE_CALL_OP && x->op == SLAPO_OP_DESC(full)) continue;
-      SLAPO_TRY(expr_of(G, n, j, ebuf, sizeof ebuf));
+      SLAPO_TRY(slapo__cc_expr_of(G, n, j, ebuf, sizeof ebuf));
       char nm[5][24], g[24];
       snprintf(g, sizeof g, "ga%d", n->id);
       names_of(n, nm, g);
       const char *names[5] = {nm[0], nm[1], nm[2], nm[3], nm[4]};
       if (G->rand_of[n->id] >= 0) {
-        put(&G->b, "%sconst float dg%d_%d = ", indent, n->id, j);
+        slapo__cc_put(&G->b, "%sconst float dg%d_%d = ", indent, n->id, j);
         substitute(&G->b, ebuf, names);
-        put(&G->b, "; /* d %s / d input %d, training */\n%sga%d += !training ? %s : dg%d_%d;\n",
+        slapo__cc_put(&G->b, "; /* d %s / d input %d, training */\n%sga%d += !training ? %s : dg%d_%d;\n",
             n->target, j, indent, x->id, g, n->id, j);
         continue;
       }
-      put(&G->b, "%sga%d += ", indent, x->id);
+      slapo__cc_put(&G->b, "%sga%d += ", indent, x->id);
       substitute(&G->b, ebuf, names);
-      put(&G->b, "; /* d %s / d input %d */\n", n->target, j);
+      slapo__cc_put(&G->b, "; /* d %s / d input %d */\n", n->target, j);
     }
   }
   return SLAPO_OK;
@@ -375,17 +369,17 @@ static void emit_header(gen *G, const char *name) {
   /* The fused module's name is not written: equal regions share one object
    * whatever schedules call them. */
   (void)name;
-  put(&G->b, "/* slapo cc kernels: an elementwise region of %d node(s).\n",
+  slapo__cc_put(&G->b, "/* slapo cc kernels: an elementwise region of %d node(s).\n",
       slapo_graph_count(G->g));
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
     if (n->kind == SLAPO_NODE_PLACEHOLDER)
-      put(&G->b, " *   input %d (%s): %s%s%s\n", G->ph_of[n->id], n->target,
+      slapo__cc_put(&G->b, " *   input %d (%s): %s%s%s\n", G->ph_of[n->id], n->target,
           kinds[G->plan->kind[G->ph_of[n->id]]],
           G->plan->bwd_reads[G->ph_of[n->id]] ? "" : " (its values are not read by the backward)",
           G->plan->grad_is_dy[G->ph_of[n->id]] ? " (its gradient is dy itself: not written)" : "");
     else if (n->kind == SLAPO_NODE_CALL_OP)
-      put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
-  put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
+      slapo__cc_put(&G->b, " *   v%d = %s(...)\n", n->id, n->target);
+  slapo__cc_put(&G->b, " * The output is viewed as [N / C, C]. Saved for the backward: nothing;\n"
              " * the backward recomputes every value from the inputs, then writes each\n"
              " * input's gradient into `pk` at off[i] (rows summed for a row input, all\n"
              " * elements for a one-value input, in a fixed order). */\n");
@@ -393,10 +387,10 @@ static void emit_header(gen *G, const char *name) {
 
 /* Before a block's column loop: each random node's uniforms for the
  * block's elements r * C + c0 .. r * C + c1 - 1. */
-static void emit_uniforms(gen *G, const char *indent) {
+void slapo__cc_emit_uniforms(gen *G, const char *indent) {
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
-    if (n->kind == SLAPO_NODE_CALL_OP && G->rand_of[n->id] >= 0)
-      put(&G->b, "%sfloat ub%d[CB];\n%sif (training) slapo_cc_uniforms(keys[%d], step, "
+    if (n->kind == SLAPO_NODE_CALL_OP && G->rand_of[n->id] >= 0 && (!G->mask || G->mask[n->id]))
+      slapo__cc_put(&G->b, "%sfloat ub%d[CB];\n%sif (training) slapo_cc_uniforms(keys[%d], step, "
                  "(uint64_t)(r * C + c0), (int)(c1 - c0), ub%d);\n",
           indent, n->id, indent, G->rand_of[n->id], n->id);
 }
@@ -406,26 +400,26 @@ static void emit_uniforms(gen *G, const char *indent) {
  * (the forward: full inputs and y; the backward: the full inputs it reads,
  * dy and the full gradients it writes), one per 64-byte line, none past N. */
 static void emit_prefetch(gen *G, const char *indent, bool bwd) {
-  put(&G->b,
+  slapo__cc_put(&G->b,
       "%sif (r * C + c0 + PD + CB <= N)\n"
       "%s  for (int64_t q = r * C + c0 + PD; q < r * C + c0 + PD + CB; q += 16) {\n",
       indent, indent);
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_FULL && (!bwd || G->plan->bwd_reads[k]))
-      put(&G->b, "%s    SLAPO_CC_PREFETCH(in[%d] + q, 0);\n", indent, k);
+      slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(in[%d] + q, 0);\n", indent, k);
   if (bwd) {
-    put(&G->b, "%s    SLAPO_CC_PREFETCH(dy + q, 0);\n", indent);
+    slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(dy + q, 0);\n", indent);
     for (int k = 0; k < G->plan->n_in; k++)
       if (G->plan->kind[k] == SLAPO__CC_FULL && !G->plan->grad_is_dy[k])
-        put(&G->b, "%s    SLAPO_CC_PREFETCH(pk + off[%d] + q, 1);\n", indent, k);
+        slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(pk + off[%d] + q, 1);\n", indent, k);
   } else {
-    put(&G->b, "%s    SLAPO_CC_PREFETCH(y + q, 1);\n", indent);
+    slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(y + q, 1);\n", indent);
   }
-  put(&G->b, "%s  }\n", indent);
+  slapo__cc_put(&G->b, "%s  }\n", indent);
 }
 
 static void emit_fwd(gen *G, slapo_status *s) {
-  put(&G->b, "void slapo_cc_fwd(int64_t N, int64_t C, const float *const *in, float *y,\n"
+  slapo__cc_put(&G->b, "void slapo_cc_fwd(int64_t N, int64_t C, const float *const *in, float *y,\n"
              "                 const uint64_t *keys, uint64_t step, int training) {\n"
              "  (void)keys, (void)step, (void)training;\n"
              "  const int64_t R = N / C, nb = (C + CB - 1) / CB;\n"
@@ -433,13 +427,13 @@ static void emit_fwd(gen *G, slapo_status *s) {
              "  for (int64_t blk = 0; blk < R * nb; blk++) {\n"
              "    const int64_t r = blk / nb, c0 = blk %% nb * CB, c1 = c0 + CB < C ? c0 + CB : C;\n");
   emit_prefetch(G, "    ", false);
-  emit_uniforms(G, "    ");
-  put(&G->b, "#pragma omp simd\n"
+  slapo__cc_emit_uniforms(G, "    ");
+  slapo__cc_put(&G->b, "#pragma omp simd\n"
              "    for (int64_t c = c0; c < c1; c++) {\n"
              "      const int64_t i = r * C + c;\n"
              "      (void)i;\n");
-  if (*s == SLAPO_OK) *s = emit_values(G, "      ", false);
-  put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
+  if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "      ", false);
+  slapo__cc_put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
 }
 
 /* The backward: parallel over nrb fixed row blocks (at most RBLK, set by R
@@ -452,68 +446,52 @@ static void emit_fwd(gen *G, slapo_status *s) {
  * double. Without a
  * ROW input the elements are rows of SLAPO_CC_CHUNK (the last one
  * shorter), whatever C the host passed. */
-static void emit_bwd(gen *G, slapo_status *s) {
-  int n_row = 0, n_scalar = 0;
+static int count_kind(const gen *G, slapo__cc_kind kind) {
+  int n = 0;
+  for (int k = 0; k < G->plan->n_in; k++) n += G->plan->kind[k] == kind;
+  return n;
+}
+
+void slapo__cc_emit_partials(gen *G, const char *indent) {
+  int slot = 0, n_scalar = count_kind(G, SLAPO__CC_SCALAR);
   for (int k = 0; k < G->plan->n_in; k++) {
-    n_row += G->plan->kind[k] == SLAPO__CC_ROW;
-    n_scalar += G->plan->kind[k] == SLAPO__CC_SCALAR;
+    if (G->plan->kind[k] == SLAPO__CC_ROW)
+      slapo__cc_put(&G->b, "%sfloat *acc%d = (float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C "
+                    "+ t * C;\n%sfor (int64_t c = 0; c < C; c++) acc%d[c] = 0;\n",
+                    indent, k, n_scalar, slot++, indent, k);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) slapo__cc_put(&G->b, "%sdouble s%d = 0;\n", indent, k);
   }
-  put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
-             "                 float *pk, const int64_t *off, double *work, const uint64_t *keys,\n"
-             "                 uint64_t step, int training) {\n"
-             "  (void)keys, (void)step, (void)training, (void)work;\n");
-  if (!n_row) put(&G->b, "  C = N < SLAPO_CC_CHUNK ? N : SLAPO_CC_CHUNK;\n");
-  put(&G->b, "  const int64_t R = (N + C - 1) / C;\n");
-  if (n_row || n_scalar)
-    put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = (R + rpb - 1) / rpb;\n");
-  else put(&G->b, "  const int64_t rpb = 1, nrb = R;\n");
-  put(&G->b, "#pragma omp parallel for schedule(static)\n"
-             "  for (int64_t t = 0; t < nrb; t++) {\n"
-             "    const int64_t r0 = t * rpb, r1 = r0 + rpb < R ? r0 + rpb : R;\n");
-  int slot = 0;
-  for (int k = 0; k < G->plan->n_in; k++) {
-    if (G->plan->kind[k] == SLAPO__CC_ROW) {
-      put(&G->b, "    float *acc%d = (float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C + t * C;\n"
-                 "    for (int64_t c = 0; c < C; c++) acc%d[c] = 0;\n", k, n_scalar, slot++, k);
-    }
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "    double s%d = 0;\n", k);
-  }
-  put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n"
-             "      const int64_t cn = N - r * C < C ? N - r * C : C;\n"
-             "      for (int64_t c0 = 0; c0 < cn; c0 += CB) {\n"
-             "        const int64_t c1 = c0 + CB < cn ? c0 + CB : cn;\n");
-  emit_prefetch(G, "        ", true);
-  emit_uniforms(G, "        ");
-  /* Scalar sums stay sequential (a simd reduction would reorder them). */
-  put(&G->b, "%s        for (int64_t c = c0; c < c1; c++) {\n"
-             "          const int64_t i = r * C + c;\n",
-      n_scalar ? "" : "#pragma omp simd\n");
-  if (*s == SLAPO_OK) *s = emit_values(G, "          ", true);
-  if (*s == SLAPO_OK) *s = emit_adjoints(G, "          ");
+}
+
+void slapo__cc_emit_grads(gen *G, const char *indent) {
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
-    if (n->kind != SLAPO_NODE_PLACEHOLDER) continue;
+    if (n->kind != SLAPO_NODE_PLACEHOLDER || (G->mask && !G->mask[n->id])) continue;
     int k = G->ph_of[n->id];
     if (G->plan->kind[k] == SLAPO__CC_FULL && !G->plan->grad_is_dy[k])
-      put(&G->b, "          pk[off[%d] + i] = ga%d;\n", k, n->id);
-    if (G->plan->kind[k] == SLAPO__CC_ROW) put(&G->b, "          acc%d[c] += ga%d;\n", k, n->id);
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR) put(&G->b, "          s%d += ga%d;\n", k, n->id);
+      slapo__cc_put(&G->b, "%spk[off[%d] + i] = ga%d;\n", indent, k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_ROW)
+      slapo__cc_put(&G->b, "%sacc%d[c] += ga%d;\n", indent, k, n->id);
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR)
+      slapo__cc_put(&G->b, "%ss%d += ga%d;\n", indent, k, n->id);
   }
-  put(&G->b, "        }\n      }\n    }\n");
-  int sslot = 0;
+}
+
+void slapo__cc_emit_sums(gen *G) {
+  int n_row = count_kind(G, SLAPO__CC_ROW), n_scalar = count_kind(G, SLAPO__CC_SCALAR);
+  int sslot = 0, slot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
-      put(&G->b, "    work[%d * RBLK + t] = s%d;\n", sslot++, k);
-  put(&G->b, "  }\n");
+      slapo__cc_put(&G->b, "    work[%d * RBLK + t] = s%d;\n", sslot++, k);
+  slapo__cc_put(&G->b, "  }\n");
   /* Each column's partials in block order, as one sum per column; blocks of
    * CB columns, so the adds vectorize across columns. */
   if (n_row) {
-    put(&G->b, "#pragma omp parallel for schedule(static)\n"
+    slapo__cc_put(&G->b, "#pragma omp parallel for schedule(static)\n"
                "  for (int64_t c0 = 0; c0 < C; c0 += CB) {\n"
                "    const int64_t c1 = c0 + CB < C ? c0 + CB : C;\n");
-    slot = 0;
     for (int k = 0; k < G->plan->n_in; k++)
       if (G->plan->kind[k] == SLAPO__CC_ROW)
-        put(&G->b, "    { double t[CB] = {0};\n"
+        slapo__cc_put(&G->b, "    { double t[CB] = {0};\n"
                    "      for (int64_t b = 0; b < nrb; b++) {\n"
                    "        const float *w = (const float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C + b * C;\n"
                    "#pragma omp simd\n"
@@ -521,21 +499,53 @@ static void emit_bwd(gen *G, slapo_status *s) {
                    "      }\n"
                    "      for (int64_t c = c0; c < c1; c++) pk[off[%d] + c] = (float)t[c - c0]; }\n",
             n_scalar, slot++, k);
-    put(&G->b, "  }\n");
+    slapo__cc_put(&G->b, "  }\n");
   }
   sslot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
-      put(&G->b, "  { double t = 0;\n"
+      slapo__cc_put(&G->b, "  { double t = 0;\n"
                  "    for (int64_t b = 0; b < nrb; b++) t += work[%d * RBLK + b];\n"
                  "    pk[off[%d]] = (float)t; }\n", sslot++, k);
-  put(&G->b, "}\n");
+}
+
+static void emit_bwd(gen *G, slapo_status *s) {
+  int n_row = count_kind(G, SLAPO__CC_ROW), n_scalar = count_kind(G, SLAPO__CC_SCALAR);
+  slapo__cc_put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
+             "                 float *pk, const int64_t *off, double *work, const uint64_t *keys,\n"
+             "                 uint64_t step, int training) {\n"
+             "  (void)keys, (void)step, (void)training, (void)work;\n");
+  if (!n_row) slapo__cc_put(&G->b, "  C = N < SLAPO_CC_CHUNK ? N : SLAPO_CC_CHUNK;\n");
+  slapo__cc_put(&G->b, "  const int64_t R = (N + C - 1) / C;\n");
+  if (n_row || n_scalar)
+    slapo__cc_put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = (R + rpb - 1) / rpb;\n");
+  else slapo__cc_put(&G->b, "  const int64_t rpb = 1, nrb = R;\n");
+  slapo__cc_put(&G->b, "#pragma omp parallel for schedule(static)\n"
+             "  for (int64_t t = 0; t < nrb; t++) {\n"
+             "    const int64_t r0 = t * rpb, r1 = r0 + rpb < R ? r0 + rpb : R;\n");
+  slapo__cc_emit_partials(G, "    ");
+  slapo__cc_put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n"
+             "      const int64_t cn = N - r * C < C ? N - r * C : C;\n"
+             "      for (int64_t c0 = 0; c0 < cn; c0 += CB) {\n"
+             "        const int64_t c1 = c0 + CB < cn ? c0 + CB : cn;\n");
+  emit_prefetch(G, "        ", true);
+  slapo__cc_emit_uniforms(G, "        ");
+  /* Scalar sums stay sequential (a simd reduction would reorder them). */
+  slapo__cc_put(&G->b, "%s        for (int64_t c = c0; c < c1; c++) {\n"
+             "          const int64_t i = r * C + c;\n",
+      n_scalar ? "" : "#pragma omp simd\n");
+  if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "          ", true);
+  if (*s == SLAPO_OK) *s = slapo__cc_emit_adjoints(G, "          ");
+  slapo__cc_emit_grads(G, "          ");
+  slapo__cc_put(&G->b, "        }\n      }\n    }\n");
+  slapo__cc_emit_sums(G);
+  slapo__cc_put(&G->b, "}\n");
 }
 
 /* Inputs' kinds (from their example shapes), random slots, checks. */
 static slapo_status analyse(gen *G) {
   const slapo_node *ins[SLAPO__CC_MAX_IN];
-  int n_in = 0;
+  int n_in = 0, n_out = 0;
   G->out = NULL;
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
     G->ph_of[n->id] = G->rand_of[n->id] = -1;
@@ -549,6 +559,7 @@ static slapo_status analyse(gen *G) {
       ins[n_in++] = n;
     } else if (n->kind == SLAPO_NODE_OUTPUT) {
       G->out = n->inputs[0];
+      n_out = n->n_inputs;
     } else if (n->kind == SLAPO_NODE_CALL_OP && n->op && n->op->random &&
                slapo_node_attr_float(n, "p", 1) != 0) { /* p = 0 draws nothing */
       if (G->plan->n_rand == SLAPO__CC_MAX_RAND)
@@ -562,19 +573,35 @@ static slapo_status analyse(gen *G) {
       return slapo_error(SLAPO_UNSUPPORTED, "cc: a %s node (%%%s) in the region",
                          slapo_node_kind_name(n->kind), n->name);
     }
-    if (n->kind == SLAPO_NODE_CALL_OP && n->op != SLAPO_OP_DESC(full) &&
-        !slapo__cc_renders(n->op))
-      return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is not elementwise; the cc "
-                         "backend generates elementwise regions only", n->target, n->name);
+    if (n->kind != SLAPO_NODE_CALL_OP || n->op == SLAPO_OP_DESC(full) ||
+        slapo__cc_renders(n->op))
+      continue;
+    if (!slapo__cc_row_op(n->op))
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is neither elementwise nor a "
+                         "LayerNorm; the cc backend generates elementwise regions and regions "
+                         "around one LayerNorm", n->target, n->name);
+    if (G->row)
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: the region holds two norms (%%%s and %%%s); cc "
+                         "generates regions around one: fuse each chain on its own",
+                         G->row->name, n->name);
+    G->row = n;
   }
   if (!G->out || G->out->kind != SLAPO_NODE_CALL_OP)
     return slapo_error(SLAPO_UNSUPPORTED, "cc: the region's result is not an op");
+  /* An elementwise region of several results compiles one op per result
+   * (each recomputes its cone: cheaper than a kernel with several outputs);
+   * one around a norm packs its results (cc_rows.c). */
+  if (n_out != 1 && !G->row)
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: an elementwise region with %d results compiles "
+                       "one op per result", n_out);
+  if (G->row) G->out = G->row->inputs[0];
+  const slapo_node *full = G->row ? G->row : G->out;
   G->plan->n_in = n_in;
   int64_t C;
-  SLAPO_TRY(slapo__cc_kinds(n_in, ins, G->out->ndim, G->out->shape, G->plan->kind, &C));
-  int64_t N = numel_of(G->out->ndim, G->out->shape);
+  SLAPO_TRY(slapo__cc_kinds(n_in, ins, full->ndim, full->shape, G->plan->kind, &C));
+  int64_t N = slapo__cc_numel(full->ndim, full->shape);
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next)
-    if (G->rand_of[n->id] >= 0 && numel_of(n->ndim, n->shape) != N)
+    if (G->rand_of[n->id] >= 0 && slapo__cc_numel(n->ndim, n->shape) != N)
       return slapo_error(SLAPO_UNSUPPORTED, "cc: random op %%%s is not of the region's output "
                          "shape (its mask is indexed by its own elements)", n->name);
   return SLAPO_OK;
@@ -592,21 +619,28 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, boo
   slapo_status s = G.rand_of && G.ph_of && G.need ? analyse(&G)
                                                   : slapo_error(SLAPO_NOMEM, "cc: oom");
   if (s == SLAPO_OK) s = compute_needs(&G);
-  if (s == SLAPO_OK) s = compute_identities(&G);
+  if (s == SLAPO_OK && !G.row) s = compute_identities(&G);
   sbuf body = {0};
   if (s == SLAPO_OK) {
     /* The kernels first, so the prelude carries the fast kernels' helpers
      * only when an expression calls one. */
-    emit_fwd(&G, &s);
-    emit_bwd(&G, &s);
+    if (G.row) {
+      s = slapo__cc_rows_emit(&G);
+    } else {
+      emit_fwd(&G, &s);
+      emit_bwd(&G, &s);
+    }
     body = G.b;
     G.b = (sbuf){0};
     emit_header(&G, name);
-    put(&G.b, "%s", k_prelude);
+    slapo__cc_put(&G.b, "%s", k_prelude);
     if (body.s && strstr(body.s, "slapo__"))
-      put(&G.b, "/* The fast kernels' float helpers (slapo's ops/vmath.h), verbatim. */\n%s\n\n",
+      slapo__cc_put(&G.b, "/* The fast kernels' float helpers (slapo's ops/vmath.h), verbatim. */\n%s\n\n",
           slapo__cc_math_src());
-    put(&G.b, "%s", body.s ? body.s : "");
+    if (G.row)
+      slapo__cc_put(&G.b, "/* LayerNorm's fast row routines (slapo's ops/rowmath.h), verbatim. */\n"
+                    "%s\n\n", slapo__cc_rows_src());
+    slapo__cc_put(&G.b, "%s", body.s ? body.s : "");
     if (s == SLAPO_OK && (G.b.oom || body.oom)) s = slapo_error(SLAPO_NOMEM, "cc: out of memory");
   }
   slapo_free(body.s);

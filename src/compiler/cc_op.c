@@ -68,13 +68,22 @@ static slapo_status same_kinds(const slapo_node *node, const cc_op *c, int ndim,
   return SLAPO_OK;
 }
 
+/* A row region's value packs its results (plan.rows): [n_slots * N]. */
 static slapo_status fwd_infer(slapo_node *node) {
   const cc_op *c = of_fwd(node->op);
   int ndim;
   int64_t shape[SLAPO_MAX_DIMS], C;
   SLAPO_TRY(broadcast(node, c->plan.n_in, &ndim, shape));
   SLAPO_TRY(same_kinds(node, c, ndim, shape, &C));
-  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, ndim, shape);
+  if (!c->plan.rows) return slapo_node_set_meta(node, SLAPO_DTYPE_F32, ndim, shape);
+  int64_t n = 1;
+  for (int d = 0; d < ndim; d++) n *= shape[d];
+  if (ndim == 0 || shape[ndim - 1] > SLAPO__CC_MAX_ROW)
+    return slapo_error(SLAPO_UNSUPPORTED, "%s: rows of %lld values; a fused LayerNorm region "
+                       "takes rows of 1 to %d (its kernels keep rows on the stack)",
+                       node->target, (long long)(ndim ? shape[ndim - 1] : 0), SLAPO__CC_MAX_ROW);
+  n *= c->plan.n_slots;
+  return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
 }
 
 /* One op serves every region with the same source, so the random streams
@@ -91,8 +100,11 @@ static void keys_of(const slapo_node *node, const cc_op *c, const slapo_kernel_e
   }
 }
 
-/* C: the ROW inputs' numel, or N (the output as one row). */
+/* C: the ROW inputs' numel, or N (the output as one row); a row region's
+ * row size (the last dim of a FULL input: one has the region's shape). */
 static int64_t row_of(const slapo_node *node, const cc_op *c, int64_t N) {
+  for (int i = 0; c->plan.rows && i < c->plan.n_in; i++)
+    if (c->plan.kind[i] == SLAPO__CC_FULL) return node->inputs[i]->shape[node->inputs[i]->ndim - 1];
   int64_t C = 0;
   for (int i = 0; i < c->plan.n_in; i++)
     if (c->plan.kind[i] == SLAPO__CC_ROW) C = numel_of(node->inputs[i]);
@@ -106,10 +118,64 @@ static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
   uint64_t keys[SLAPO__CC_MAX_RAND];
   for (int i = 0; i < c->plan.n_in; i++) ins[i] = slapo_tensor_data(in[i]);
   keys_of(node, c, env, keys);
-  int64_t N = slapo_tensor_numel(out);
+  int64_t N = slapo_tensor_numel(out) / (c->plan.rows ? c->plan.n_slots : 1);
   if (N == 0) return;
   c->f(N, row_of(node, c, N), ins, slapo_tensor_data(out), keys, env ? env->step : 0,
        env && env->training);
+}
+
+/* Each needed input gradient out of the backward's packed buffer pk, by a
+ * zero-copy unpack view (dy itself where plan.grad_is_dy says so). */
+static slapo_status unpack_grads(slapo_ctx *ctx, const slapo_node *node, const cc_op *c,
+                                 slapo_node *pk, const int64_t *numels, slapo_node *dy,
+                                 const bool *need, slapo_node **dx) {
+  int64_t off = 0;
+  for (int i = 0; i < c->plan.n_in; i++) {
+    const slapo_node *x = node->inputs[i];
+    slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
+    if (need[i] && c->plan.grad_is_dy[i])
+      dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
+                  ? dy
+                  : slapo_reshape(ctx, dy, x->ndim, x->shape);
+    else if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
+    off += numels[i];
+  }
+  return slapo_ctx_status(ctx);
+}
+
+/* A row region's backward: one node reading what its kernel needs (the
+ * inputs of plan.bwd_reads, the forward's packed value when the norm's
+ * input is saved there, then each result's gradient present, in result
+ * order: attribute "dys" says which), writing every input's gradient. */
+static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const int64_t *offs,
+                                  slapo_node *const *dys, const bool *need, slapo_node **dx) {
+  const cc_op *c = of_fwd(node->op);
+  slapo_node *args[SLAPO__CC_MAX_IN + 1 + SLAPO__CC_MAX_RES];
+  int64_t numels[SLAPO__CC_MAX_IN], has[SLAPO__CC_MAX_RES] = {0};
+  int64_t N = numel_of(node) / c->plan.n_slots;
+  int k = 0;
+  for (int i = 0; i < c->plan.n_in; i++) {
+    numels[i] = numel_of(node->inputs[i]);
+    if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
+  }
+  if (c->plan.x_in < 0) args[k++] = node;
+  for (int j = 0; j < n; j++) {
+    if (N == 0 || offs[j] % N || offs[j] / N >= c->plan.n_res)
+      return slapo_ctx_fail(ctx, SLAPO_STATE, "%s: a view at offset %lld is not one of its %d "
+                            "results of %lld values", node->target, (long long)offs[j],
+                            c->plan.n_res, (long long)N);
+    has[offs[j] / N] = 1;
+    args[k++] = dys[j]; /* offsets ascend: results in order */
+  }
+  int64_t C = row_of(node, c, N);
+  slapo_attr attrs[6] = {slapo_attr_ints("numels", c->plan.n_in, numels), slapo_attr_int("row", C),
+                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C)),
+                         slapo_attr_ints("dys", c->plan.n_res, has), slapo_attr_int("numel", N)};
+  int n_attrs = 5;
+  const slapo_attr *st = slapo_node_attr(node, "streams");
+  if (st) attrs[n_attrs++] = *st;
+  slapo_node *pk = slapo_op_apply(ctx, &c->bwd, k, args, n_attrs, attrs);
+  return unpack_grads(ctx, node, c, pk, numels, NULL, need, dx);
 }
 
 /* The backward node reads only the inputs whose values its kernel needs
@@ -134,18 +200,7 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   const slapo_attr *st = slapo_node_attr(node, "streams");
   if (st) attrs[n_attrs++] = *st;
   slapo_node *pk = slapo_op_apply(ctx, &c->bwd, k, args, n_attrs, attrs);
-  int64_t off = 0;
-  for (int i = 0; i < n; i++) {
-    const slapo_node *x = node->inputs[i];
-    slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
-    if (need[i] && c->plan.grad_is_dy[i])
-      dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
-                  ? dy
-                  : slapo_reshape(ctx, dy, x->ndim, x->shape);
-    else if (need[i]) dx[i] = slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &pk, 2, a);
-    off += numels[i];
-  }
-  return slapo_ctx_status(ctx);
+  return unpack_grads(ctx, node, c, pk, numels, dy, need, dx);
 }
 
 /* The packed gradients, then (from a 64-byte boundary) the backward's work
@@ -166,7 +221,7 @@ static slapo_status bwd_infer(slapo_node *node) {
 static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, slapo_tensor *out,
                        const slapo_kernel_env *env) {
   const cc_op *c = of_bwd(node->op);
-  const float *ins[SLAPO__CC_MAX_IN];
+  const float *ins[SLAPO__CC_MAX_IN + 1 + SLAPO__CC_MAX_RES];
   int64_t off[SLAPO__CC_MAX_IN], at = 0;
   uint64_t keys[SLAPO__CC_MAX_RAND];
   const slapo_attr *ne = slapo_node_attr(node, "numels");
@@ -177,11 +232,22 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
     at += ne->ints[i];
   }
   keys_of(node, c, env, keys);
+  float *pk = slapo_tensor_data(out);
+  double *work = slapo_node_attr_int(node, "work", 0) > 0 ? (double *)(pk + work_offset(at)) : NULL;
+  if (c->plan.rows) { /* then the saved forward, then each result's gradient or NULL */
+    const slapo_attr *has = slapo_node_attr(node, "dys");
+    ins[c->plan.n_in] = c->plan.x_in < 0 ? slapo_tensor_data(in[k++]) : NULL;
+    for (int r = 0; r < c->plan.n_res; r++)
+      ins[c->plan.n_in + 1 + r] = has->ints[r] ? slapo_tensor_data(in[k++]) : NULL;
+    int64_t N = slapo_node_attr_int(node, "numel", 0);
+    if (N > 0)
+      c->b(N, slapo_node_attr_int(node, "row", N), ins, NULL, pk, off, work, keys,
+           env ? env->step : 0, env && env->training);
+    return;
+  }
   const slapo_tensor *dy = in[k];
   int64_t N = slapo_tensor_numel(dy);
   if (N == 0) return;
-  float *pk = slapo_tensor_data(out);
-  double *work = slapo_node_attr_int(node, "work", 0) > 0 ? (double *)(pk + work_offset(at)) : NULL;
   c->b(N, slapo_node_attr_int(node, "row", N), ins, slapo_tensor_data(dy), pk, off, work, keys,
        env ? env->step : 0, env && env->training);
 }
@@ -208,6 +274,22 @@ static slapo_status fwd_layout(slapo_node *node) {
   return slapo_layout_elementwise(node);
 }
 
+/* A row region normalises whole rows: its inputs must be replicated (a
+ * tensor-parallel split of the row would need the row's sums across ranks). */
+static slapo_status rows_layout(slapo_node *node) {
+  for (int i = 0; i < node->n_inputs; i++) {
+    const slapo_node *x = node->inputs[i];
+    char ls[160];
+    if (slapo_layout_sharded(&x->layout))
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: %s normalises rows and its input %d (%%%s) is "
+                         "%s across the tensor-parallel ranks; fuse it where its inputs are "
+                         "replicated", node->target, i, x->name,
+                         slapo_layout_str(&x->layout, ls, sizeof ls));
+  }
+  node->layout = (slapo_layout){0}; /* replicated */
+  return SLAPO_OK;
+}
+
 static slapo_status describe(cc_op *c, const char *name, const char *key) {
   snprintf(c->fwd_name, sizeof c->fwd_name, "%s_%.8s", name, key);
   snprintf(c->bwd_name, sizeof c->bwd_name, "%s_backward", c->fwd_name);
@@ -216,10 +298,12 @@ static slapo_status describe(cc_op *c, const char *name, const char *key) {
       .n_inputs = c->plan.n_in,
       .infer = fwd_infer,
       .ref = fwd_kernel,
-      .backward = fwd_backward,
-      .layout = fwd_layout,
+      .backward = c->plan.rows ? NULL : fwd_backward,
+      .backward_packed = c->plan.rows ? rows_backward : NULL,
+      .layout = c->plan.rows ? rows_layout : fwd_layout,
       .contiguous_inputs = true,
-      .doc = "a fused elementwise region (cc backend)",
+      .doc = c->plan.rows ? "a fused region around a LayerNorm, its results packed (cc backend)"
+                          : "a fused elementwise region (cc backend)",
       .test = {.exempt = "compiled at run time; tested against the none backend"},
   };
   c->bwd = (slapo_op){

@@ -10,6 +10,7 @@
 
 #define SLAPO__CC_MAX_IN 16
 #define SLAPO__CC_MAX_RAND 8
+#define SLAPO__CC_MAX_RES 16 /* results of a row region (packed) */
 /* The backward's reductions: at most this many row blocks, each summing
  * its rows' partials into the work area (SLAPO__CC_ROW_BLOCKS * (one double
  * per SCALAR input, then C floats per ROW input)); without a ROW input the
@@ -18,6 +19,9 @@
  * thread count. */
 #define SLAPO__CC_ROW_BLOCKS 32
 #define SLAPO__CC_CHUNK 4096
+/* A row region's kernels keep a few rows on the stack (cc_rows.c): rows of
+ * at most this many values. */
+#define SLAPO__CC_MAX_ROW 16384
 #define SLAPO__CC_STR_(...) #__VA_ARGS__
 #define SLAPO__CC_STR(...) SLAPO__CC_STR_(__VA_ARGS__)
 
@@ -38,6 +42,13 @@ typedef struct slapo__cc_plan {
   bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
                                         values (others: only its shape, so
                                         the step need not keep it alive)   */
+  /* A region around a LayerNorm (compiler/cc_rows.c): its n_res results,
+   * each of the norm's shape (N values), packed into one value of n_slots
+   * N, result k at k N; the norm's input is written at slot x_slot (a
+   * result's, or one after them) for the backward, unless it is input
+   * x_in (x_slot -1). Its backward takes every result's gradient. */
+  bool rows;
+  int n_res, n_slots, x_slot, x_in;
 } slapo__cc_plan;
 
 /* Kinds of inputs with these shapes against output shape [ndim]: fills

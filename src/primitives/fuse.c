@@ -45,6 +45,7 @@ typedef struct fused_cfg {
   int n_in, n_params;
   int n_out;              /* the region's results; > 1: a tuple          */
   bool compiled;          /* false: re-emit the region (none)            */
+  bool packed;            /* prog[0] computes every result into one value */
   fused_prog prog[SLAPO_MAX_RESULTS]; /* per result (each recomputes its cone) */
 } fused_cfg;
 
@@ -84,6 +85,39 @@ static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *c
   return slapo_ctx_status(ctx) == SLAPO_OK ? y : NULL;
 }
 
+/* Result k of a step whose op packs its results (op->backward_packed): a
+ * zero-copy view at the sum of the earlier results' sizes
+ * (slapo/compiler.h). Kernels are shape-generic, so sizes are the call's:
+ * a result has the shape of the module value (input or parameter) whose
+ * example shape its own was. */
+static slapo_node *result_view(slapo_ctx *ctx, slapo_node *packed, const slapo_graph *region,
+                               slapo_node *const *vals, int k) {
+  const slapo_node *out = slapo_graph_output(region);
+  int64_t off = 0;
+  for (int i = 0; i <= k; i++) {
+    const slapo_node *like = out->inputs[i], *now = NULL;
+    int j = 0;
+    for (const slapo_node *r = slapo_graph_first(region); r && !now; r = r->next)
+      if (r->kind == SLAPO_NODE_PLACEHOLDER && j++ >= 0 &&
+          slapo_shape_equal(r->ndim, r->shape, like->ndim, like->shape))
+        now = vals[j - 1];
+    if (!now) {
+      slapo_ctx_fail(ctx, SLAPO_STATE, "fuse: result %d (%%%s) is shaped like none of the "
+                     "region's inputs, so its size at this call is unknown", i, like->name);
+      return NULL;
+    }
+    if (i == k) {
+      slapo_attr a[2] = {slapo_attr_int("offset", off),
+                         slapo_attr_ints("shape", now->ndim, now->shape)};
+      return slapo_op_apply(ctx, SLAPO_OP_DESC(unpack), 1, &packed, 2, a);
+    }
+    int64_t n = 1;
+    for (int d = 0; d < now->ndim; d++) n *= now->shape[d];
+    off += n;
+  }
+  return NULL;
+}
+
 /* One result: its steps in order on the module's values `vals`. */
 static slapo_node *run_prog(slapo_ctx *ctx, const fused_prog *pg, int n_vals, slapo_node **vals) {
   slapo_node *y = NULL;
@@ -117,10 +151,15 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   }
   if (!c->compiled) return emit_region(ctx, c, args);
   int n_vals = n_in + c->n_params;
-  if (c->n_out == 1) return run_prog(ctx, &c->prog[0], n_vals, args);
-  slapo_node *ys[SLAPO_MAX_RESULTS];
-  for (int i = 0; i < c->n_out; i++) ys[i] = run_prog(ctx, &c->prog[i], n_vals, args);
-  return slapo_tuple(ctx, c->n_out, ys);
+  slapo_node *ys[SLAPO_MAX_RESULTS], *packed = NULL;
+  if (c->packed) packed = run_prog(ctx, &c->prog[0], n_vals, args);
+  for (int i = 0; i < c->n_out; i++) {
+    const fused_prog *pg = &c->prog[c->packed ? 0 : i];
+    ys[i] = c->packed ? packed : run_prog(ctx, pg, n_vals, args);
+    if (ys[i] && pg->steps[pg->n_steps - 1].op->backward_packed)
+      ys[i] = result_view(ctx, ys[i], c->region, args, c->packed ? i : 0);
+  }
+  return c->n_out == 1 ? ys[0] : slapo_tuple(ctx, c->n_out, ys);
 }
 
 /* "compiler=auto, ops=conv2d+relu+add_scalar, runs=oneDNN conv2d + cc":
@@ -135,7 +174,7 @@ static void fused_describe(const slapo_module *self, char *buf, size_t cap) {
       first = false;
     }
   if (!c->compiled && used < cap) snprintf(buf + used, cap - used, ", runs=the ops as they are");
-  for (int i = 0; c->compiled && i < c->n_out && used < cap; i++)
+  for (int i = 0; c->compiled && i < (c->packed ? 1 : c->n_out) && used < cap; i++)
     for (int k = 0; k < c->prog[i].n_steps && used < cap; k++) {
       const fused_step *f = &c->prog[i].steps[k];
       used += (size_t)snprintf(buf + used, cap - used, "%s%s%s%s", k ? " + " : i ? "; " : ", runs=",
@@ -415,6 +454,26 @@ static slapo_status compile_ops(fused_cfg *c, const slapo__fuse_req *rq) {
   c->n_out = out->n_inputs;
   slapo_graph_renumber(c->region);
   int n_vals = c->n_in + c->n_params;
+  /* Several results in one op, when the backend packs them (a region
+   * around a norm, whose backward must take every result's gradient);
+   * otherwise one op per result. */
+  if (c->n_out > 1) {
+    fused_step *f = &c->prog[0].steps[0];
+    slapo_status s = compile_with(rq, c->region, f);
+    if (s != SLAPO_OK && s != SLAPO_UNSUPPORTED) return s;
+    if (s == SLAPO_OK && !f->op) return SLAPO_OK; /* none: re-emit */
+    if (s == SLAPO_OK && f->op->backward_packed) {
+      f->n_args = n_vals;
+      for (int i = 0; i < n_vals; i++) f->args[i] = (unsigned char)i;
+      streams_of(c->region, f);
+      c->prog[0].n_steps = 1;
+      c->compiled = c->packed = true;
+      return SLAPO_OK;
+    }
+    if (s == SLAPO_OK)
+      return slapo_error(SLAPO_STATE, "fuse: backend %s compiled %d results into one op that "
+                         "does not pack them", f->backend, c->n_out);
+  }
   for (int i = 0; i < c->n_out; i++) {
     fused_prog *pg = &c->prog[i];
     slapo_graph *cone;

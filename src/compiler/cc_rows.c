@@ -1,0 +1,333 @@
+/* compiler/cc_rows.c - C source for a region around one LayerNorm over the
+ * last axis: elementwise ops before it on the same rows (the pre phase: a
+ * bias + dropout + residual chain), the norm, and elementwise ops after it
+ * that read its output (the post phase). One row-parallel forward kernel
+ * and one backward kernel, each walking a row in phases:
+ *
+ *   forward:  pre values per element, the norm's input written (a result,
+ *             or a hidden slot for the backward); the row's statistics and
+ *             the normalised row; post values; every result written.
+ *   backward: the saved norm input's statistics; post adjoints (the post
+ *             values recomputed) down to the norm's output gradient; the
+ *             norm's backward row, which adds the gradient of the norm's
+ *             input from outside (the residual stream's, when that input
+ *             is a result) where the unfused graph's fold_norm_add does;
+ *             pre adjoints from it down to the inputs.
+ *
+ * The norm's row code is LayerNorm's fast kernels' own (slapo/ops/rowmath.h,
+ * pasted verbatim), the elementwise statements are cc_gen.c's, and the
+ * reductions of the weight, bias and ROW inputs use the fast kernels' row
+ * blocks: a fused region is bitwise equal to the unfused fast kernels,
+ * forward and backward, and reruns are byte-identical at any thread count.
+ * The results are packed into the op's one value (plan.rows says how) and
+ * the backward takes every result's gradient at once (cc_op.c).
+ * Layer: compiler. */
+#include <stdio.h>
+#include <string.h>
+
+#include "compiler/cc_gen.h"
+#include "slapo/ops/rowmath.h"
+
+typedef slapo__cc_gen gen;
+
+bool slapo__cc_row_op(const slapo_op *op) { return op == SLAPO_OP_DESC(layer_norm); }
+
+const char *slapo__cc_rows_src(void) { return SLAPO__CC_STR(SLAPO__LN_ROWS_SRC); }
+
+typedef struct rows {
+  gen *G;
+  const slapo_node *norm, *x;
+  bool *pre, *post;      /* node id -> in the phase (ops, the inputs they read) */
+  const char **as, **seed;
+  char (*txt)[32];       /* the texts as and seed point to: 2 per node */
+  int w, b;              /* input indices of the norm's weight and bias, or -1 */
+  int norm_res;          /* the norm's result index, or -1 */
+  bool has_pre, has_post;
+} rows;
+
+static slapo_status refuse(const char *fmt, const char *a, const char *b) {
+  return slapo_error(SLAPO_UNSUPPORTED, fmt, a, b);
+}
+
+/* The norm's weight and bias: region inputs of kind ROW read by it alone. */
+static slapo_status affine_inputs(rows *R) {
+  gen *G = R->G;
+  R->w = R->b = -1;
+  for (int i = 1; i < R->norm->n_inputs; i++) {
+    const slapo_node *p = R->norm->inputs[i];
+    if (p->kind != SLAPO_NODE_PLACEHOLDER || p->n_users != 1 ||
+        G->plan->kind[G->ph_of[p->id]] != SLAPO__CC_ROW)
+      return refuse("cc: the LayerNorm %%%s's weight or bias %%%s must be a region input of "
+                    "the row's size read by the norm alone", R->norm->name, p->name);
+    *(i == 1 ? &R->w : &R->b) = G->ph_of[p->id];
+  }
+  return SLAPO_OK;
+}
+
+/* Results (each of the norm's shape), the phases and the slots. */
+static slapo_status classify(rows *R) {
+  gen *G = R->G;
+  slapo__cc_plan *pl = G->plan;
+  const slapo_node *out = slapo_graph_output(G->g);
+  int64_t N = slapo__cc_numel(R->norm->ndim, R->norm->shape);
+  if (out->n_inputs > SLAPO__CC_MAX_RES)
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: %d results; a region packs at most %d",
+                       out->n_inputs, SLAPO__CC_MAX_RES);
+  pl->rows = true, pl->n_res = out->n_inputs, pl->x_slot = pl->x_in = -1, R->norm_res = -1;
+  for (int k = 0; k < out->n_inputs; k++) {
+    const slapo_node *r = out->inputs[k];
+    if (slapo__cc_numel(r->ndim, r->shape) != N)
+      return refuse("cc: result %%%s is not of the LayerNorm %%%s's shape; cc packs results of "
+                    "the norm's shape", r->name, R->norm->name);
+    if (r == R->x) pl->x_slot = k;
+    if (r == R->norm) R->norm_res = k;
+  }
+  SLAPO_TRY(affine_inputs(R));
+  if (R->x->kind == SLAPO_NODE_PLACEHOLDER) {
+    if (R->x->n_users != 1 || pl->kind[G->ph_of[R->x->id]] != SLAPO__CC_FULL)
+      return refuse("cc: the LayerNorm's input %%%s is a region input that other ops read too "
+                    "or that broadcasts (%s); fuse the ops before the norm with it",
+                    R->x->name, R->norm->name);
+    pl->x_in = G->ph_of[R->x->id];
+  } else if (pl->x_slot < 0) {
+    pl->x_slot = pl->n_res; /* hidden: written for the backward alone */
+  }
+  pl->n_slots = pl->n_res + (pl->x_slot == pl->n_res);
+  /* pre: the cone of the norm's input */
+  if (R->x->kind != SLAPO_NODE_PLACEHOLDER) R->pre[R->x->id] = R->has_pre = true;
+  for (const slapo_node *n = slapo_graph_last(G->g); n; n = n->prev)
+    if (R->pre[n->id] && n->kind == SLAPO_NODE_CALL_OP)
+      for (int j = 0; j < n->n_inputs; j++) R->pre[n->inputs[j]->id] = true;
+  /* post: the other ops, reading the norm, each other, constants and
+   * inputs no pre op reads */
+  for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
+    if (n->kind != SLAPO_NODE_CALL_OP || n == R->norm || R->pre[n->id]) continue;
+    R->post[n->id] = R->has_post = true;
+    for (int j = 0; j < n->n_inputs; j++) {
+      const slapo_node *in = n->inputs[j];
+      bool constant = in->kind == SLAPO_NODE_CALL_OP && in->op == SLAPO_OP_DESC(full);
+      if (in->kind == SLAPO_NODE_PLACEHOLDER && R->pre[in->id])
+        return refuse("cc: region input %%%s is read before and after the LayerNorm (by %%%s); "
+                      "pass it twice", in->name, n->name);
+      if (in != R->norm && !R->post[in->id] && !constant && in->kind != SLAPO_NODE_PLACEHOLDER)
+        return refuse("cc: %%%s after the LayerNorm reads %%%s, computed before it; ops after "
+                      "the norm may read its output, each other and region inputs",
+                      n->name, in->name);
+      R->post[in->id] = true;
+    }
+  }
+  if (!R->has_post && R->norm_res < 0)
+    return refuse("cc: the LayerNorm %%%s's output is neither a result nor read (%s)",
+                  R->norm->name, "a dead region");
+  /* The backward reads the norm's input (saved or an input), its weight,
+   * and its bias when the norm's output is recomputed for the post phase. */
+  if (pl->x_in >= 0) pl->bwd_reads[pl->x_in] = true;
+  if (R->w >= 0) pl->bwd_reads[R->w] = true;
+  if (R->b >= 0) pl->bwd_reads[R->b] = G->need[R->norm->id];
+  return SLAPO_OK;
+}
+
+/* ---- emission ---- */
+
+static void put_row_setup(rows *R) {
+  gen *G = R->G;
+  char w[24] = "NULL", b[24] = "NULL";
+  if (R->w >= 0) snprintf(w, sizeof w, "in[%d]", R->w);
+  if (R->b >= 0) snprintf(b, sizeof b, "in[%d]", R->b);
+  slapo__cc_put(&G->b,
+                "  const int64_t R = N / C;\n"
+                "  const float eps = (float)%.17g;\n"
+                "  const float *w = %s, *b = %s;\n"
+                "  (void)w, (void)b;\n",
+                slapo_node_attr_float(R->norm, "eps", 1e-5), w, b);
+}
+
+/* The column blocks of one phase, open: the uniforms, then the element loop
+ * (simd unless a SCALAR sum is taken in it: that order stays sequential). */
+static void open_phase(rows *R, const bool *mask, bool simd, const char *ind) {
+  gen *G = R->G;
+  G->mask = mask;
+  slapo__cc_put(&G->b, "%sfor (int64_t c0 = 0; c0 < C; c0 += CB) {\n"
+                "%s  const int64_t c1 = c0 + CB < C ? c0 + CB : C;\n", ind, ind);
+  char in2[32];
+  snprintf(in2, sizeof in2, "%s  ", ind);
+  slapo__cc_emit_uniforms(G, in2);
+  slapo__cc_put(&G->b, "%s%s  for (int64_t c = c0; c < c1; c++) {\n"
+                "%s    const int64_t i = r * C + c;\n%s    (void)i;\n",
+                simd ? "#pragma omp simd\n" : "", ind, ind, ind);
+}
+
+static void close_phase(rows *R, const char *ind) {
+  slapo__cc_put(&R->G->b, "%s  }\n%s}\n", ind, ind);
+  R->G->mask = NULL, R->G->as = NULL, R->G->seed = NULL;
+}
+
+/* The results a phase computes, written (the norm's input through xs). */
+static void put_results(rows *R, const bool *mask, const char *ind) {
+  gen *G = R->G;
+  const slapo_node *out = slapo_graph_output(G->g);
+  if (mask == R->pre) slapo__cc_put(&G->b, "%sxs[c] = v%d;\n", ind, R->x->id);
+  for (int k = 0; k < out->n_inputs; k++) {
+    const slapo_node *r = out->inputs[k];
+    if (mask[r->id] && r != R->x && r != R->norm)
+      slapo__cc_put(&G->b, "%sy[(int64_t)%d * N + i] = v%d;\n", ind, k, r->id);
+  }
+}
+
+static void emit_fwd(rows *R, slapo_status *s) {
+  gen *G = R->G;
+  const slapo__cc_plan *pl = G->plan;
+  slapo__cc_put(&G->b, "void slapo_cc_fwd(int64_t N, int64_t C, const float *const *in, float *y,\n"
+                "                 const uint64_t *keys, uint64_t step, int training) {\n"
+                "  (void)keys, (void)step, (void)training;\n");
+  put_row_setup(R);
+  slapo__cc_put(&G->b, "#pragma omp parallel for schedule(static)\n"
+                "  for (int64_t r = 0; r < R; r++) {\n");
+  if (pl->x_in >= 0) slapo__cc_put(&G->b, "    const float *xs = in[%d] + r * C;\n", pl->x_in);
+  else slapo__cc_put(&G->b, "    float *xs = y + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  if (R->has_pre) {
+    open_phase(R, R->pre, true, "    ");
+    if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "        ", false);
+    put_results(R, R->pre, "        ");
+    close_phase(R, "    ");
+  }
+  slapo__cc_put(&G->b, "    float mean, rstd;\n"
+                "    slapo__ln_row_stats(xs, C, eps, &mean, &rstd);\n");
+  if (R->norm_res >= 0)
+    slapo__cc_put(&G->b, "    float *nr = y + (int64_t)%d * N + r * C;\n", R->norm_res);
+  else slapo__cc_put(&G->b, "    float nr[C];\n");
+  slapo__cc_put(&G->b, "    slapo__ln_norm_row(xs, w, b, nr, C, mean, rstd);\n");
+  if (R->has_post) {
+    snprintf(R->txt[2 * R->norm->id], 32, "nr[c]");
+    R->as[R->norm->id] = R->txt[2 * R->norm->id];
+    open_phase(R, R->post, true, "    ");
+    G->as = R->as;
+    if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "        ", false);
+    put_results(R, R->post, "        ");
+    close_phase(R, "    ");
+  }
+  slapo__cc_put(&G->b, "  }\n}\n\n");
+}
+
+/* Seeds of a phase's adjoints: each result's gradient row, and `extra`
+ * (the norm's input in the pre phase: dsr, the norm's backward). */
+static void set_seeds(rows *R, const bool *mask, const slapo_node *extra, const char *text) {
+  const slapo_node *out = slapo_graph_output(R->G->g);
+  for (int id = 0; id <= R->G->n; id++) R->seed[id] = NULL;
+  for (int k = 0; k < out->n_inputs; k++) {
+    const slapo_node *r = out->inputs[k];
+    if (!mask[r->id] || r == R->x) continue;
+    snprintf(R->txt[2 * r->id + 1], 32, "dyr%d[c]", k);
+    R->seed[r->id] = R->txt[2 * r->id + 1];
+  }
+  if (extra) {
+    snprintf(R->txt[2 * extra->id + 1], 32, "%s", text);
+    R->seed[extra->id] = R->txt[2 * extra->id + 1];
+  }
+  R->G->seed = R->seed;
+}
+
+static bool has_scalar(const gen *G) {
+  for (int k = 0; k < G->plan->n_in; k++)
+    if (G->plan->kind[k] == SLAPO__CC_SCALAR) return true;
+  return false;
+}
+
+/* The post phase's backward: the norm's output gradient into gn. */
+static void emit_bwd_post(rows *R, slapo_status *s) {
+  gen *G = R->G;
+  if (G->need[R->norm->id])
+    slapo__cc_put(&G->b, "      slapo__ln_norm_row(xs, w, b, nb, C, mean, rstd);\n");
+  snprintf(R->txt[2 * R->norm->id], 32, "nb[c]");
+  R->as[R->norm->id] = R->txt[2 * R->norm->id];
+  open_phase(R, R->post, !has_scalar(G), "      ");
+  G->as = R->as;
+  set_seeds(R, R->post, NULL, NULL);
+  if (R->norm_res >= 0) {
+    snprintf(R->txt[2 * R->norm->id + 1], 32, "dyr%d[c]", R->norm_res);
+    R->seed[R->norm->id] = R->txt[2 * R->norm->id + 1];
+  }
+  if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "          ", true);
+  if (*s == SLAPO_OK) *s = slapo__cc_emit_adjoints(G, "          ");
+  slapo__cc_emit_grads(G, "          ");
+  slapo__cc_put(&G->b, "          gn[c] = ga%d;\n", R->norm->id);
+  close_phase(R, "      ");
+}
+
+static void emit_bwd(rows *R, slapo_status *s) {
+  gen *G = R->G;
+  const slapo__cc_plan *pl = G->plan;
+  slapo__cc_put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
+                "                 float *pk, const int64_t *off, double *work, const uint64_t *keys,\n"
+                "                 uint64_t step, int training) {\n"
+                "  (void)dy, (void)keys, (void)step, (void)training, (void)work;\n");
+  put_row_setup(R);
+  slapo__cc_put(&G->b, "  const float *fw = in[%d];\n  (void)fw;\n", pl->n_in);
+  for (int k = 0; k < pl->n_res; k++)
+    slapo__cc_put(&G->b, "  const float *dy%d = in[%d];\n", k, pl->n_in + 1 + k);
+  slapo__cc_put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = R ? (R + rpb - 1) / rpb : 0;\n"
+                "#pragma omp parallel for schedule(static)\n"
+                "  for (int64_t t = 0; t < nrb; t++) {\n"
+                "    const int64_t r0 = t * rpb, r1 = r0 + rpb < R ? r0 + rpb : R;\n"
+                "    float zr[C];\n"
+                "    memset(zr, 0, sizeof(float) * (size_t)C);\n");
+  slapo__cc_emit_partials(G, "    ");
+  if (R->has_post) slapo__cc_put(&G->b, "    float gn[C], nb[C];\n    (void)nb;\n");
+  if (pl->x_in < 0) slapo__cc_put(&G->b, "    float ds[C];\n");
+  slapo__cc_put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n");
+  if (pl->x_in >= 0) slapo__cc_put(&G->b, "      const float *xs = in[%d] + r * C;\n", pl->x_in);
+  else slapo__cc_put(&G->b, "      const float *xs = fw + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  for (int k = 0; k < pl->n_res; k++)
+    slapo__cc_put(&G->b, "      const float *dyr%d = dy%d ? dy%d + r * C : zr;\n      (void)dyr%d;\n",
+                  k, k, k, k);
+  slapo__cc_put(&G->b, "      float mean, rstd;\n"
+                "      slapo__ln_row_stats(xs, C, eps, &mean, &rstd);\n");
+  if (R->has_post) emit_bwd_post(R, s);
+  if (R->has_post) slapo__cc_put(&G->b, "      const float *gnr = gn;\n");
+  else slapo__cc_put(&G->b, "      const float *gnr = dyr%d;\n", R->norm_res);
+  if (pl->x_in >= 0) slapo__cc_put(&G->b, "      float *dsr = pk + off[%d] + r * C;\n", pl->x_in);
+  else slapo__cc_put(&G->b, "      float *dsr = ds;\n");
+  /* The gradient of the norm's input from outside, added in its backward
+   * (a result's: the residual stream's), as fold_norm_add does unfused. */
+  if (pl->x_slot >= 0 && pl->x_slot < pl->n_res)
+    slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, dy%d ? dyr%d : NULL, dsr, C, "
+                  "mean, rstd);\n", pl->x_slot, pl->x_slot);
+  else slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, NULL, dsr, C, mean, rstd);\n");
+  if (R->w >= 0)
+    slapo__cc_put(&G->b, "      slapo__ln_affine_row(xs, gnr, acc%d, acc%d, C, mean, rstd);\n",
+                  R->w, R->b);
+  if (R->has_pre) {
+    open_phase(R, R->pre, !has_scalar(G), "      ");
+    set_seeds(R, R->pre, R->x, "dsr[c]");
+    if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "          ", true);
+    if (*s == SLAPO_OK) *s = slapo__cc_emit_adjoints(G, "          ");
+    slapo__cc_emit_grads(G, "          ");
+    close_phase(R, "      ");
+  }
+  slapo__cc_put(&G->b, "    }\n");
+  slapo__cc_emit_sums(G);
+  slapo__cc_put(&G->b, "}\n");
+}
+
+slapo_status slapo__cc_rows_emit(gen *G) {
+  rows R = {.G = G, .norm = G->row, .x = G->row->inputs[0]};
+  size_t n = (size_t)G->n + 1;
+  R.pre = slapo_calloc(n, sizeof *R.pre);
+  R.post = slapo_calloc(n, sizeof *R.post);
+  R.as = slapo_calloc(n, sizeof *R.as);
+  R.seed = slapo_calloc(n, sizeof *R.seed);
+  R.txt = slapo_calloc(2 * n, sizeof *R.txt);
+  slapo_status s = R.pre && R.post && R.as && R.seed && R.txt
+                       ? SLAPO_OK
+                       : slapo_error(SLAPO_NOMEM, "cc: out of memory");
+  if (s == SLAPO_OK) s = classify(&R);
+  if (s == SLAPO_OK) emit_fwd(&R, &s);
+  if (s == SLAPO_OK) emit_bwd(&R, &s);
+  G->mask = NULL, G->as = NULL, G->seed = NULL;
+  slapo_free(R.pre);
+  slapo_free(R.post);
+  slapo_free(R.as);
+  slapo_free(R.seed);
+  slapo_free(R.txt);
+  return s;
+}

@@ -1,0 +1,254 @@
+/* tests/compiler/test_fuse_rows.c - regions around a LayerNorm through the
+ * cc backend (compiler/cc_rows.c): GPT-2's bias + dropout + residual +
+ * LayerNorm chains, in a per-block trace (ln_2's, the residual sum a second
+ * result) and in a trace spanning the blocks (all 2 n_layer, ln_1's and
+ * ln_f's), fused with cc and auto and bitwise equal to the unfused fast
+ * kernels in logits, loss and every gradient, dropout on, at widths that
+ * are and are not multiples of the vector width; reruns byte-identical at
+ * 1, 2 and 3 threads; ops after the norm; and what cc refuses, with its
+ * messages. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <omp.h>
+#include <unistd.h>
+
+#include "../primitives/prim_test.h"
+#include "slapo/primitives.h"
+
+static char g_cache[256];
+
+static int setup(void **state) {
+  (void)state;
+  snprintf(g_cache, sizeof g_cache, "/tmp/slapo-test-cache-XXXXXX");
+  if (!mkdtemp(g_cache)) return -1;
+  setenv("SLAPO_CACHE_DIR", g_cache, 1);
+  return slapo_models_init() == SLAPO_OK ? 0 : -1;
+}
+
+static int teardown(void **state) {
+  (void)state;
+  char cmd[400];
+  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
+  return system(cmd) == 0 ? 0 : -1;
+}
+
+/* 36 = 2 x 16 + 4: the row routines' lane sums and the vector loops both
+ * have a tail. */
+static const slapo_gpt2_config k_odd = {2, 4, 36, 32, 256, 0.1, 1e-5};
+
+static const char k_chain[] = "layer_norm(add(x, dropout(add(y, b))), w, c)";
+
+static void decompose_projections(slapo_sched *root, int n_layer) {
+  for (int l = 0; l < n_layer; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "transformer.h.%d.attn.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+    snprintf(path, sizeof path, "transformer.h.%d.mlp.c_proj", l);
+    OK(slapo_decompose(pt_at(root, path)));
+  }
+}
+
+/* Counts call_module nodes of `name` in the traced graph of node; *two:
+ * those returning two values. */
+static int count_calls(slapo_sched *node, const char *name, int *two) {
+  char *g = pt_capture((pt_print_fn)slapo_graph_print, slapo_module_graph(slapo_sched_module(node)));
+  char call[96], pair[96];
+  snprintf(call, sizeof call, "= call_module %s_", name);
+  snprintf(pair, sizeof pair, " : (2) = call_module %s_", name);
+  int n = 0;
+  *two = 0;
+  for (const char *q = g; (q = strstr(q, call)); q++) n++;
+  for (const char *q = g; (q = strstr(q, pair)); q++) (*two)++;
+  free(g);
+  return n;
+}
+
+/* Whether node's module tree prints `needle`. */
+static __attribute__((noinline)) bool tree_has(slapo_sched *node, const char *needle) {
+  char *tree = pt_capture(pt_print_module, slapo_sched_module(node));
+  bool hit = strstr(tree, needle) != NULL;
+  free(tree);
+  return hit;
+}
+
+/* All 2 n_layer chains of a trace spanning the blocks, one op each. */
+static slapo_sched *spanning(const slapo_gpt2_config *cfg, const char *compiler) {
+  slapo_sched *root = pt_sched_new(cfg);
+  decompose_projections(root, cfg->n_layer);
+  slapo_sched *tr = pt_at(root, "transformer");
+  OK(slapo_trace(tr, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p = pt_parse(k_chain);
+  OK(slapo_fuse(tr, p, compiler, "BiasDropoutResidualLN", NULL, true));
+  slapo_pattern_free(p);
+  int two, n = count_calls(tr, "BiasDropoutResidualLN", &two);
+  assert_int_equal(n, 2 * cfg->n_layer);
+  assert_int_equal(two, 2 * cfg->n_layer - 1);
+  assert_true(tree_has(tr, "runs=cc"));
+  assert_false(tree_has(tr, "; cc")); /* one op for both results */
+  return root;
+}
+
+static void pre_ln_chains_bitwise(void **state) {
+  (void)state;
+  const slapo_gpt2_config *cfgs[] = {&k_tiny4, &k_odd};
+  const char *compilers[] = {"cc", "auto"};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 2; j++) {
+      slapo_sched *root = spanning(cfgs[i], compilers[j]);
+      pt_expect_same_as_plain(root, cfgs[i], 2, 8, true);
+      pt_expect_same_as_plain(root, cfgs[i], 3, 5, true); /* other shapes, same kernels */
+      pt_sched_free(root);
+    }
+}
+
+/* The per-block chain (ln_2's): the residual sum is a second result, read
+ * by the block's next residual add. */
+static void per_block_chain_bitwise(void **state) {
+  (void)state;
+  slapo_sched *root = pt_sched_new(&k_odd);
+  decompose_projections(root, k_odd.n_layer);
+  for (int l = 0; l < k_odd.n_layer; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "transformer.h.%d", l);
+    slapo_sched *blk = pt_at(root, path);
+    OK(slapo_trace(blk, &(slapo_trace_opts){.flatten = true}));
+    slapo_pattern *p = pt_parse(k_chain);
+    OK(slapo_fuse(blk, p, "cc", "BiasDropoutResidualLN", NULL, false));
+    slapo_pattern_free(p);
+    int two;
+    assert_int_equal(count_calls(blk, "BiasDropoutResidualLN", &two), 1);
+    assert_int_equal(two, 1);
+  }
+  pt_expect_same_as_plain(root, &k_odd, 2, 8, true);
+  pt_sched_free(root);
+}
+
+/* ---- a chain alone: no GEMM whose sums depend on the thread count ----
+ * h = relu(x); s = x + dropout(h + b); y = ln(s) [then gelu(y) * 2: ops
+ * after the norm]; loss = mean((y - t)^2) + mean(s), so the residual sum s
+ * is a second result with a gradient of its own, from one reader outside
+ * (as a pre-LN block's next residual add). With several readers outside,
+ * autograd sums their gradients before the fused backward adds them: the
+ * same values, rounded in another order than the unfused graph's. */
+
+typedef struct chain_cfg {
+  int64_t C;
+  bool post;
+} chain_cfg;
+
+static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                                 slapo_node *const *in) {
+  const chain_cfg *cfg = self->config;
+  slapo_node *x = in[0], *h = slapo_relu(ctx, x);
+  slapo_node *d = slapo_call1(ctx, self, "drop", slapo_add(ctx, h, slapo_weight(ctx, self, "b")));
+  slapo_node *s = slapo_add(ctx, x, d);
+  slapo_node *y = slapo_call1(ctx, self, "ln", s);
+  if (cfg->post) y = slapo_mul_scalar(ctx, slapo_gelu(ctx, y, true), 2.0);
+  if (n_in == 1) return slapo_add(ctx, y, s); /* s read outside in eval too */
+  slapo_node *e = slapo_sub(ctx, y, in[1]);
+  int64_t axes[3] = {0, 1, 2};
+  return slapo_add(ctx, slapo_mean(ctx, slapo_mul(ctx, e, e), 3, axes, false),
+                   slapo_mean(ctx, s, 3, axes, false));
+}
+
+static const slapo_module_type k_chain_type = {"Chain", chain_forward, NULL, NULL, NULL};
+
+enum { CB = 3, CT = 7 };
+
+static slapo_module *chain_new(const chain_cfg *cfg) {
+  slapo_module *m, *drop, *ln;
+  chain_cfg *own = slapo_malloc(sizeof *own); /* the module's (slapo_free) */
+  assert_non_null(own);
+  *own = *cfg;
+  OK(slapo_module_new(&k_chain_type, own, &m));
+  OK(slapo_module_add_param(m, "b", 1, &own->C, SLAPO_INIT_NORMAL, 0.5f));
+  OK(slapo_dropout_new(0.1, &drop));
+  OK(slapo_module_add_child(m, "drop", drop));
+  OK(slapo_layernorm_new(cfg->C, 1e-5, &ln));
+  OK(slapo_module_add_child(m, "ln", ln));
+  OK(slapo_module_materialize(m, PT_SEED));
+  int64_t xs[3] = {CB, CT, cfg->C};
+  slapo_tensor *ex[2];
+  for (int j = 0; j < 2; j++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 3, xs, &ex[j]));
+  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
+  for (int j = 0; j < 2; j++) slapo_tensor_free(ex[j]);
+  return m;
+}
+
+static void chain_inputs(int64_t C, slapo_tensor *in[2]) {
+  int64_t xs[3] = {CB, CT, C};
+  for (int j = 0; j < 2; j++) {
+    OK(slapo_tensor_new(SLAPO_DTYPE_F32, 3, xs, &in[j]));
+    float *d = slapo_tensor_data(in[j]); /* [numel] */
+    for (int64_t i = 0; i < slapo_tensor_numel(in[j]); i++)
+      d[i] = (float)((i * 7 + j * 5) % 13) / 6.0f - 1.0f + (float)(i % 5) * 0.25f;
+  }
+}
+
+/* The chain with `pattern` fused by cc; the schedule owns the model. */
+static slapo_sched *chain_fused(const chain_cfg *cfg, const char *pattern) {
+  slapo_sched *root;
+  OK(slapo_sched_create(chain_new(cfg), &root));
+  OK(slapo_trace(root, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p = pt_parse(pattern);
+  OK(slapo_fuse(root, p, "cc", "Rows", NULL, false));
+  slapo_pattern_free(p);
+  return root;
+}
+
+/* Today's default schedules' pair: bias + dropout + residual as one cc
+ * kernel, the LayerNorm (and what follows) as their fast kernels. */
+static const char k_pair[] = "add(x, dropout(add(y, b)))";
+
+static const char k_post[] = "mul_scalar(gelu(layer_norm(add(x, dropout(add(y, b))), w, c)))";
+
+/* Bitwise against the pair (the bias reduction is cc's in both; the
+ * unfused graph's generic reduction sums in another order: tolerance), at
+ * 16 + 4 and 64 wide, without and with ops after the norm; logits, loss
+ * and gradients byte-identical at 1, 2 and 3 threads. */
+static void chain_bitwise_and_thread_counts(void **state) {
+  (void)state;
+  int64_t widths[2] = {20, 64};
+  for (int wi = 0; wi < 2; wi++)
+    for (int post = 0; post < 2; post++) {
+      chain_cfg cfg = {widths[wi], post};
+      slapo_sched *root = chain_fused(&cfg, post ? k_post : k_chain);
+      slapo_module *ref = chain_new(&cfg);
+      slapo_sched *pair = chain_fused(&cfg, k_pair);
+      slapo_tensor *in[2];
+      chain_inputs(cfg.C, in);
+      pt_result r[3], u, v;
+      pt_run(ref, in, &u);
+      pt_run(slapo_sched_module(pair), in, &v);
+      int saved = omp_get_max_threads();
+      for (int t = 0; t < 3; t++) {
+        omp_set_num_threads(t + 1);
+        pt_run(slapo_sched_module(root), in, &r[t]);
+      }
+      omp_set_num_threads(saved);
+      pt_expect_bitwise(&v, &r[1]);
+      pt_expect_close(&r[1], &u, 1e-5, 1e-4);
+      pt_expect_bitwise(&r[0], &r[1]);
+      pt_expect_bitwise(&r[0], &r[2]);
+      for (int t = 0; t < 3; t++) pt_result_free(&r[t]);
+      pt_result_free(&u);
+      pt_result_free(&v);
+      pt_sched_free(pair);
+      pt_inputs_free(in);
+      slapo_module_free(ref);
+      pt_sched_free(root);
+    }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(pre_ln_chains_bitwise),
+      cmocka_unit_test(per_block_chain_bitwise),
+      cmocka_unit_test(chain_bitwise_and_thread_counts),
+  };
+  return cmocka_run_group_tests(tests, setup, teardown);
+}
