@@ -187,7 +187,9 @@ static slapo_status compute_needs(gen *G) {
 /* Which FULL inputs' gradients are the output gradient itself: a chain of
  * single uses from the input to the output through gradient expressions
  * that are exactly "(g)" (add, sub's first input, a dropout with p = 0).
- * Their backward is dy, with no pass over memory (as the unfused adds). */
+ * Their backward is dy, with no pass over memory (as the unfused adds). In
+ * a row region G->out is the norm's input: such inputs share its gradient,
+ * written once (cc_rows.c). */
 static slapo_status compute_identities(gen *G) {
   char ebuf[1024];
   for (const slapo_node *n = slapo_graph_first(G->g); n; n = n->next) {
@@ -619,7 +621,7 @@ slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, boo
   slapo_status s = G.rand_of && G.ph_of && G.need ? analyse(&G)
                                                   : slapo_error(SLAPO_NOMEM, "cc: oom");
   if (s == SLAPO_OK) s = compute_needs(&G);
-  if (s == SLAPO_OK && !G.row) s = compute_identities(&G);
+  if (s == SLAPO_OK) s = compute_identities(&G);
   sbuf body = {0};
   if (s == SLAPO_OK) {
     /* The kernels first, so the prelude carries the fast kernels' helpers

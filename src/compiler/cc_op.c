@@ -125,15 +125,18 @@ static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
 }
 
 /* Each needed input gradient out of the backward's packed buffer pk, by a
- * zero-copy unpack view (dy itself where plan.grad_is_dy says so). */
+ * zero-copy unpack view; where plan.grad_is_dy says so, dy itself (a row
+ * region: the view of the norm input's gradient, after the inputs'). */
 static slapo_status unpack_grads(slapo_ctx *ctx, const slapo_node *node, const cc_op *c,
                                  slapo_node *pk, const int64_t *numels, slapo_node *dy,
                                  const bool *need, slapo_node **dx) {
-  int64_t off = 0;
+  int64_t off = 0, ds = 0;
+  for (int i = 0; i < c->plan.n_in; i++) ds += numels[i];
   for (int i = 0; i < c->plan.n_in; i++) {
     const slapo_node *x = node->inputs[i];
     slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
-    if (need[i] && c->plan.grad_is_dy[i])
+    if (need[i] && c->plan.grad_is_dy[i] && !dy) a[0] = slapo_attr_int("offset", ds);
+    if (need[i] && c->plan.grad_is_dy[i] && dy)
       dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
                   ? dy
                   : slapo_reshape(ctx, dy, x->ndim, x->shape);
@@ -151,11 +154,13 @@ static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const
                                   slapo_node *const *dys, const bool *need, slapo_node **dx) {
   const cc_op *c = of_fwd(node->op);
   slapo_node *args[SLAPO__CC_MAX_IN + 1 + SLAPO__CC_MAX_RES];
-  int64_t numels[SLAPO__CC_MAX_IN], has[SLAPO__CC_MAX_RES] = {0};
+  int64_t numels[SLAPO__CC_MAX_IN + 1], has[SLAPO__CC_MAX_RES] = {0};
   int64_t N = numel_of(node) / c->plan.n_slots;
-  int k = 0;
+  int k = 0, n_numels = c->plan.n_in;
   for (int i = 0; i < c->plan.n_in; i++) {
-    numels[i] = numel_of(node->inputs[i]);
+    /* Inputs whose gradient is the norm input's share one slot after all. */
+    numels[i] = c->plan.grad_is_dy[i] ? 0 : numel_of(node->inputs[i]);
+    if (c->plan.grad_is_dy[i]) numels[c->plan.n_in] = N, n_numels = c->plan.n_in + 1;
     if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
   }
   if (c->plan.x_in < 0) args[k++] = node;
@@ -168,7 +173,7 @@ static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const
     args[k++] = dys[j]; /* offsets ascend: results in order */
   }
   int64_t C = row_of(node, c, N);
-  slapo_attr attrs[6] = {slapo_attr_ints("numels", c->plan.n_in, numels), slapo_attr_int("row", C),
+  slapo_attr attrs[6] = {slapo_attr_ints("numels", n_numels, numels), slapo_attr_int("row", C),
                          slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C)),
                          slapo_attr_ints("dys", c->plan.n_res, has), slapo_attr_int("numel", N)};
   int n_attrs = 5;
@@ -222,7 +227,7 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
                        const slapo_kernel_env *env) {
   const cc_op *c = of_bwd(node->op);
   const float *ins[SLAPO__CC_MAX_IN + 1 + SLAPO__CC_MAX_RES];
-  int64_t off[SLAPO__CC_MAX_IN], at = 0;
+  int64_t off[SLAPO__CC_MAX_IN + 1], at = 0;
   uint64_t keys[SLAPO__CC_MAX_RAND];
   const slapo_attr *ne = slapo_node_attr(node, "numels");
   int k = 0;
@@ -231,6 +236,7 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
     off[i] = at;
     at += ne->ints[i];
   }
+  if (ne->n > c->plan.n_in) off[c->plan.n_in] = at, at += ne->ints[c->plan.n_in]; /* rows' ds */
   keys_of(node, c, env, keys);
   float *pk = slapo_tensor_data(out);
   double *work = slapo_node_attr_int(node, "work", 0) > 0 ? (double *)(pk + work_offset(at)) : NULL;

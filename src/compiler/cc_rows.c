@@ -142,15 +142,50 @@ static void put_row_setup(rows *R) {
                 slapo_node_attr_float(R->norm, "eps", 1e-5), w, b);
 }
 
+/* Whether inputs share the norm input's gradient (plan.grad_is_dy). */
+static bool any_identity(const slapo__cc_plan *pl) {
+  for (int k = 0; k < pl->n_in; k++)
+    if (pl->grad_is_dy[k]) return true;
+  return false;
+}
+
+/* Inside a phase's column block: prefetches PD floats ahead (the rows
+ * this thread walks next, as cc_gen.c's loops do) of every stream the
+ * row's phases read or write: the forward's FULL inputs and result slots;
+ * the backward's FULL inputs it reads, the saved norm input, the results'
+ * gradients and the FULL inputs' gradients. */
+static void put_prefetch(rows *R, bool bwd, const char *ind) {
+  gen *G = R->G;
+  const slapo__cc_plan *pl = G->plan;
+  slapo__cc_put(&G->b, "%sif (r * C + c0 + PD + CB <= N)\n"
+                "%s  for (int64_t q = r * C + c0 + PD; q < r * C + c0 + PD + CB; q += 16) {\n",
+                ind, ind);
+  for (int k = 0; k < pl->n_in; k++)
+    if (pl->kind[k] == SLAPO__CC_FULL && (!bwd || pl->bwd_reads[k]))
+      slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(in[%d] + q, 0);\n", ind, k);
+  if (!bwd)
+    for (int k = 0; k < pl->n_slots; k++)
+      slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(y + (int64_t)%d * N + q, 1);\n", ind, k);
+  if (bwd && pl->x_in < 0)
+    slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(fw + (int64_t)%d * N + q, 0);\n", ind, pl->x_slot);
+  for (int k = 0; bwd && k < pl->n_res; k++)
+    slapo__cc_put(&G->b, "%s    if (dy%d) SLAPO_CC_PREFETCH(dy%d + q, 0);\n", ind, k, k);
+  for (int k = 0; bwd && k <= pl->n_in; k++)
+    if (k == pl->n_in ? any_identity(pl) : pl->kind[k] == SLAPO__CC_FULL && !pl->grad_is_dy[k])
+      slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(pk + off[%d] + q, 1);\n", ind, k);
+  slapo__cc_put(&G->b, "%s  }\n", ind);
+}
+
 /* The column blocks of one phase, open: the uniforms, then the element loop
  * (simd unless a SCALAR sum is taken in it: that order stays sequential). */
-static void open_phase(rows *R, const bool *mask, bool simd, const char *ind) {
+static void open_phase(rows *R, const bool *mask, bool simd, int prefetch, const char *ind) {
   gen *G = R->G;
   G->mask = mask;
   slapo__cc_put(&G->b, "%sfor (int64_t c0 = 0; c0 < C; c0 += CB) {\n"
                 "%s  const int64_t c1 = c0 + CB < C ? c0 + CB : C;\n", ind, ind);
   char in2[32];
   snprintf(in2, sizeof in2, "%s  ", ind);
+  if (prefetch >= 0) put_prefetch(R, prefetch, in2);
   slapo__cc_emit_uniforms(G, in2);
   slapo__cc_put(&G->b, "%s%s  for (int64_t c = c0; c < c1; c++) {\n"
                 "%s    const int64_t i = r * C + c;\n%s    (void)i;\n",
@@ -186,7 +221,7 @@ static void emit_fwd(rows *R, slapo_status *s) {
   if (pl->x_in >= 0) slapo__cc_put(&G->b, "    const float *xs = in[%d] + r * C;\n", pl->x_in);
   else slapo__cc_put(&G->b, "    float *xs = y + (int64_t)%d * N + r * C;\n", pl->x_slot);
   if (R->has_pre) {
-    open_phase(R, R->pre, true, "    ");
+    open_phase(R, R->pre, true, 0, "    ");
     if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "        ", false);
     put_results(R, R->pre, "        ");
     close_phase(R, "    ");
@@ -200,7 +235,7 @@ static void emit_fwd(rows *R, slapo_status *s) {
   if (R->has_post) {
     snprintf(R->txt[2 * R->norm->id], 32, "nr[c]");
     R->as[R->norm->id] = R->txt[2 * R->norm->id];
-    open_phase(R, R->post, true, "    ");
+    open_phase(R, R->post, true, R->has_pre ? -1 : 0, "    ");
     G->as = R->as;
     if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "        ", false);
     put_results(R, R->post, "        ");
@@ -240,7 +275,7 @@ static void emit_bwd_post(rows *R, slapo_status *s) {
     slapo__cc_put(&G->b, "      slapo__ln_norm_row(xs, w, b, nb, C, mean, rstd);\n");
   snprintf(R->txt[2 * R->norm->id], 32, "nb[c]");
   R->as[R->norm->id] = R->txt[2 * R->norm->id];
-  open_phase(R, R->post, !has_scalar(G), "      ");
+  open_phase(R, R->post, !has_scalar(G), 1, "      ");
   G->as = R->as;
   set_seeds(R, R->post, NULL, NULL);
   if (R->norm_res >= 0) {
@@ -273,7 +308,7 @@ static void emit_bwd(rows *R, slapo_status *s) {
                 "    memset(zr, 0, sizeof(float) * (size_t)C);\n");
   slapo__cc_emit_partials(G, "    ");
   if (R->has_post) slapo__cc_put(&G->b, "    float gn[C], nb[C];\n    (void)nb;\n");
-  if (pl->x_in < 0) slapo__cc_put(&G->b, "    float ds[C];\n");
+  if (!any_identity(pl)) slapo__cc_put(&G->b, "    float ds[C];\n");
   slapo__cc_put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n");
   if (pl->x_in >= 0) slapo__cc_put(&G->b, "      const float *xs = in[%d] + r * C;\n", pl->x_in);
   else slapo__cc_put(&G->b, "      const float *xs = fw + (int64_t)%d * N + r * C;\n", pl->x_slot);
@@ -285,7 +320,9 @@ static void emit_bwd(rows *R, slapo_status *s) {
   if (R->has_post) emit_bwd_post(R, s);
   if (R->has_post) slapo__cc_put(&G->b, "      const float *gnr = gn;\n");
   else slapo__cc_put(&G->b, "      const float *gnr = dyr%d;\n", R->norm_res);
-  if (pl->x_in >= 0) slapo__cc_put(&G->b, "      float *dsr = pk + off[%d] + r * C;\n", pl->x_in);
+  /* The norm input's gradient: written once after the inputs' when inputs
+   * share it (a residual add's, x's own), else a row on the stack. */
+  if (any_identity(pl)) slapo__cc_put(&G->b, "      float *dsr = pk + off[%d] + r * C;\n", pl->n_in);
   else slapo__cc_put(&G->b, "      float *dsr = ds;\n");
   /* The gradient of the norm's input from outside, added in its backward
    * (a result's: the residual stream's), as fold_norm_add does unfused. */
@@ -297,7 +334,7 @@ static void emit_bwd(rows *R, slapo_status *s) {
     slapo__cc_put(&G->b, "      slapo__ln_affine_row(xs, gnr, acc%d, acc%d, C, mean, rstd);\n",
                   R->w, R->b);
   if (R->has_pre) {
-    open_phase(R, R->pre, !has_scalar(G), "      ");
+    open_phase(R, R->pre, !has_scalar(G), R->has_post ? -1 : 1, "      ");
     set_seeds(R, R->pre, R->x, "dsr[c]");
     if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "          ", true);
     if (*s == SLAPO_OK) *s = slapo__cc_emit_adjoints(G, "          ");

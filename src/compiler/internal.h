@@ -38,7 +38,9 @@ typedef struct slapo__cc_plan {
   bool grad_is_dy[SLAPO__CC_MAX_IN]; /* input k's gradient is the output's,
                                         unchanged (a residual add): the
                                         backward rule passes dy on and the
-                                        kernel writes nothing for it       */
+                                        kernel writes nothing for it (a row
+                                        region: the norm input's gradient,
+                                        written once after the inputs')   */
   bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
                                         values (others: only its shape, so
                                         the step need not keep it alive)   */
