@@ -241,15 +241,17 @@ static double train_step(bench_model *bm, int it, float *loss, double ph[3]) {
   return t3 - t0;
 }
 
-/* --interleave: the unscheduled model and the scheduled one in one process,
+/* --interleave: the unscheduled model (or the --baseline schedule's) and the
+ * scheduled one in one process,
  * one step each in turn (ABBA order, so neither always runs first), after
  * 2 warm-up steps each. A neighbour's load that lasts longer than two steps
  * slows both members of a pair, so the median of the pairs' ratios is
  * steadier than a ratio of two separate runs' medians. */
-static int interleave(const char *family, const char *config, const char *schedule,
-                      const char *precision, int64_t B, int64_t T, int steps) {
+static int interleave(const char *family, const char *config, const char *baseline,
+                      const char *schedule, const char *precision, int64_t B, int64_t T,
+                      int steps) {
   bench_model m[2];
-  CHECK(bench_model_new(family, config, NULL, precision, B, T, false, 12345, &m[0]));
+  CHECK(bench_model_new(family, config, baseline, precision, B, T, false, 12345, &m[0]));
   CHECK(bench_model_new(family, config, schedule, precision, B, T, false, 12345, &m[1]));
   double *t[2] = {malloc((size_t)steps * sizeof(double)), malloc((size_t)steps * sizeof(double))};
   double *ratio = malloc((size_t)steps * sizeof(double)), ph[3];
@@ -262,9 +264,11 @@ static int interleave(const char *family, const char *config, const char *schedu
     }
   for (int i = 0; i < steps; i++) ratio[i] = t[0][i] / t[1][i];
   double speedup = bench_median(ratio, steps);
-  printf("slapo interleaved model=%s config=%s B=%lld T=%lld schedule=%s plain_ms=%.1f "
-         "sched_ms=%.1f speedup=%.3f loss_plain=%.4f loss_sched=%.4f steps=%d threads=%d\n",
-         family, config, (long long)B, (long long)T, schedule, 1e3 * bench_median(t[0], steps),
+  printf("slapo interleaved model=%s config=%s B=%lld T=%lld baseline=%s schedule=%s "
+         "plain_ms=%.1f sched_ms=%.1f speedup=%.3f loss_plain=%.4f loss_sched=%.4f steps=%d "
+         "threads=%d\n",
+         family, config, (long long)B, (long long)T, baseline ? baseline : "none", schedule,
+         1e3 * bench_median(t[0], steps),
          1e3 * bench_median(t[1], steps), speedup, loss[0], loss[1], steps,
          omp_get_max_threads());
   bench_print_machine(stdout, "bench_train");
@@ -276,7 +280,8 @@ static int interleave(const char *family, const char *config, const char *schedu
 static void usage(FILE *f) {
   fprintf(f,
           "usage: bench_train [--model NAME] [--config NAME] [--batch B] [--seq T] [--steps N]\n"
-          "                   [--schedule F [--interleave]] [--precision f32|bf16]\n"
+          "                   [--schedule F [--interleave [--baseline F0]]]\n"
+          "                   [--precision f32|bf16]\n"
           "                   [--profile] [--machine]\n"
           "  --model    model family (gpt2, llama, ...)        [gpt2]\n"
           "  --config   the family's config (tiny, small, ...) [small]\n"
@@ -288,6 +293,7 @@ static void usage(FILE *f) {
           "             GEMM peak (and an f32 one: mfu_f32)        [f32]\n"
           "  --interleave  steps of the unscheduled and the scheduled model in turn;\n"
           "             prints the median of the pairs' time ratios (speedup)\n"
+          "  --baseline with --interleave: the other model runs schedule F0, not none\n"
           "  --profile  print mean ms per op type\n"
           "  --machine  print the CPU and kernel line only\n"
           "OMP_NUM_THREADS sets the threads (default: all processors).\n");
@@ -295,6 +301,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
   const char *family_name = "gpt2", *config = "small", *schedule = NULL, *precision = NULL;
+  const char *baseline = NULL;
   int64_t B = 4, T = 256;
   int steps = 10;
   bool profile = false, inter = false;
@@ -308,6 +315,7 @@ int main(int argc, char **argv) {
                                         {"precision", required_argument, NULL, 'P'},
                                         {"machine", no_argument, NULL, 'm'},
                                         {"interleave", no_argument, NULL, 'i'},
+                                        {"baseline", required_argument, NULL, 'B'},
                                         {"help", no_argument, NULL, 'h'},
                                         {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
@@ -320,6 +328,7 @@ int main(int argc, char **argv) {
     case 'p': profile = true; break;
     case 'i': inter = true; break;
     case 'S': schedule = optarg; break;
+    case 'B': baseline = optarg; break;
     case 'P': precision = optarg; break;
     case 'm': bench_print_machine(stdout, "bench_train"); return 0;
     case 'h': usage(stdout); return 0;
@@ -327,12 +336,12 @@ int main(int argc, char **argv) {
     }
   }
   bool bf16 = precision && strcmp(precision, "bf16") == 0;
-  if (B < 1 || T < 1 || steps < 1 || (inter && !schedule) ||
+  if (B < 1 || T < 1 || steps < 1 || (inter && !schedule) || (baseline && !inter) ||
       (precision && !bf16 && strcmp(precision, "f32") != 0)) {
     usage(stderr);
     return 2;
   }
-  if (inter) return interleave(family_name, config, schedule, precision, B, T, steps);
+  if (inter) return interleave(family_name, config, baseline, schedule, precision, B, T, steps);
 
   /* peak: the GEMM probe in the run's precision; peak32: an f32 one (the
    * same probe when the run is f32), sampled alongside for mfu_f32. */

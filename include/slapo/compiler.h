@@ -32,6 +32,15 @@ typedef struct slapo_compile_opts {
  *           exit: its inputs are the region's inputs (other shapes allowed
  *           where the backend's kernels take sizes as arguments), its output
  *           the region's; its backward rule gives every input's gradient.
+ *           A region may have several results (its output node's inputs):
+ *           a backend that compiles them into one op packs them into its
+ *           one value, flat f32, result k from the sum of the earlier
+ *           results' sizes, read through `unpack` views, and gives the op a
+ *           backward_packed rule (autograd hands it every result's gradient
+ *           at once); one with a single result may pack it the same way
+ *           (beside values it saves for its backward). A backend that does
+ *           not pack refuses several results with SLAPO_UNSUPPORTED, and
+ *           fuse compiles one op per result.
  *           NULL: the backend registers nothing and the fused module
  *           re-emits the region's ops (`none`).
  * Errors: SLAPO_UNSUPPORTED naming the op or shape and the backend,
@@ -42,6 +51,10 @@ typedef struct slapo_compiler {
   const char *summary; /* one line for `slapo primitives` */
   slapo_status (*compile)(const slapo_graph *region, const char *name,
                           const slapo_compile_opts *opts, const slapo_op **out);
+  /* Non-elementwise ops the backend generates with the elementwise ops
+   * before them (cc: LayerNorm), so that fuse_all's regions may end in
+   * one; NULL: none. */
+  bool (*ends_region)(const slapo_op *op);
 } slapo_compiler;
 
 /* The backend `name`, or NULL. Built-ins from compilers.def. */

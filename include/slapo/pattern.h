@@ -185,9 +185,13 @@ slapo_status slapo_find_in(slapo_module *m, slapo_graph *g, const slapo_pattern 
  * elementwise nodes (ops with the `elementwise` flag, `full` constants,
  * calls of leaves whose op form is elementwise) whose values are used only
  * inside the region but for its one result; regions of one op are left
- * out. Inputs: the outside values the region reads, in graph order.
+ * out. A node whose op (or leaf's op form) `ends` accepts (NULL: none; a
+ * LayerNorm for the cc backend) is a region's result with the elementwise
+ * nodes that feed it alone: a region may end in it, never continue past.
+ * Inputs: the outside values the region reads, in graph order.
  * Errors: SLAPO_NOMEM. */
-slapo_status slapo_find_elementwise(slapo_module *m, slapo_graph *g, slapo_matches *out);
+slapo_status slapo_find_elementwise(slapo_module *m, slapo_graph *g,
+                                    bool (*ends)(const slapo_op *op), slapo_matches *out);
 
 /* A copy of p (same graph, names and flags). *out owned.
  * Errors: SLAPO_NOMEM. */

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "compiler/internal.h"
+#include "compiler/cc_gen.h"
 
 typedef struct cc_op {
   slapo_op fwd; /* first: node->op of a fused node points here */
@@ -365,4 +365,5 @@ const slapo_compiler slapo__compiler_cc = {
                "with the system compiler into a cache; math=fast (the ops' fast kernels' float "
                "math, default) or math=ref (their reference kernels' math)",
     .compile = cc_compile,
+    .ends_region = slapo__cc_row_op,
 };

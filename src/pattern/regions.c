@@ -6,28 +6,42 @@
  * elementwise (ReLU, GELU, Dropout); `full` constants join the region that
  * reads them. Built from the sinks up: a node joins the region of its users
  * when all of them belong to one region; otherwise it starts its own, as its
- * result. Regions of one op are left out (nothing to fuse). Layer: pattern. */
+ * result. A node the caller's `ends` accepts (a norm a backend generates
+ * with the ops before it) always starts its own region, which its
+ * elementwise producers may join: a region may end in it. Regions of one op
+ * are left out (nothing to fuse). Layer: pattern. */
 #include <stdio.h>
 #include <string.h>
 
 #include "pattern/internal.h"
 
-static bool elementwise(slapo_module *m, const slapo_node *n) {
-  if (n->kind == SLAPO_NODE_CALL_OP)
-    return n->op && (n->op->elementwise || n->op == SLAPO_OP_DESC(full));
-  if (n->kind != SLAPO_NODE_CALL_MODULE) return false;
+/* The op n computes: its own, or its leaf's op form; NULL for others. */
+static const slapo_op *op_of(slapo_module *m, const slapo_node *n) {
+  if (n->kind == SLAPO_NODE_CALL_OP) return n->op;
+  if (n->kind != SLAPO_NODE_CALL_MODULE) return NULL;
   slapo_module *leaf;
   slapo_op_form f;
   return slapo_module_at(m, n->target, &leaf) == SLAPO_OK && leaf->type->op_form &&
-         leaf->type->op_form(leaf, &f) && f.op->elementwise;
+                 leaf->type->op_form(leaf, &f)
+             ? f.op
+             : NULL;
+}
+
+static bool elementwise(const slapo_op *op) {
+  return op && (op->elementwise || op == SLAPO_OP_DESC(full));
 }
 
 /* region[id] for every node, -1 outside; returns the number of regions. */
-static int assign(slapo_module *m, slapo_graph *g, int *region) {
+static int assign(slapo_module *m, slapo_graph *g, bool (*ends)(const slapo_op *), int *region) {
   int n_regions = 0;
   for (slapo_node *n = slapo_graph_last(g); n; n = n->prev) {
     region[n->id] = -1;
-    if (!elementwise(m, n)) continue;
+    const slapo_op *op = op_of(m, n);
+    if (op && ends && ends(op)) {
+      region[n->id] = n_regions++;
+      continue;
+    }
+    if (!elementwise(op)) continue;
     int r = -2; /* -2: no user yet */
     for (int u = 0; u < n->n_users && r != -1; u++) {
       int ru = region[n->users[u]->id];
@@ -90,14 +104,15 @@ static slapo_status collect(slapo_graph *g, const int *region, int n_regions, sl
   return SLAPO_OK;
 }
 
-slapo_status slapo_find_elementwise(slapo_module *m, slapo_graph *g, slapo_matches *out) {
+slapo_status slapo_find_elementwise(slapo_module *m, slapo_graph *g,
+                                    bool (*ends)(const slapo_op *op), slapo_matches *out) {
   memset(out, 0, sizeof *out);
   slapo_graph_renumber(g);
   slapo_arena *a;
   SLAPO_TRY(slapo_arena_new(4096, &a));
   int *region = slapo_calloc((size_t)slapo_graph_count(g) + 1, sizeof *region);
   slapo_status s = region ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "regions: out of memory");
-  if (s == SLAPO_OK) s = collect(g, region, assign(m, g, region), a, out);
+  if (s == SLAPO_OK) s = collect(g, region, assign(m, g, ends, region), a, out);
   slapo_free(region);
   out->impl = a;
   if (s != SLAPO_OK) slapo_matches_deinit(out);

@@ -1,6 +1,7 @@
 /* primitives/fuse_all.c - the `fuse_all` primitive: every maximal
- * elementwise region of a traced module fused, each into its own Fused
- * module, with one call. Layer: primitives.
+ * elementwise region of a traced module (ending, where the backend
+ * generates it, in a LayerNorm) fused, each into its own Fused module, with
+ * one call. Layer: primitives.
  *
  * Its form, effect, errors and how verify checks it are documented once,
  * in the descriptor's .doc below (`slapo help fuse_all` prints it). */
@@ -15,8 +16,11 @@ static slapo_status fuse_all_impl(slapo_sched *node, const char *compiler, const
   slapo_sched_arg args[2] = {slapo_sched_arg_word("compiler", compiler),
                              slapo_sched_arg_word("name", name)};
   slapo__fuse_req rq = {cc, name, NULL};
+  /* auto: its regions may end where cc's may (auto's last resort). */
+  const slapo_compiler *ender = cc ? cc : slapo_compiler_find("cc");
   slapo__subgraph_spec sp = {.primitive = "fuse_all", .child = name,
                              .factory = {slapo__fuse_factory, &rq}, .skip_unsupported = true,
+                             .region_ends = ender ? ender->ends_region : NULL,
                              .args = args, .n_args = 2, .replayable = true, .from = from};
   return slapo__subgraph_apply(node, NULL, &sp);
 }
@@ -43,8 +47,12 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse_all) = {
            "  only inside it but for its result (two ops or more) becomes a call of\n"
            "  <name>_<k>; a region never crosses a value read outside it. Regions the\n"
            "  backend cannot generate are left and logged (SLAPO_DEBUG=1); with\n"
-           "  compiler=auto each region goes to the first backend that takes it. No\n"
-           "  region ends in a LayerNorm or RMSNorm yet (no backend generates them).\n"
+           "  compiler=auto each region goes to the first backend that takes it. With\n"
+           "  cc and auto a region may end in a LayerNorm (its input's producers join\n"
+           "  it when nothing else reads them: a post-LN block's bias + dropout +\n"
+           "  residual + LayerNorm); a pre-LN block's residual sum is read on, so its\n"
+           "  norm stays outside (fuse it with a pattern: its sum is a second result).\n"
+           "  No region ends in an RMSNorm yet.\n"
            "  Fails: PRECOND if not traced; NO_MATCH without such regions; UNSUPPORTED\n"
            "  when none could be fused; INVALID_ARG for an unknown compiler.\n"
            "  Verified: outputs and gradients within tolerance.\n",

@@ -72,6 +72,8 @@ typedef struct slapo__subgraph_spec {
   bool escaping_results;      /* inner values used outside are results  */
   bool exactly_one;           /* anything but one match is an error     */
   bool skip_unsupported;      /* a match the factory cannot do is left  */
+  bool (*region_ends)(const slapo_op *op); /* fuse_all: a region may end  */
+                              /*   in such an op (the backend's)         */
   const slapo_sched_arg *args; /* the log line's arguments               */
   int n_args;
   bool replayable;

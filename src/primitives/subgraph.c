@@ -74,6 +74,7 @@ typedef struct sub_edit {
   bool escaping_results; /* fuse: inner values used outside are results */
   bool exactly_one;   /* fuse without all: one replaceable match or error */
   bool regions;       /* fuse_all: maximal elementwise regions, no pattern */
+  bool (*ends)(const slapo_op *op); /* ... which may end in such an op  */
   int n_skip;         /* matches the factory declined (unsupported), by   */
   unsigned char *skip; /*   index; replays skip them too                */
   int n_children;
@@ -102,7 +103,7 @@ static const char *label(const sub_edit *e) {
 
 static slapo_status find_for(const sub_edit *e, slapo_module *m, slapo_graph *g,
                              slapo_matches *ms) {
-  return e->regions ? slapo_find_elementwise(m, g, ms) : slapo_find_in(m, g, e->p, ms);
+  return e->regions ? slapo_find_elementwise(m, g, e->ends, ms) : slapo_find_in(m, g, e->p, ms);
 }
 
 /* Drops the matches the factory declined when the edit was first made. */
@@ -517,11 +518,13 @@ slapo_sched_arg slapo__pattern_arg(const slapo_pattern *p, bool *replayable) {
   return slapo_sched_arg_word("pattern", name);
 }
 
-static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p, sub_edit **out) {
+static slapo_status new_edit(slapo_sched *node, const slapo_pattern *p,
+                             bool (*ends)(const slapo_op *op), sub_edit **out) {
   *out = slapo_calloc(1, sizeof **out);
   if (!*out) return slapo_error(SLAPO_NOMEM, "subgraph: out of memory");
   snprintf((*out)->path, sizeof (*out)->path, "%s", slapo__prim_path(node));
   (*out)->regions = !p;
+  (*out)->ends = ends;
   slapo_status s = p ? slapo_pattern_clone(p, &(*out)->p) : SLAPO_OK;
   if (s != SLAPO_OK) {
     slapo_free(*out);
@@ -622,7 +625,7 @@ slapo_status slapo__subgraph_apply(slapo_sched *node, const slapo_pattern *p,
   SLAPO_TRY(traced_of(node, sp->primitive));
   SLAPO_TRY(slapo__prim_log_check(node, sp->primitive, sp->n_args, sp->args));
   sub_edit *e;
-  SLAPO_TRY(new_edit(node, p, &e));
+  SLAPO_TRY(new_edit(node, p, sp->region_ends, &e));
   e->horizontal = sp->horizontal;
   e->exactly_one = sp->exactly_one;
   e->escaping_results = sp->escaping_results;
@@ -691,7 +694,7 @@ slapo_status slapo_replace_subgraph_fn(slapo_sched *node, const slapo_pattern *p
   slapo_sched_arg args[2] = {slapo_sched_arg_word(NULL, name), slapo__pattern_arg(p, &replayable)};
   SLAPO_TRY(slapo__prim_log_check(node, "replace", 2, args));
   sub_edit *e;
-  SLAPO_TRY(new_edit(node, p, &e));
+  SLAPO_TRY(new_edit(node, p, NULL, &e));
   e->fn = fn, e->fn_ud = ud, e->fn_inputs = n_inputs;
   char what[256];
   snprintf(what, sizeof what, "replace %s pattern=%s", name, slapo_pattern_name(p));
@@ -706,7 +709,7 @@ slapo_status slapo__checkpoint_subgraph(slapo_sched *node, const slapo_pattern *
   slapo_sched_arg arg = slapo__pattern_arg(p, &replayable);
   SLAPO_TRY(slapo__prim_log_check(node, "checkpoint", 1, &arg));
   sub_edit *e;
-  SLAPO_TRY(new_edit(node, p, &e));
+  SLAPO_TRY(new_edit(node, p, NULL, &e));
   e->checkpoint = true;
   char what[256];
   snprintf(what, sizeof what, "checkpoint pattern=%s", slapo_pattern_name(p));

@@ -129,7 +129,7 @@ static void per_block_chain_bitwise(void **state) {
 
 /* ---- a chain alone: no GEMM whose sums depend on the thread count ----
  * h = relu(x); s = x + dropout(h + b); y = ln(s) [then gelu(y) * 2: ops
- * after the norm]; loss = mean((y - t)^2) + mean(s), so the residual sum s
+ * after the norm]; loss = mean(y t) + mean(s), so the residual sum s
  * is a second result with a gradient of its own, from one reader outside
  * (as a pre-LN block's next residual add). With several readers outside,
  * autograd sums their gradients before the fused backward adds them: the
@@ -138,6 +138,7 @@ static void per_block_chain_bitwise(void **state) {
 typedef struct chain_cfg {
   int64_t C;
   bool post;
+  bool s_alone; /* s read by the norm alone (post-LN): loss mean(y t) */
 } chain_cfg;
 
 static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
@@ -148,10 +149,11 @@ static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   slapo_node *s = slapo_add(ctx, x, d);
   slapo_node *y = slapo_call1(ctx, self, "ln", s);
   if (cfg->post) y = slapo_mul_scalar(ctx, slapo_gelu(ctx, y, true), 2.0);
-  if (n_in == 1) return slapo_add(ctx, y, s); /* s read outside in eval too */
-  slapo_node *e = slapo_sub(ctx, y, in[1]);
   int64_t axes[3] = {0, 1, 2};
-  return slapo_add(ctx, slapo_mean(ctx, slapo_mul(ctx, e, e), 3, axes, false),
+  if (cfg->s_alone) /* a loss of one elementwise op: no region of its own */
+    return n_in == 1 ? y : slapo_mean(ctx, slapo_mul(ctx, y, in[1]), 3, axes, false);
+  if (n_in == 1) return slapo_add(ctx, y, s); /* s read on in eval too */
+  return slapo_add(ctx, slapo_mean(ctx, slapo_mul(ctx, y, in[1]), 3, axes, false),
                    slapo_mean(ctx, s, 3, axes, false));
 }
 
@@ -215,7 +217,7 @@ static void chain_bitwise_and_thread_counts(void **state) {
   int64_t widths[2] = {20, 64};
   for (int wi = 0; wi < 2; wi++)
     for (int post = 0; post < 2; post++) {
-      chain_cfg cfg = {widths[wi], post};
+      chain_cfg cfg = {widths[wi], post, false};
       slapo_sched *root = chain_fused(&cfg, post ? k_post : k_chain);
       slapo_module *ref = chain_new(&cfg);
       slapo_sched *pair = chain_fused(&cfg, k_pair);
@@ -244,11 +246,43 @@ static void chain_bitwise_and_thread_counts(void **state) {
     }
 }
 
+/* fuse_all with cc and auto: the region of relu, bias add, dropout and
+ * residual add ends in the LayerNorm when the residual sum feeds it alone
+ * (post-LN), and stops before it when the sum is read on (pre-LN). */
+static void fuse_all_ends_in_layer_norm(void **state) {
+  (void)state;
+  const char *compilers[2] = {"cc", "auto"};
+  for (int k = 0; k < 2; k++)
+    for (int alone = 0; alone < 2; alone++) {
+      chain_cfg cfg = {36, false, alone};
+      slapo_sched *root;
+      OK(slapo_sched_create(chain_new(&cfg), &root));
+      OK(slapo_trace(root, &(slapo_trace_opts){.flatten = true}));
+      OK(slapo_fuse_all(root, compilers[k], "Fused"));
+      assert_true(tree_has(root, "Fused_0"));
+      assert_true(tree_has(root, "relu+add+dropout+add+layer_norm") == alone);
+      assert_true(tree_has(root, "runs=cc"));
+      slapo_module *ref = chain_new(&cfg);
+      slapo_tensor *in[2];
+      chain_inputs(cfg.C, in);
+      pt_result u, r;
+      pt_run(ref, in, &u);
+      pt_run(slapo_sched_module(root), in, &r);
+      pt_expect_close(&r, &u, 1e-5, 1e-4);
+      pt_result_free(&u);
+      pt_result_free(&r);
+      pt_inputs_free(in);
+      slapo_module_free(ref);
+      pt_sched_free(root);
+    }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pre_ln_chains_bitwise),
       cmocka_unit_test(per_block_chain_bitwise),
       cmocka_unit_test(chain_bitwise_and_thread_counts),
+      cmocka_unit_test(fuse_all_ends_in_layer_norm),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
