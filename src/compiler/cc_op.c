@@ -174,7 +174,8 @@ static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const
   }
   int64_t C = row_of(node, c, N);
   slapo_attr attrs[6] = {slapo_attr_ints("numels", n_numels, numels), slapo_attr_int("row", C),
-                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C)),
+                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C) +
+                                                    (c->plan.rstd_rows ? (N / C + 1) / 2 : 0)),
                          slapo_attr_ints("dys", c->plan.n_res, has), slapo_attr_int("numel", N)};
   int n_attrs = 5;
   const slapo_attr *st = slapo_node_attr(node, "streams");

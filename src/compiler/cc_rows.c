@@ -1,7 +1,7 @@
-/* compiler/cc_rows.c - C source for a region around one LayerNorm over the
- * last axis: elementwise ops before it on the same rows (the pre phase: a
- * bias + dropout + residual chain), the norm, and elementwise ops after it
- * that read its output (the post phase). One row-parallel forward kernel
+/* compiler/cc_rows.c - C source for a region around one LayerNorm or
+ * RMSNorm over the last axis: elementwise ops before it on the same rows
+ * (the pre phase: a bias + dropout + residual chain), the norm, and
+ * elementwise ops after it that read its output (the post phase). One row-parallel forward kernel
  * and one backward kernel, each walking a row in phases:
  *
  *   forward:  pre values per element, the norm's input written (a result,
@@ -14,11 +14,15 @@
  *             is a result) where the unfused graph's fold_norm_add does;
  *             pre adjoints from it down to the inputs.
  *
- * The norm's row code is LayerNorm's fast kernels' own (slapo/ops/rowmath.h,
+ * The norm's row code is its fast kernels' own (slapo/ops/rowmath.h,
  * pasted verbatim), the elementwise statements are cc_gen.c's, and the
- * reductions of the weight, bias and ROW inputs use the fast kernels' row
- * blocks: a fused region is bitwise equal to the unfused fast kernels,
- * forward and backward, and reruns are byte-identical at any thread count.
+ * reductions of the weight, bias and ROW inputs use the fast kernels'
+ * orders (LayerNorm's row blocks; RMSNorm's weight summed per column over
+ * all rows after the row loop): a fused region is bitwise equal to the
+ * unfused fast kernels, forward and backward, when the norm's input has at
+ * most one reader outside (with more, autograd sums their gradients before
+ * the norm's backward adds them: one rounding apart), and reruns are
+ * byte-identical at any thread count.
  * The results are packed into the op's one value (plan.rows says how) and
  * the backward takes every result's gradient at once (cc_op.c).
  * Layer: compiler. */
@@ -30,9 +34,13 @@
 
 typedef slapo__cc_gen gen;
 
-bool slapo__cc_row_op(const slapo_op *op) { return op == SLAPO_OP_DESC(layer_norm); }
+bool slapo__cc_row_op(const slapo_op *op) {
+  return op == SLAPO_OP_DESC(layer_norm) || op == SLAPO_OP_DESC(rms_norm);
+}
 
-const char *slapo__cc_rows_src(void) { return SLAPO__CC_STR(SLAPO__LN_ROWS_SRC); }
+const char *slapo__cc_rows_src(void) {
+  return SLAPO__CC_STR(SLAPO__LN_ROWS_SRC) "\n" SLAPO__CC_STR(SLAPO__RMS_ROWS_SRC);
+}
 
 typedef struct rows {
   gen *G;
@@ -43,6 +51,7 @@ typedef struct rows {
   int w, b;              /* input indices of the norm's weight and bias, or -1 */
   int norm_res;          /* the norm's result index, or -1 */
   bool has_pre, has_post;
+  bool rms;              /* an RMSNorm (else a LayerNorm) */
 } rows;
 
 static slapo_status refuse(const char *fmt, const char *a, const char *b) {
@@ -57,8 +66,8 @@ static slapo_status affine_inputs(rows *R) {
     const slapo_node *p = R->norm->inputs[i];
     if (p->kind != SLAPO_NODE_PLACEHOLDER || p->n_users != 1 ||
         G->plan->kind[G->ph_of[p->id]] != SLAPO__CC_ROW)
-      return refuse("cc: the LayerNorm %%%s's weight or bias %%%s must be a region input of "
-                    "the row's size read by the norm alone", R->norm->name, p->name);
+      return refuse("cc: the norm %%%s's weight or bias %%%s must be a region input of the "
+                    "row's size read by the norm alone", R->norm->name, p->name);
     *(i == 1 ? &R->w : &R->b) = G->ph_of[p->id];
   }
   return SLAPO_OK;
@@ -117,8 +126,15 @@ static slapo_status classify(rows *R) {
     }
   }
   if (!R->has_post && R->norm_res < 0)
-    return refuse("cc: the LayerNorm %%%s's output is neither a result nor read (%s)",
+    return refuse("cc: the norm %%%s's output is neither a result nor read (%s)",
                   R->norm->name, "a dead region");
+  /* RMSNorm's weight gradient sums each column over all rows in order (its
+   * fast kernel's), from the gradient of the norm's output, which the post
+   * phase keeps a row at a time only. */
+  if (R->rms && R->w >= 0 && R->has_post)
+    return refuse("cc: ops after the RMSNorm %%%s with a weight (%s); fuse the region up to "
+                  "the norm", R->norm->name, "its weight's gradient needs the norm output's");
+  pl->rstd_rows = R->rms && R->w >= 0;
   /* The backward reads the norm's input (saved or an input), its weight,
    * and its bias when the norm's output is recomputed for the post phase. */
   if (pl->x_in >= 0) pl->bwd_reads[pl->x_in] = true;
@@ -209,6 +225,20 @@ static void put_results(rows *R, const bool *mask, const char *ind) {
   }
 }
 
+/* The row's statistics, as the norm's fast kernels take them. */
+static void put_stats(rows *R, const char *ind) {
+  if (R->rms)
+    slapo__cc_put(&R->G->b, "%sconst float rstd = slapo__rms_row_rstd(xs, C, eps);\n", ind);
+  else
+    slapo__cc_put(&R->G->b, "%sfloat mean, rstd;\n%sslapo__ln_row_stats(xs, C, eps, &mean, &rstd);\n",
+                  ind, ind);
+}
+
+static void put_norm_row(rows *R, const char *dst, const char *ind) {
+  if (R->rms) slapo__cc_put(&R->G->b, "%sslapo__rms_norm_row(xs, w, %s, C, rstd);\n", ind, dst);
+  else slapo__cc_put(&R->G->b, "%sslapo__ln_norm_row(xs, w, b, %s, C, mean, rstd);\n", ind, dst);
+}
+
 static void emit_fwd(rows *R, slapo_status *s) {
   gen *G = R->G;
   const slapo__cc_plan *pl = G->plan;
@@ -226,12 +256,11 @@ static void emit_fwd(rows *R, slapo_status *s) {
     put_results(R, R->pre, "        ");
     close_phase(R, "    ");
   }
-  slapo__cc_put(&G->b, "    float mean, rstd;\n"
-                "    slapo__ln_row_stats(xs, C, eps, &mean, &rstd);\n");
+  put_stats(R, "    ");
   if (R->norm_res >= 0)
     slapo__cc_put(&G->b, "    float *nr = y + (int64_t)%d * N + r * C;\n", R->norm_res);
   else slapo__cc_put(&G->b, "    float nr[C];\n");
-  slapo__cc_put(&G->b, "    slapo__ln_norm_row(xs, w, b, nr, C, mean, rstd);\n");
+  put_norm_row(R, "nr", "    ");
   if (R->has_post) {
     snprintf(R->txt[2 * R->norm->id], 32, "nr[c]");
     R->as[R->norm->id] = R->txt[2 * R->norm->id];
@@ -272,7 +301,7 @@ static bool has_scalar(const gen *G) {
 static void emit_bwd_post(rows *R, slapo_status *s) {
   gen *G = R->G;
   if (G->need[R->norm->id])
-    slapo__cc_put(&G->b, "      slapo__ln_norm_row(xs, w, b, nb, C, mean, rstd);\n");
+    put_norm_row(R, "nb", "      ");
   snprintf(R->txt[2 * R->norm->id], 32, "nb[c]");
   R->as[R->norm->id] = R->txt[2 * R->norm->id];
   open_phase(R, R->post, !has_scalar(G), 1, "      ");
@@ -289,6 +318,29 @@ static void emit_bwd_post(rows *R, slapo_status *s) {
   close_phase(R, "      ");
 }
 
+/* RMSNorm's weight gradient after the row loop, as its fast kernel sums it
+ * (slapo__rms_weight_cols over 64-column tiles), from the saved norm input,
+ * the rows' rstd and the norm output's gradient (zero when it has none);
+ * written over the ROW sum emit_sums left for the weight, which no row
+ * partial fed. */
+static void emit_rms_weight(rows *R) {
+  gen *G = R->G;
+  const slapo__cc_plan *pl = G->plan;
+  char xs[48];
+  if (pl->x_in >= 0) snprintf(xs, sizeof xs, "in[%d]", pl->x_in);
+  else snprintf(xs, sizeof xs, "fw + (int64_t)%d * N", pl->x_slot);
+  slapo__cc_put(&G->b,
+                "  if (!dy%d) {\n"
+                "    for (int64_t c = 0; c < C; c++) pk[off[%d] + c] = 0.0f;\n"
+                "    return;\n"
+                "  }\n"
+                "#pragma omp parallel for schedule(dynamic, 1)\n"
+                "  for (int64_t t = 0; t < (C + 63) / 64; t++)\n"
+                "    slapo__rms_weight_cols(%s, dy%d, rs, R, C, t * 64, C - t * 64 < 64 ? C - t * 64 : 64,\n"
+                "                           pk + off[%d]);\n",
+                R->norm_res, R->w, xs, R->norm_res, R->w);
+}
+
 static void emit_bwd(rows *R, slapo_status *s) {
   gen *G = R->G;
   const slapo__cc_plan *pl = G->plan;
@@ -300,6 +352,13 @@ static void emit_bwd(rows *R, slapo_status *s) {
   slapo__cc_put(&G->b, "  const float *fw = in[%d];\n  (void)fw;\n", pl->n_in);
   for (int k = 0; k < pl->n_res; k++)
     slapo__cc_put(&G->b, "  const float *dy%d = in[%d];\n", k, pl->n_in + 1 + k);
+  if (pl->rstd_rows) { /* each row's rstd, after the partials in the work area */
+    int n_row = 0, n_scalar = 0;
+    for (int k = 0; k < pl->n_in; k++)
+      n_row += pl->kind[k] == SLAPO__CC_ROW, n_scalar += pl->kind[k] == SLAPO__CC_SCALAR;
+    slapo__cc_put(&G->b, "  float *rs = (float *)(work + ((int64_t)%d + ((int64_t)%d * C + 1) / 2) * RBLK);\n",
+                  n_scalar, n_row);
+  }
   slapo__cc_put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = R ? (R + rpb - 1) / rpb : 0;\n"
                 "#pragma omp parallel for schedule(static)\n"
                 "  for (int64_t t = 0; t < nrb; t++) {\n"
@@ -315,8 +374,8 @@ static void emit_bwd(rows *R, slapo_status *s) {
   for (int k = 0; k < pl->n_res; k++)
     slapo__cc_put(&G->b, "      const float *dyr%d = dy%d ? dy%d + r * C : zr;\n      (void)dyr%d;\n",
                   k, k, k, k);
-  slapo__cc_put(&G->b, "      float mean, rstd;\n"
-                "      slapo__ln_row_stats(xs, C, eps, &mean, &rstd);\n");
+  put_stats(R, "      ");
+  if (pl->rstd_rows) slapo__cc_put(&G->b, "      rs[r] = rstd;\n");
   if (R->has_post) emit_bwd_post(R, s);
   if (R->has_post) slapo__cc_put(&G->b, "      const float *gnr = gn;\n");
   else slapo__cc_put(&G->b, "      const float *gnr = dyr%d;\n", R->norm_res);
@@ -326,11 +385,13 @@ static void emit_bwd(rows *R, slapo_status *s) {
   else slapo__cc_put(&G->b, "      float *dsr = ds;\n");
   /* The gradient of the norm's input from outside, added in its backward
    * (a result's: the residual stream's), as fold_norm_add does unfused. */
+  char rr[64] = "NULL";
   if (pl->x_slot >= 0 && pl->x_slot < pl->n_res)
-    slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, dy%d ? dyr%d : NULL, dsr, C, "
-                  "mean, rstd);\n", pl->x_slot, pl->x_slot);
-  else slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, NULL, dsr, C, mean, rstd);\n");
-  if (R->w >= 0)
+    snprintf(rr, sizeof rr, "dy%d ? dyr%d : NULL", pl->x_slot, pl->x_slot);
+  if (R->rms)
+    slapo__cc_put(&G->b, "      slapo__rms_backward_row(xs, w, gnr, %s, dsr, C, eps);\n", rr);
+  else slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, %s, dsr, C, mean, rstd);\n", rr);
+  if (R->w >= 0 && !R->rms)
     slapo__cc_put(&G->b, "      slapo__ln_affine_row(xs, gnr, acc%d, acc%d, C, mean, rstd);\n",
                   R->w, R->b);
   if (R->has_pre) {
@@ -343,11 +404,13 @@ static void emit_bwd(rows *R, slapo_status *s) {
   }
   slapo__cc_put(&G->b, "    }\n");
   slapo__cc_emit_sums(G);
+  if (pl->rstd_rows) emit_rms_weight(R);
   slapo__cc_put(&G->b, "}\n");
 }
 
 slapo_status slapo__cc_rows_emit(gen *G) {
-  rows R = {.G = G, .norm = G->row, .x = G->row->inputs[0]};
+  rows R = {.G = G, .norm = G->row, .x = G->row->inputs[0],
+            .rms = G->row->op == SLAPO_OP_DESC(rms_norm)};
   size_t n = (size_t)G->n + 1;
   R.pre = slapo_calloc(n, sizeof *R.pre);
   R.post = slapo_calloc(n, sizeof *R.post);

@@ -51,6 +51,7 @@ typedef struct slapo__cc_plan {
    * x_in (x_slot -1). Its backward takes every result's gradient. */
   bool rows;
   int n_res, n_slots, x_slot, x_in;
+  bool rstd_rows; /* an RMSNorm's weight gradient: R row rstds in the work */
 } slapo__cc_plan;
 
 /* Kinds of inputs with these shapes against output shape [ndim]: fills

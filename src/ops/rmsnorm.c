@@ -7,6 +7,7 @@
 #include <math.h>
 
 #include "ops/norm.h"
+#include "slapo/ops/rowmath.h"
 
 #define RMS_EPS_DEFAULT 1e-6
 
@@ -49,18 +50,8 @@ static void rms_norm_fast(const slapo_node *node, const slapo_tensor *const *in,
   int64_t R, C;
   slapo__norm_rows(in[0], &R, &C);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C;
-    float *yr = y + r * C;
-    float ss = 0.0f;
-    for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
-    float rstd = 1.0f / sqrtf(ss / (float)C + eps);
-    if (w) {
-      for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd * w[c];
-    } else {
-      for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd;
-    }
-  }
+  for (int64_t r = 0; r < R; r++)
+    slapo__rms_norm_row(x + r * C, w, y + r * C, C, slapo__rms_row_rstd(x + r * C, C, eps));
 }
 
 static slapo_status rms_norm_backward_rule(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -142,24 +133,9 @@ static void rms_norm_backward_fast(const slapo_node *node, const slapo_tensor *c
   const int64_t R = b.R, C = b.C;
   float eps = (float)slapo_node_attr_float(node, "eps", RMS_EPS_DEFAULT);
 #pragma omp parallel for num_threads(slapo__threads_for(R * C)) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C, *dyr = dy + r * C;
-    float *dxr = dx + r * C;
-    float ss = 0.0f, dot = 0.0f;
-    for (int64_t c = 0; c < C; c++) {
-      ss += xr[c] * xr[c];
-      dot += (w ? dyr[c] * w[c] : dyr[c]) * xr[c];
-    }
-    float rstd = 1.0f / sqrtf(ss / (float)C + eps);
-    /* mean(dyw * xhat) * rstd = dot * rstd^2 / C */
-    float k = dot * rstd * rstd / (float)C;
-    const float *rr = res ? res + r * C : NULL;
-    for (int64_t c = 0; c < C; c++) {
-      float dyw = w ? dyr[c] * w[c] : dyr[c];
-      float d = rstd * (dyw - xr[c] * k);
-      dxr[c] = rr ? d + rr[c] : d; /* d itself without r: the sign of a zero kept */
-    }
-  }
+  for (int64_t r = 0; r < R; r++)
+    slapo__rms_backward_row(x + r * C, w, dy + r * C, res ? res + r * C : NULL, dx + r * C, C,
+                            eps);
 }
 
 static slapo_node *rms_norm_backward_example(slapo_ctx *ctx) {
@@ -217,19 +193,7 @@ static void weight_ref(const slapo_node *node, const slapo_tensor *const *in, sl
   }
 }
 
-enum { WTILE = 64 }; /* columns per job */
-
-/* Columns [c0, c0 + n) of dw, rows in order 0 .. R-1 in double, each row's
- * rstd from rstd [R]: bitwise independent of the thread count. */
-static void weight_cols(const float *x, const float *dy, const float *rstd, int64_t R, int64_t C,
-                        int64_t c0, int64_t n, float *dw) {
-  double acc[WTILE] = {0};
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C + c0, *dyr = dy + r * C + c0;
-    for (int64_t j = 0; j < n; j++) acc[j] += (double)(dyr[j] * (xr[j] * rstd[r]));
-  }
-  for (int64_t j = 0; j < n; j++) dw[c0 + j] = (float)acc[j];
-}
+enum { WTILE = 64 }; /* columns per job: slapo__rms_weight_cols' tile */
 
 /* Pass 1 (rows in parallel): each row's rstd as the forward computes it,
  * into a scratch [R]; pass 2 (64-column tiles in parallel): the sums.
@@ -248,16 +212,12 @@ static void weight_fast(const slapo_node *node, const slapo_tensor *const *in, s
   }
   int nt = slapo__threads_for(R * C);
 #pragma omp parallel for num_threads(nt) schedule(static)
-  for (int64_t r = 0; r < R; r++) {
-    const float *xr = x + r * C;
-    float ss = 0.0f;
-    for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];
-    rstd[r] = 1.0f / sqrtf(ss / (float)C + eps);
-  }
+  for (int64_t r = 0; r < R; r++) rstd[r] = slapo__rms_row_rstd(x + r * C, C, eps);
   int64_t tiles = (C + WTILE - 1) / WTILE;
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
   for (int64_t t = 0; t < tiles; t++)
-    weight_cols(x, dy, rstd, R, C, t * WTILE, C - t * WTILE < WTILE ? C - t * WTILE : WTILE, dw);
+    slapo__rms_weight_cols(x, dy, rstd, R, C, t * WTILE,
+                           C - t * WTILE < WTILE ? C - t * WTILE : WTILE, dw);
   slapo_free(rstd);
 }
 

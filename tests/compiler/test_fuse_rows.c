@@ -1,12 +1,14 @@
-/* tests/compiler/test_fuse_rows.c - regions around a LayerNorm through the
- * cc backend (compiler/cc_rows.c): GPT-2's bias + dropout + residual +
- * LayerNorm chains, in a per-block trace (ln_2's, the residual sum a second
- * result) and in a trace spanning the blocks (all 2 n_layer, ln_1's and
- * ln_f's), fused with cc and auto and bitwise equal to the unfused fast
- * kernels in logits, loss and every gradient, dropout on, at widths that
- * are and are not multiples of the vector width; reruns byte-identical at
- * 1, 2 and 3 threads; ops after the norm; and what cc refuses, with its
- * messages. */
+/* tests/compiler/test_fuse_rows.c - regions around a LayerNorm or RMSNorm
+ * through the cc backend (compiler/cc_rows.c): GPT-2's bias + dropout +
+ * residual + LayerNorm chains, in a per-block trace (ln_2's, the residual
+ * sum a second result) and in a trace spanning the blocks (all 2 n_layer,
+ * ln_1's and ln_f's), fused with cc and auto and bitwise equal to the
+ * unfused fast kernels in logits, loss and every gradient, dropout on, at
+ * widths that are and are not multiples of the vector width; a chain alone
+ * with and without ops after the norm, bitwise against today's cc pair and
+ * byte-identical at 1, 2 and 3 threads; fuse_all regions ending in a
+ * LayerNorm; LLaMA's residual + RMSNorm bitwise; and what cc refuses, with
+ * its messages. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "../primitives/prim_test.h"
+#include "slapo/compiler.h"
 #include "slapo/primitives.h"
 
 static char g_cache[256];
@@ -277,12 +280,127 @@ static void fuse_all_ends_in_layer_norm(void **state) {
     }
 }
 
+/* LLaMA: each layer's attention residual sum and its RMSNorm
+ * (post_attention_layernorm), the sum a second result read by the MLP's
+ * residual add; fused with cc, bitwise against the unfused fast kernels
+ * (rms_norm_backward with the residual folded, rms_norm_backward_weight),
+ * also at 1 and 3 threads. */
+static void llama_rms_chains_bitwise(void **state) {
+  (void)state;
+  const slapo_model_family *fam;
+  OK(slapo_model_find("llama", &fam));
+  slapo_module *plain, *m;
+  OK(slapo_model_new(fam, "tiny", 0.0, PT_SEED, &plain));
+  OK(slapo_model_new(fam, "tiny", 0.0, PT_SEED, &m));
+  slapo_sched *root;
+  OK(slapo_sched_create(m, &root));
+  for (int l = 0; l < 4; l++) {
+    char path[64];
+    snprintf(path, sizeof path, "model.layers.%d", l);
+    slapo_sched *layer = pt_at(root, path);
+    OK(slapo_trace(layer, &(slapo_trace_opts){.flatten = true}));
+    slapo_pattern *p = pt_parse("rms_norm(add(x, y), w)");
+    OK(slapo_fuse(layer, p, "cc", "ResidualRMSNorm", NULL, false));
+    slapo_pattern_free(p);
+    int two;
+    assert_int_equal(count_calls(layer, "ResidualRMSNorm", &two), 1);
+    assert_int_equal(two, 1);
+  }
+  slapo_tensor *in[2];
+  pt_inputs(2, 9, 256, in);
+  int saved = omp_get_max_threads();
+  for (int t = 0; t < 2; t++) { /* the GEMMs' sums may depend on the thread count */
+    pt_result a, b;
+    omp_set_num_threads(t ? 3 : 1);
+    pt_run(plain, in, &a);
+    pt_run(m, in, &b);
+    pt_expect_bitwise(&a, &b);
+    pt_result_free(&a);
+    pt_result_free(&b);
+  }
+  omp_set_num_threads(saved);
+  pt_inputs_free(in);
+  slapo_module_free(plain);
+  pt_sched_free(root);
+}
+
+/* ---- what cc refuses, compiled directly ---- */
+
+typedef struct region_fx {
+  slapo_graph *g;
+  slapo_ctx *ctx;
+  slapo_node *x, *y, *w, *b;
+} region_fx;
+
+static region_fx region_new(int64_t C) {
+  region_fx f;
+  OK(slapo_graph_new(&f.g));
+  OK(slapo_ctx_new(f.g, &f.ctx));
+  int64_t xs[2] = {5, C};
+  f.x = slapo_input(f.ctx, "x", SLAPO_DTYPE_F32, 2, xs);
+  f.y = slapo_input(f.ctx, "y", SLAPO_DTYPE_F32, 2, xs);
+  f.w = slapo_input(f.ctx, "w", SLAPO_DTYPE_F32, 1, &C);
+  f.b = slapo_input(f.ctx, "b", SLAPO_DTYPE_F32, 1, &C);
+  return f;
+}
+
+/* Compiles f's region with result r through cc, expecting `want` with a
+ * message holding `needle` (SLAPO_OK: *op receives the op). */
+static void compile_expect(region_fx *f, slapo_node *r, slapo_status want, const char *needle,
+                           const slapo_op **op) {
+  assert_non_null(slapo_output(f->ctx, 1, &r));
+  const slapo_op *got = NULL;
+  slapo_status s = slapo_compiler_find("cc")->compile(f->g, "R", NULL, &got);
+  if (want != SLAPO_OK) expect_status(s, want, needle);
+  else OK(s);
+  if (op) *op = got;
+  slapo_ctx_free(f->ctx);
+  slapo_graph_free(f->g);
+}
+
+static void refusals(void **state) {
+  (void)state;
+  region_fx f = region_new(8);
+  slapo_node *s = slapo_add(f.ctx, f.x, f.y);
+  compile_expect(&f, slapo_layer_norm(f.ctx, slapo_layer_norm(f.ctx, s, NULL, NULL, 1e-5), f.w,
+                                      f.b, 1e-5),
+                 SLAPO_UNSUPPORTED, "two norms", NULL);
+  f = region_new(8);
+  s = slapo_add(f.ctx, f.x, f.y);
+  compile_expect(&f, slapo_add(f.ctx, slapo_layer_norm(f.ctx, s, f.w, f.b, 1e-5), s),
+                 SLAPO_UNSUPPORTED, "computed before it", NULL);
+  f = region_new(8);
+  s = slapo_add(f.ctx, f.x, f.y);
+  compile_expect(&f, slapo_mul_scalar(f.ctx, slapo_rms_norm(f.ctx, s, f.w, 1e-6), 2.0),
+                 SLAPO_UNSUPPORTED, "ops after the RMSNorm", NULL);
+  f = region_new(8);
+  s = slapo_add(f.ctx, f.x, f.y);
+  compile_expect(&f, slapo_layer_norm(f.ctx, s, slapo_mul_scalar(f.ctx, f.w, 2.0), f.b, 1e-5),
+                 SLAPO_UNSUPPORTED, "must be a region input", NULL);
+  f = region_new(8);
+  compile_expect(&f, slapo_softmax(f.ctx, slapo_add(f.ctx, f.x, f.y), false), SLAPO_UNSUPPORTED,
+                 "neither elementwise nor a", NULL);
+  /* Rows longer than the kernels keep on the stack: refused when applied. */
+  f = region_new(8);
+  const slapo_op *op;
+  compile_expect(&f, slapo_layer_norm(f.ctx, slapo_add(f.ctx, f.x, f.y), f.w, f.b, 1e-5),
+                 SLAPO_OK, NULL, &op);
+  region_fx big = region_new(20000);
+  slapo_node *in[4] = {big.x, big.y, big.w, big.b};
+  assert_null(slapo_op_apply(big.ctx, op, 4, in, 0, NULL));
+  expect_status(slapo_ctx_status(big.ctx), SLAPO_UNSUPPORTED, "rows of 20000 values");
+  slapo_ctx_free(big.ctx);
+  slapo_graph_free(big.g);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(pre_ln_chains_bitwise),
       cmocka_unit_test(per_block_chain_bitwise),
       cmocka_unit_test(chain_bitwise_and_thread_counts),
       cmocka_unit_test(fuse_all_ends_in_layer_norm),
+      cmocka_unit_test(llama_rms_chains_bitwise),
+      cmocka_unit_test(refusals),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -1,7 +1,8 @@
-/* slapo/ops/rowmath.h - LayerNorm's row routines, the ones its fast kernels
- * run (ops/layernorm.c) and the ones the cc backend pastes into the kernels
- * it generates for a region holding a LayerNorm (compiler/cc_rows.c): the
- * very same text through SLAPO__LN_ROWS_SRC, as SLAPO__VMATH_SRC does for
+/* slapo/ops/rowmath.h - LayerNorm's and RMSNorm's row routines, the ones
+ * their fast kernels run (ops/layernorm.c, ops/rmsnorm.c) and the ones the
+ * cc backend pastes into the kernels it generates for a region holding a
+ * norm (compiler/cc_rows.c): the very same text through SLAPO__LN_ROWS_SRC
+ * and SLAPO__RMS_ROWS_SRC, as SLAPO__VMATH_SRC does for
  * the elementwise helpers, so a fused region is bitwise equal to the
  * unfused fast kernels. Both are compiled without contraction (slapo in ISO
  * C, cc with -ffp-contract=off), so every ISA variant rounds the same.
@@ -105,5 +106,64 @@ SLAPO__ROW_INLINE void slapo__ln_affine_row(const float *restrict xr, const floa
   /* end of SLAPO__LN_ROWS_SRC */
 
 SLAPO__LN_ROWS_SRC
+
+/* RMSNorm's (ops/rmsnorm.c; Zhang & Sennrich 2019), the same way:
+ *   rstd = 1 / sqrt(mean(x^2) + eps), y = x rstd w
+ *   dx = rstd (dyw - x k), k = mean(dyw x) rstd^2 = dot(dyw, x) rstd^2 / C
+ *   dw[c] = sum over rows r, in order, in double, of dy[r, c] (x[r, c] rstd_r)
+ * Its row sums are single running float sums (in element order). */
+#define SLAPO__RMS_ROWS_SRC                                                                        \
+/* 1 / sqrt(mean(x^2) + eps) of one row x [C]. */                                                  \
+SLAPO__ROW_INLINE float slapo__rms_row_rstd(const float *xr, int64_t C, float eps) {               \
+  float ss = 0.0f;                                                                                 \
+  for (int64_t c = 0; c < C; c++) ss += xr[c] * xr[c];                                             \
+  return 1.0f / sqrtf(ss / (float)C + eps);                                                        \
+}                                                                                                  \
+                                                                                                   \
+/* y = x rstd [* w] for one row. */                                                                \
+SLAPO__ROW_INLINE void slapo__rms_norm_row(const float *restrict xr, const float *restrict w,      \
+                                           float *restrict yr, int64_t C, float rstd) {            \
+  if (w) {                                                                                         \
+    for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd * w[c];                                   \
+  } else {                                                                                         \
+    for (int64_t c = 0; c < C; c++) yr[c] = xr[c] * rstd;                                          \
+  }                                                                                                \
+}                                                                                                  \
+                                                                                                   \
+/* dx for one row (its rstd recomputed with dot(dyw, x) in one pass), plus                         \
+ * rr's row when rr is not NULL. */                                                                \
+SLAPO__ROW_INLINE void slapo__rms_backward_row(const float *restrict xr, const float *restrict w,  \
+                                               const float *restrict dyr,                          \
+                                               const float *restrict rr, float *restrict dxr,      \
+                                               int64_t C, float eps) {                             \
+  float ss = 0.0f, dot = 0.0f;                                                                     \
+  for (int64_t c = 0; c < C; c++) {                                                                \
+    ss += xr[c] * xr[c];                                                                           \
+    dot += (w ? dyr[c] * w[c] : dyr[c]) * xr[c];                                                   \
+  }                                                                                                \
+  float rstd = 1.0f / sqrtf(ss / (float)C + eps);                                                  \
+  float k = dot * rstd * rstd / (float)C;                                                          \
+  for (int64_t c = 0; c < C; c++) {                                                                \
+    float dyw = w ? dyr[c] * w[c] : dyr[c];                                                        \
+    float d = rstd * (dyw - xr[c] * k);                                                            \
+    dxr[c] = rr ? d + rr[c] : d;                                                                   \
+  }                                                                                                \
+}                                                                                                  \
+                                                                                                   \
+/* Columns [c0, c0 + n) of dw, n <= 64: rows in order 0 .. R-1 in double,                         \
+ * each row's rstd from rstd [R]: the same bits at any thread count. */                            \
+SLAPO__ROW_INLINE void slapo__rms_weight_cols(const float *x, const float *dy, const float *rstd,  \
+                                              int64_t R, int64_t C, int64_t c0, int64_t n,         \
+                                              float *dw) {                                         \
+  double acc[64] = {0};                                                                            \
+  for (int64_t r = 0; r < R; r++) {                                                                \
+    const float *xr = x + r * C + c0, *dyr = dy + r * C + c0;                                      \
+    for (int64_t j = 0; j < n; j++) acc[j] += (double)(dyr[j] * (xr[j] * rstd[r]));                \
+  }                                                                                                \
+  for (int64_t j = 0; j < n; j++) dw[c0 + j] = (float)acc[j];                                      \
+}                                                                                                  \
+  /* end of SLAPO__RMS_ROWS_SRC */
+
+SLAPO__RMS_ROWS_SRC
 
 #endif
