@@ -580,11 +580,12 @@ static slapo_status analyse(gen *G) {
       continue;
     if (!slapo__cc_row_op(n->op))
       return slapo_error(SLAPO_UNSUPPORTED, "cc: op '%s' (%%%s) is neither elementwise nor a "
-                         "LayerNorm; the cc backend generates elementwise regions and regions "
-                         "around one LayerNorm", n->target, n->name);
+                         "row op; the cc backend generates elementwise regions and regions "
+                         "around one LayerNorm, RMSNorm or softmax over the last axis",
+                         n->target, n->name);
     if (G->row)
-      return slapo_error(SLAPO_UNSUPPORTED, "cc: the region holds two norms (%%%s and %%%s); cc "
-                         "generates regions around one: fuse each chain on its own",
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: the region holds two row ops (%%%s and %%%s); "
+                         "cc generates regions around one: fuse each chain on its own",
                          G->row->name, n->name);
     G->row = n;
   }

@@ -163,7 +163,7 @@ static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const
     if (c->plan.grad_is_dy[i]) numels[c->plan.n_in] = N, n_numels = c->plan.n_in + 1;
     if (c->plan.bwd_reads[i]) args[k++] = node->inputs[i];
   }
-  if (c->plan.x_in < 0) args[k++] = node;
+  if (c->plan.x_slot >= 0) args[k++] = node; /* the row it saved */
   for (int j = 0; j < n; j++) {
     if (N == 0 || offs[j] % N || offs[j] / N >= c->plan.n_res)
       return slapo_ctx_fail(ctx, SLAPO_STATE, "%s: a view at offset %lld is not one of its %d "
@@ -243,7 +243,7 @@ static void bwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
   double *work = slapo_node_attr_int(node, "work", 0) > 0 ? (double *)(pk + work_offset(at)) : NULL;
   if (c->plan.rows) { /* then the saved forward, then each result's gradient or NULL */
     const slapo_attr *has = slapo_node_attr(node, "dys");
-    ins[c->plan.n_in] = c->plan.x_in < 0 ? slapo_tensor_data(in[k++]) : NULL;
+    ins[c->plan.n_in] = c->plan.x_slot >= 0 ? slapo_tensor_data(in[k++]) : NULL;
     for (int r = 0; r < c->plan.n_res; r++)
       ins[c->plan.n_in + 1 + r] = has->ints[r] ? slapo_tensor_data(in[k++]) : NULL;
     int64_t N = slapo_node_attr_int(node, "numel", 0);

@@ -35,11 +35,13 @@
 typedef slapo__cc_gen gen;
 
 bool slapo__cc_row_op(const slapo_op *op) {
-  return op == SLAPO_OP_DESC(layer_norm) || op == SLAPO_OP_DESC(rms_norm);
+  return op == SLAPO_OP_DESC(layer_norm) || op == SLAPO_OP_DESC(rms_norm) ||
+         op == SLAPO_OP_DESC(softmax);
 }
 
 const char *slapo__cc_rows_src(void) {
-  return SLAPO__CC_STR(SLAPO__LN_ROWS_SRC) "\n" SLAPO__CC_STR(SLAPO__RMS_ROWS_SRC);
+  return SLAPO__CC_STR(SLAPO__LN_ROWS_SRC) "\n" SLAPO__CC_STR(SLAPO__RMS_ROWS_SRC) "\n"
+      SLAPO__CC_STR(SLAPO__SOFTMAX_ROWS_SRC);
 }
 
 typedef struct rows {
@@ -51,7 +53,9 @@ typedef struct rows {
   int w, b;              /* input indices of the norm's weight and bias, or -1 */
   int norm_res;          /* the norm's result index, or -1 */
   bool has_pre, has_post;
-  bool rms;              /* an RMSNorm (else a LayerNorm) */
+  bool rms;              /* an RMSNorm */
+  bool smax;             /* a softmax: the backward reads its output, saved */
+  int x_res;             /* the norm input's result index, or -1 */
 } rows;
 
 static slapo_status refuse(const char *fmt, const char *a, const char *b) {
@@ -82,15 +86,19 @@ static slapo_status classify(rows *R) {
   if (out->n_inputs > SLAPO__CC_MAX_RES)
     return slapo_error(SLAPO_UNSUPPORTED, "cc: %d results; a region packs at most %d",
                        out->n_inputs, SLAPO__CC_MAX_RES);
-  pl->rows = true, pl->n_res = out->n_inputs, pl->x_slot = pl->x_in = -1, R->norm_res = -1;
+  pl->rows = true, pl->n_res = out->n_inputs, pl->x_slot = pl->x_in = -1;
+  R->norm_res = R->x_res = -1;
   for (int k = 0; k < out->n_inputs; k++) {
     const slapo_node *r = out->inputs[k];
     if (slapo__cc_numel(r->ndim, r->shape) != N)
       return refuse("cc: result %%%s is not of the LayerNorm %%%s's shape; cc packs results of "
                     "the norm's shape", r->name, R->norm->name);
-    if (r == R->x) pl->x_slot = k;
+    if (r == R->x) R->x_res = k;
     if (r == R->norm) R->norm_res = k;
   }
+  if (R->smax && slapo_node_attr_int(R->norm, "causal", 0))
+    return refuse("cc: softmax %%%s is causal; cc generates softmax over whole rows (%s)",
+                  R->norm->name, "fuse the causal one with compiler=none, or use FlashAttention");
   SLAPO_TRY(affine_inputs(R));
   if (R->x->kind == SLAPO_NODE_PLACEHOLDER) {
     if (R->x->n_users != 1 || pl->kind[G->ph_of[R->x->id]] != SLAPO__CC_FULL)
@@ -98,9 +106,11 @@ static slapo_status classify(rows *R) {
                     "or that broadcasts (%s); fuse the ops before the norm with it",
                     R->x->name, R->norm->name);
     pl->x_in = G->ph_of[R->x->id];
-  } else if (pl->x_slot < 0) {
-    pl->x_slot = pl->n_res; /* hidden: written for the backward alone */
   }
+  /* The row the backward reads: a norm's input, a softmax's output; a
+   * result's slot, or a hidden one after them, written for it alone. */
+  if (R->smax) pl->x_slot = R->norm_res >= 0 ? R->norm_res : pl->n_res;
+  else if (pl->x_in < 0) pl->x_slot = R->x_res >= 0 ? R->x_res : pl->n_res;
   pl->n_slots = pl->n_res + (pl->x_slot == pl->n_res);
   /* pre: the cone of the norm's input */
   if (R->x->kind != SLAPO_NODE_PLACEHOLDER) R->pre[R->x->id] = R->has_pre = true;
@@ -137,7 +147,7 @@ static slapo_status classify(rows *R) {
   pl->rstd_rows = R->rms && R->w >= 0;
   /* The backward reads the norm's input (saved or an input), its weight,
    * and its bias when the norm's output is recomputed for the post phase. */
-  if (pl->x_in >= 0) pl->bwd_reads[pl->x_in] = true;
+  if (pl->x_in >= 0) pl->bwd_reads[pl->x_in] = !R->smax;
   if (R->w >= 0) pl->bwd_reads[R->w] = true;
   if (R->b >= 0) pl->bwd_reads[R->b] = G->need[R->norm->id];
   return SLAPO_OK;
@@ -182,7 +192,7 @@ static void put_prefetch(rows *R, bool bwd, const char *ind) {
   if (!bwd)
     for (int k = 0; k < pl->n_slots; k++)
       slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(y + (int64_t)%d * N + q, 1);\n", ind, k);
-  if (bwd && pl->x_in < 0)
+  if (bwd && pl->x_slot >= 0)
     slapo__cc_put(&G->b, "%s    SLAPO_CC_PREFETCH(fw + (int64_t)%d * N + q, 0);\n", ind, pl->x_slot);
   for (int k = 0; bwd && k < pl->n_res; k++)
     slapo__cc_put(&G->b, "%s    if (dy%d) SLAPO_CC_PREFETCH(dy%d + q, 0);\n", ind, k, k);
@@ -227,6 +237,7 @@ static void put_results(rows *R, const bool *mask, const char *ind) {
 
 /* The row's statistics, as the norm's fast kernels take them. */
 static void put_stats(rows *R, const char *ind) {
+  if (R->smax) return;
   if (R->rms)
     slapo__cc_put(&R->G->b, "%sconst float rstd = slapo__rms_row_rstd(xs, C, eps);\n", ind);
   else
@@ -235,7 +246,8 @@ static void put_stats(rows *R, const char *ind) {
 }
 
 static void put_norm_row(rows *R, const char *dst, const char *ind) {
-  if (R->rms) slapo__cc_put(&R->G->b, "%sslapo__rms_norm_row(xs, w, %s, C, rstd);\n", ind, dst);
+  if (R->smax) slapo__cc_put(&R->G->b, "%sslapo__softmax_row(xs, %s, C, C);\n", ind, dst);
+  else if (R->rms) slapo__cc_put(&R->G->b, "%sslapo__rms_norm_row(xs, w, %s, C, rstd);\n", ind, dst);
   else slapo__cc_put(&R->G->b, "%sslapo__ln_norm_row(xs, w, b, %s, C, mean, rstd);\n", ind, dst);
 }
 
@@ -249,7 +261,10 @@ static void emit_fwd(rows *R, slapo_status *s) {
   slapo__cc_put(&G->b, "#pragma omp parallel for schedule(static)\n"
                 "  for (int64_t r = 0; r < R; r++) {\n");
   if (pl->x_in >= 0) slapo__cc_put(&G->b, "    const float *xs = in[%d] + r * C;\n", pl->x_in);
-  else slapo__cc_put(&G->b, "    float *xs = y + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  else if (!R->smax) slapo__cc_put(&G->b, "    float *xs = y + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  else if (R->x_res >= 0)
+    slapo__cc_put(&G->b, "    float *xs = y + (int64_t)%d * N + r * C;\n", R->x_res);
+  else slapo__cc_put(&G->b, "    float xsb[C], *xs = xsb;\n");
   if (R->has_pre) {
     open_phase(R, R->pre, true, 0, "    ");
     if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "        ", false);
@@ -257,7 +272,8 @@ static void emit_fwd(rows *R, slapo_status *s) {
     close_phase(R, "    ");
   }
   put_stats(R, "    ");
-  if (R->norm_res >= 0)
+  if (R->smax) slapo__cc_put(&G->b, "    float *nr = y + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  else if (R->norm_res >= 0)
     slapo__cc_put(&G->b, "    float *nr = y + (int64_t)%d * N + r * C;\n", R->norm_res);
   else slapo__cc_put(&G->b, "    float nr[C];\n");
   put_norm_row(R, "nr", "    ");
@@ -300,9 +316,9 @@ static bool has_scalar(const gen *G) {
 /* The post phase's backward: the norm's output gradient into gn. */
 static void emit_bwd_post(rows *R, slapo_status *s) {
   gen *G = R->G;
-  if (G->need[R->norm->id])
+  if (G->need[R->norm->id] && !R->smax) /* a softmax's output is saved */
     put_norm_row(R, "nb", "      ");
-  snprintf(R->txt[2 * R->norm->id], 32, "nb[c]");
+  snprintf(R->txt[2 * R->norm->id], 32, R->smax ? "ys[c]" : "nb[c]");
   R->as[R->norm->id] = R->txt[2 * R->norm->id];
   open_phase(R, R->post, !has_scalar(G), 1, "      ");
   G->as = R->as;
@@ -369,7 +385,8 @@ static void emit_bwd(rows *R, slapo_status *s) {
   if (R->has_post) slapo__cc_put(&G->b, "    float gn[C], nb[C];\n    (void)nb;\n");
   if (!any_identity(pl)) slapo__cc_put(&G->b, "    float ds[C];\n");
   slapo__cc_put(&G->b, "    for (int64_t r = r0; r < r1; r++) {\n");
-  if (pl->x_in >= 0) slapo__cc_put(&G->b, "      const float *xs = in[%d] + r * C;\n", pl->x_in);
+  if (R->smax) slapo__cc_put(&G->b, "      const float *ys = fw + (int64_t)%d * N + r * C;\n", pl->x_slot);
+  else if (pl->x_in >= 0) slapo__cc_put(&G->b, "      const float *xs = in[%d] + r * C;\n", pl->x_in);
   else slapo__cc_put(&G->b, "      const float *xs = fw + (int64_t)%d * N + r * C;\n", pl->x_slot);
   for (int k = 0; k < pl->n_res; k++)
     slapo__cc_put(&G->b, "      const float *dyr%d = dy%d ? dy%d + r * C : zr;\n      (void)dyr%d;\n",
@@ -386,12 +403,16 @@ static void emit_bwd(rows *R, slapo_status *s) {
   /* The gradient of the norm's input from outside, added in its backward
    * (a result's: the residual stream's), as fold_norm_add does unfused. */
   char rr[64] = "NULL";
-  if (pl->x_slot >= 0 && pl->x_slot < pl->n_res)
-    snprintf(rr, sizeof rr, "dy%d ? dyr%d : NULL", pl->x_slot, pl->x_slot);
-  if (R->rms)
+  if (R->x_res >= 0) snprintf(rr, sizeof rr, "dy%d ? dyr%d : NULL", R->x_res, R->x_res);
+  if (R->smax) { /* softmax_backward, then the unfused graph's add of the other gradient */
+    slapo__cc_put(&G->b, "      slapo__softmax_backward_row(ys, gnr, dsr, C);\n");
+    if (R->x_res >= 0)
+      slapo__cc_put(&G->b, "      if (dy%d)\n        for (int64_t c = 0; c < C; c++) dsr[c] = dsr[c] + dyr%d[c];\n",
+                    R->x_res, R->x_res);
+  } else if (R->rms)
     slapo__cc_put(&G->b, "      slapo__rms_backward_row(xs, w, gnr, %s, dsr, C, eps);\n", rr);
   else slapo__cc_put(&G->b, "      slapo__ln_backward_row(xs, w, gnr, %s, dsr, C, mean, rstd);\n", rr);
-  if (R->w >= 0 && !R->rms)
+  if (R->w >= 0 && !R->rms && !R->smax)
     slapo__cc_put(&G->b, "      slapo__ln_affine_row(xs, gnr, acc%d, acc%d, C, mean, rstd);\n",
                   R->w, R->b);
   if (R->has_pre) {
@@ -410,7 +431,8 @@ static void emit_bwd(rows *R, slapo_status *s) {
 
 slapo_status slapo__cc_rows_emit(gen *G) {
   rows R = {.G = G, .norm = G->row, .x = G->row->inputs[0],
-            .rms = G->row->op == SLAPO_OP_DESC(rms_norm)};
+            .rms = G->row->op == SLAPO_OP_DESC(rms_norm),
+            .smax = G->row->op == SLAPO_OP_DESC(softmax)};
   size_t n = (size_t)G->n + 1;
   R.pre = slapo_calloc(n, sizeof *R.pre);
   R.post = slapo_calloc(n, sizeof *R.post);

@@ -44,11 +44,13 @@ typedef struct slapo__cc_plan {
   bool bwd_reads[SLAPO__CC_MAX_IN];  /* the backward kernel reads input k's
                                         values (others: only its shape, so
                                         the step need not keep it alive)   */
-  /* A region around a LayerNorm (compiler/cc_rows.c): its n_res results,
-   * each of the norm's shape (N values), packed into one value of n_slots
-   * N, result k at k N; the norm's input is written at slot x_slot (a
-   * result's, or one after them) for the backward, unless it is input
-   * x_in (x_slot -1). Its backward takes every result's gradient. */
+  /* A region around a LayerNorm, RMSNorm or softmax (compiler/cc_rows.c):
+   * its n_res results, each of the op's shape (N values), packed into one
+   * value of n_slots N, result k at k N; the row its backward reads (a
+   * norm's input, a softmax's output) is at slot x_slot (a result's, or a
+   * hidden one after them), or is input x_in (x_slot -1; x_in is the op's
+   * input when that is a region input). Its backward takes every result's
+   * gradient. */
   bool rows;
   int n_res, n_slots, x_slot, x_in;
   bool rstd_rows; /* an RMSNorm's weight gradient: R row rstds in the work */

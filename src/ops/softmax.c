@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "ops/internal.h"
-#include "slapo/ops/vmath.h"
+#include "slapo/ops/rowmath.h"
 
 /* Rows of x [R, S] and the causal geometry [.., T, S] of a node's input. */
 typedef struct rows {
@@ -76,43 +76,15 @@ static void softmax_ref(const slapo_node *node, const slapo_tensor *const *in,
   }
 }
 
-/* One row's exponentials and their sum for the fast kernel: y[s] =
- * e^(x[s] - m) for s < n, summed in LANES interleaved partial sums (a
- * fixed order, so reproducible) that let the loop vectorize; e^ is
- * slapo__exp_bounded_f (ops/vmath.h: float only, ~1 ulp), with arguments below -87 (e^-87
- * ~ 1.6e-38, nothing next to the row's maximum, which contributes 1)
- * clamped to -87. Returns the sum. */
-enum { LANES = 16 };
-#define EXP_ARG_MAX_BITS 0x42ae0000u /* 87.0f */
-
-SLAPO__SIMD_FN(float, exp_row, (const float *restrict x, float *restrict y, int64_t n, float m),
-               (x, y, n, m)) {
-  float acc[LANES] = {0};
-  int64_t s = 0;
-  for (; s + LANES <= n; s += LANES) {
-    for (int l = 0; l < LANES; l++) {
-      float e = slapo__exp_bounded_f(slapo__clamp_abs(x[s + l] - m, EXP_ARG_MAX_BITS));
-      y[s + l] = e;
-      acc[l] += e;
-    }
-  }
-  for (int l = 0; s < n; s++, l++) {
-    float e = slapo__exp_bounded_f(slapo__clamp_abs(x[s] - m, EXP_ARG_MAX_BITS));
-    y[s] = e;
-    acc[l] += e;
-  }
-  float sum = 0.0f;
-  for (int l = 0; l < LANES; l++) sum += acc[l];
-  return sum;
+/* The fast kernel's row is slapo/ops/rowmath.h's (the cc backend pastes the
+ * same text into fused regions), compiled per ISA level here. */
+SLAPO__SIMD_PROC(softmax_row,
+                 (const float *restrict x, float *restrict y, int64_t n, int64_t S),
+                 (x, y, n, S)) {
+  slapo__softmax_row(x, y, n, S);
 }
 
-/* y[s] *= k for s < n, zeros up to S. */
-SLAPO__SIMD_PROC(scale_row, (float *restrict y, int64_t n, int64_t S, float k), (y, n, S, k)) {
-  for (int64_t s = 0; s < n; s++) y[s] *= k;
-  for (int64_t s = n; s < S; s++) y[s] = 0.0f;
-}
-
-/* Fast: rows in parallel; max, then the vectorized exponentials and sum,
+/* Fast: rows in parallel; max, the vectorized exponentials and their sum,
  * then one scaling pass. */
 static void softmax_fast(const slapo_node *node, const slapo_tensor *const *in,
                          slapo_tensor *out, const slapo_kernel_env *env) {
@@ -121,16 +93,7 @@ static void softmax_fast(const slapo_node *node, const slapo_tensor *const *in,
   float *y = slapo_tensor_data(out);         /* y [R, S] */
   rows g = rows_of(node, in[0]);
 #pragma omp parallel for num_threads(slapo__threads_for(g.R * g.S)) schedule(static)
-  for (int64_t r = 0; r < g.R; r++) {
-    const float *xr = x + r * g.S;
-    float *yr = y + r * g.S;
-    int64_t n = row_valid(&g, r);
-    float m = -INFINITY;
-    for (int64_t s = 0; s < n; s++) m = fmaxf(m, xr[s]);
-    if (m == -INFINITY) n = 0;
-    float sum = n ? exp_row(xr, yr, n, m) : 0.0f;
-    scale_row(yr, n, g.S, n ? 1.0f / sum : 0.0f);
-  }
+  for (int64_t r = 0; r < g.R; r++) softmax_row(x + r * g.S, y + r * g.S, row_valid(&g, r), g.S);
 }
 
 static slapo_status softmax_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *dy,
@@ -189,19 +152,10 @@ static void softmax_backward_ref(const slapo_node *node, const slapo_tensor *con
   }
 }
 
-/* dx = y (dy - <dy, y>) for one row; the dot product in LANES interleaved
- * partial sums (fixed order; vectorizes). */
 SLAPO__SIMD_PROC(softmax_backward_row,
                  (const float *restrict y, const float *restrict dy, float *restrict dx, int64_t S),
                  (y, dy, dx, S)) {
-  float acc[LANES] = {0};
-  int64_t s = 0;
-  for (; s + LANES <= S; s += LANES)
-    for (int l = 0; l < LANES; l++) acc[l] += dy[s + l] * y[s + l];
-  for (int l = 0; s < S; s++, l++) acc[l] += dy[s] * y[s];
-  float dot = 0.0f;
-  for (int l = 0; l < LANES; l++) dot += acc[l];
-  for (s = 0; s < S; s++) dx[s] = y[s] * (dy[s] - dot);
+  slapo__softmax_backward_row(y, dy, dx, S);
 }
 
 static void softmax_backward_fast(const slapo_node *node, const slapo_tensor *const *in,

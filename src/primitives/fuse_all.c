@@ -1,6 +1,6 @@
 /* primitives/fuse_all.c - the `fuse_all` primitive: every maximal
  * elementwise region of a traced module (ending, where the backend
- * generates it, in a LayerNorm) fused, each into its own Fused module, with
+ * generates it, in a norm or softmax) fused, each into its own Fused module, with
  * one call. Layer: primitives.
  *
  * Its form, effect, errors and how verify checks it are documented once,
@@ -48,11 +48,11 @@ SLAPO_PRIMITIVE_DESCRIPTOR(fuse_all) = {
            "  <name>_<k>; a region never crosses a value read outside it. Regions the\n"
            "  backend cannot generate are left and logged (SLAPO_DEBUG=1); with\n"
            "  compiler=auto each region goes to the first backend that takes it. With\n"
-           "  cc and auto a region may end in a LayerNorm (its input's producers join\n"
-           "  it when nothing else reads them: a post-LN block's bias + dropout +\n"
-           "  residual + LayerNorm); a pre-LN block's residual sum is read on, so its\n"
-           "  norm stays outside (fuse it with a pattern: its sum is a second result).\n"
-           "  No region ends in an RMSNorm yet.\n"
+           "  cc and auto a region may end in a LayerNorm, RMSNorm or softmax over the\n"
+           "  last axis (its input's producers join it when nothing else reads them: a\n"
+           "  post-LN block's bias + dropout + residual + LayerNorm); a pre-LN block's\n"
+           "  residual sum is read on, so its norm stays outside (fuse it with a\n"
+           "  pattern: the sum is a second result). A causal softmax is left unfused.\n"
            "  Fails: PRECOND if not traced; NO_MATCH without such regions; UNSUPPORTED\n"
            "  when none could be fused; INVALID_ARG for an unknown compiler.\n"
            "  Verified: outputs and gradients within tolerance.\n",

@@ -574,17 +574,20 @@ static slapo_status make_children(slapo_sched *node, sub_edit *e, const char *pr
       s = slapo_error(s, "%s: %s: %s: %s", primitive, e->path, name, msg);
       break;
     }
+    /* Children are kept in order without holes: a replay drops the
+     * skipped matches first, so its k-th match is the k-th child's. */
     char child[256];
     slapo_module_unique_name(m, name, child, sizeof child);
-    if (!(e->children[i] = slapo_strdup(child))) {
+    int k = e->n_children;
+    if (!(e->children[k] = slapo_strdup(child))) {
       slapo_module_free(c);
       s = slapo_error(SLAPO_NOMEM, "replace: out of memory");
       break;
     }
     s = slapo_module_add_child(m, child, c);
     if (s != SLAPO_OK) {
-      slapo_free(e->children[i]);
-      e->children[i] = NULL;
+      slapo_free(e->children[k]);
+      e->children[k] = NULL;
       break;
     }
     e->n_children++;

@@ -1,8 +1,9 @@
-/* slapo/ops/rowmath.h - LayerNorm's and RMSNorm's row routines, the ones
- * their fast kernels run (ops/layernorm.c, ops/rmsnorm.c) and the ones the
- * cc backend pastes into the kernels it generates for a region holding a
- * norm (compiler/cc_rows.c): the very same text through SLAPO__LN_ROWS_SRC
- * and SLAPO__RMS_ROWS_SRC, as SLAPO__VMATH_SRC does for
+/* slapo/ops/rowmath.h - the row routines of LayerNorm, RMSNorm and softmax,
+ * the ones their fast kernels run (ops/layernorm.c, rmsnorm.c, softmax.c)
+ * and the ones the cc backend pastes into the kernels it generates for a
+ * region holding one of them (compiler/cc_rows.c): the very same text
+ * through SLAPO__LN_ROWS_SRC, SLAPO__RMS_ROWS_SRC and
+ * SLAPO__SOFTMAX_ROWS_SRC, as SLAPO__VMATH_SRC does for
  * the elementwise helpers, so a fused region is bitwise equal to the
  * unfused fast kernels. Both are compiled without contraction (slapo in ISO
  * C, cc with -ffp-contract=off), so every ISA variant rounds the same.
@@ -18,6 +19,8 @@
 
 #include <math.h>
 #include <stdint.h>
+
+#include "slapo/ops/vmath.h"
 
 /* The macro holds no directives; comments inside it vanish when it is
  * stringized (slapo__cc_rows_src). Each routine is inlined into its caller,
@@ -165,5 +168,57 @@ SLAPO__ROW_INLINE void slapo__rms_weight_cols(const float *x, const float *dy, c
   /* end of SLAPO__RMS_ROWS_SRC */
 
 SLAPO__RMS_ROWS_SRC
+
+/* Softmax's (ops/softmax.c), the same way; they call slapo/ops/vmath.h's
+ * helpers (the cc source pastes those first):
+ *   y_s = e^(x_s - m) / sum_j e^(x_j - m), m = max_j x_j, over the first n
+ *   of a row's S entries (the causal mask's visible ones), zeros after
+ *   dx = y (dy - <dy, y>)
+ * e^ is slapo__exp_bounded_f with arguments clamped to -87 (e^-87 ~ 1.6e-38,
+ * nothing next to the row's maximum, which contributes 1); the sums use
+ * interleaved lane partial sums. A row whose visible entries are all -inf
+ * is zeros, not NaN. */
+#define SLAPO__SOFTMAX_ROWS_SRC                                                                    \
+SLAPO__ROW_INLINE void slapo__softmax_row(const float *restrict xr, float *restrict yr, int64_t n, \
+                                          int64_t S) {                                             \
+  float m = -INFINITY;                                                                             \
+  for (int64_t s = 0; s < n; s++) m = fmaxf(m, xr[s]);                                             \
+  if (m == -INFINITY) n = 0;                                                                       \
+  float acc[SLAPO__ROW_LANES] = {0};                                                               \
+  int64_t s = 0;                                                                                   \
+  for (; s + SLAPO__ROW_LANES <= n; s += SLAPO__ROW_LANES) {                                       \
+    for (int l = 0; l < SLAPO__ROW_LANES; l++) {                                                   \
+      float e = slapo__exp_bounded_f(slapo__clamp_abs(xr[s + l] - m, 0x42ae0000u));                \
+      yr[s + l] = e;                                                                               \
+      acc[l] += e;                                                                                 \
+    }                                                                                              \
+  }                                                                                                \
+  for (int l = 0; s < n; s++, l++) {                                                               \
+    float e = slapo__exp_bounded_f(slapo__clamp_abs(xr[s] - m, 0x42ae0000u));                      \
+    yr[s] = e;                                                                                     \
+    acc[l] += e;                                                                                   \
+  }                                                                                                \
+  float sum = 0.0f;                                                                                \
+  for (int l = 0; l < SLAPO__ROW_LANES; l++) sum += acc[l];                                        \
+  const float k = n ? 1.0f / sum : 0.0f;                                                           \
+  for (s = 0; s < n; s++) yr[s] *= k;                                                              \
+  for (s = n; s < S; s++) yr[s] = 0.0f;                                                            \
+}                                                                                                  \
+                                                                                                   \
+SLAPO__ROW_INLINE void slapo__softmax_backward_row(const float *restrict y,                        \
+                                                   const float *restrict dy, float *restrict dx,   \
+                                                   int64_t S) {                                    \
+  float acc[SLAPO__ROW_LANES] = {0};                                                               \
+  int64_t s = 0;                                                                                   \
+  for (; s + SLAPO__ROW_LANES <= S; s += SLAPO__ROW_LANES)                                         \
+    for (int l = 0; l < SLAPO__ROW_LANES; l++) acc[l] += dy[s + l] * y[s + l];                     \
+  for (int l = 0; s < S; s++, l++) acc[l] += dy[s] * y[s];                                         \
+  float dot = 0.0f;                                                                                \
+  for (int l = 0; l < SLAPO__ROW_LANES; l++) dot += acc[l];                                        \
+  for (s = 0; s < S; s++) dx[s] = y[s] * (dy[s] - dot);                                            \
+}                                                                                                  \
+  /* end of SLAPO__SOFTMAX_ROWS_SRC */
+
+SLAPO__SOFTMAX_ROWS_SRC
 
 #endif
