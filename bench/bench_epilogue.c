@@ -17,15 +17,7 @@
 
 #define RUNS 9
 
-static void die(const char *what) {
-  fprintf(stderr, "bench_epilogue: %s failed: %s\n", what, slapo_last_error());
-  exit(1);
-}
-
-#define CHECK(expr)                                                            \
-  do {                                                                         \
-    if ((expr) != SLAPO_OK) die(#expr);                                        \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("bench_epilogue", expr)
 
 static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                  slapo_node *const *in) {
@@ -149,7 +141,7 @@ static void bench(const problem *pb) {
 
 int main(void) {
   bench_print_machine(stdout, "bench_epilogue");
-  if (slapo_models_init() != SLAPO_OK) die("slapo_models_init");
+  if (slapo_models_init() != SLAPO_OK) bench_die("bench_epilogue", "slapo_models_init");
   const problem pbs[2] = {
       {"conv3x3 64->64 + relu + 1", true, {8, 64, 56, 56}, {8, 64, 56, 56}, 64, 64},
       {"linear 768->3072 + relu + 1", false, {4, 1, 256, 768}, {4, 1, 256, 3072}, 768, 3072},

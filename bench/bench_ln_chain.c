@@ -24,15 +24,7 @@
 #define RUNS 9
 #define FLUSH_BYTES (64u << 20)
 
-static void die(const char *what) {
-  fprintf(stderr, "bench_ln_chain: %s failed: %s\n", what, slapo_last_error());
-  exit(1);
-}
-
-#define CHECK(expr)                                                            \
-  do {                                                                         \
-    if ((expr) != SLAPO_OK) die(#expr);                                        \
-  } while (0)
+#define CHECK(expr) BENCH_CHECK("bench_ln_chain", expr)
 
 static slapo_node *chain_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
                                  slapo_node *const *in) {
@@ -157,9 +149,9 @@ static void bench(const char *name, const int64_t *shape, double p, unsigned cha
 
 int main(void) {
   bench_print_machine(stdout, "bench_ln_chain");
-  if (slapo_models_init() != SLAPO_OK) die("slapo_models_init");
+  if (slapo_models_init() != SLAPO_OK) bench_die("bench_ln_chain", "slapo_models_init");
   unsigned char *flush = malloc(FLUSH_BYTES);
-  if (!flush) die("malloc");
+  if (!flush) bench_die("bench_ln_chain", "malloc");
   const int64_t small[3] = {4, 256, 384}, m124[3] = {4, 256, 768}, m124_long[3] = {4, 1024, 768};
   bench("GPT-2 small (bytes) B4 T256", small, 0.0, flush);
   bench("GPT-2 124M B4 T256", m124, 0.1, flush);

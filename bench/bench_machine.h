@@ -21,6 +21,18 @@ static inline void bench_print_machine(FILE *f, const char *bench) {
   fprintf(f, "# %s: %s; %s; %d OpenMP threads\n", bench, cpu, kernels, omp_get_max_threads());
 }
 
+/* Exits, naming the benchmark, the call that failed and slapo's message. */
+static inline void bench_die(const char *bench, const char *what) {
+  fprintf(stderr, "%s: %s failed: %s\n", bench, what, slapo_last_error());
+  exit(1);
+}
+
+/* expr must return SLAPO_OK, else bench_die. */
+#define BENCH_CHECK(bench, expr)                                               \
+  do {                                                                         \
+    if ((expr) != SLAPO_OK) bench_die(bench, #expr);                           \
+  } while (0)
+
 /* Monotonic wall time in seconds. */
 static inline double bench_now_s(void) {
   struct timespec ts;

@@ -19,25 +19,10 @@
 #include <unistd.h>
 
 #include "../primitives/prim_test.h"
+#include "cache_fixture.h"
 #include "compiler/internal.h"
 #include "slapo/primitives.h"
 
-static char g_cache[256];
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(g_cache, sizeof g_cache, "/tmp/slapo-test-cache-XXXXXX");
-  if (!mkdtemp(g_cache)) return -1;
-  setenv("SLAPO_CACHE_DIR", g_cache, 1);
-  return slapo_models_init() == SLAPO_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 /* decompose every c_fc, trace every MLP flat, fuse bias + GELU. */
 static slapo_sched *bias_gelu_model(const char *compiler) {
@@ -691,5 +676,5 @@ int main(void) {
       cmocka_unit_test(fuse_all_blocks),
       cmocka_unit_test(concurrent_cache_fill),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, cache_setup, cache_teardown);
 }

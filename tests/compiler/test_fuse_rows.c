@@ -19,25 +19,10 @@
 #include <unistd.h>
 
 #include "../primitives/prim_test.h"
+#include "cache_fixture.h"
 #include "slapo/compiler.h"
 #include "slapo/primitives.h"
 
-static char g_cache[256];
-
-static int setup(void **state) {
-  (void)state;
-  snprintf(g_cache, sizeof g_cache, "/tmp/slapo-test-cache-XXXXXX");
-  if (!mkdtemp(g_cache)) return -1;
-  setenv("SLAPO_CACHE_DIR", g_cache, 1);
-  return slapo_models_init() == SLAPO_OK ? 0 : -1;
-}
-
-static int teardown(void **state) {
-  (void)state;
-  char cmd[400];
-  snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_cache);
-  return system(cmd) == 0 ? 0 : -1;
-}
 
 /* 36 = 2 x 16 + 4: the row routines' lane sums and the vector loops both
  * have a tail. */
@@ -512,5 +497,5 @@ int main(void) {
       cmocka_unit_test(softmax_chain_bitwise),
       cmocka_unit_test(refusals),
   };
-  return cmocka_run_group_tests(tests, setup, teardown);
+  return cmocka_run_group_tests(tests, cache_setup, cache_teardown);
 }
