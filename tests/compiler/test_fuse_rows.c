@@ -311,16 +311,21 @@ static void original_recipe(void **state) {
  * residual add; fused with cc, bitwise against the unfused fast kernels
  * (rms_norm_backward with the residual folded, rms_norm_backward_weight),
  * also at 1 and 3 threads. */
-static void llama_rms_chains_bitwise(void **state) {
-  (void)state;
-  const slapo_model_family *fam;
-  OK(slapo_model_find("llama", &fam));
-  slapo_module *plain, *m;
-  OK(slapo_model_new(fam, "tiny", 0.0, PT_SEED, &plain));
-  OK(slapo_model_new(fam, "tiny", 0.0, PT_SEED, &m));
+/* 40 = 2 x 16 + 8 wide (heads of 10, even for RoPE): tails in every row loop. */
+static const slapo_llama_config k_llama_odd = {2, 4, 2, 40, 96, 32, 256, 1e-5, 10000.0, 0.0, false};
+
+static slapo_module *llama_model(const slapo_llama_config *cfg) {
+  slapo_module *m;
+  OK(slapo_llama_new(cfg, &m));
+  OK(slapo_module_materialize(m, PT_SEED));
+  return m;
+}
+
+static void llama_rms_chains(const slapo_llama_config *cfg) {
+  slapo_module *plain = llama_model(cfg), *m = llama_model(cfg);
   slapo_sched *root;
   OK(slapo_sched_create(m, &root));
-  for (int l = 0; l < 4; l++) {
+  for (int l = 0; l < cfg->n_layer; l++) {
     char path[64];
     snprintf(path, sizeof path, "model.layers.%d", l);
     slapo_sched *layer = pt_at(root, path);
@@ -348,6 +353,14 @@ static void llama_rms_chains_bitwise(void **state) {
   pt_inputs_free(in);
   slapo_module_free(plain);
   pt_sched_free(root);
+}
+
+static void llama_rms_chains_bitwise(void **state) {
+  (void)state;
+  slapo_llama_config tiny;
+  OK(slapo_llama_config_named("tiny", &tiny));
+  llama_rms_chains(&tiny);
+  llama_rms_chains(&k_llama_odd);
 }
 
 /* ---- softmax: scores scaled, plus a mask, softmax, dropout ----
