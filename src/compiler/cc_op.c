@@ -362,9 +362,10 @@ static slapo_status cc_compile(const slapo_graph *region, const char *name,
 
 const slapo_compiler slapo__compiler_cc = {
     .name = "cc",
-    .summary = "generated C for elementwise regions (forward and backward kernels), compiled "
-               "with the system compiler into a cache; math=fast (the ops' fast kernels' float "
-               "math, default) or math=ref (their reference kernels' math)",
+    .summary = "generated C for elementwise regions and regions around one LayerNorm, RMSNorm "
+               "or softmax (forward and backward kernels), compiled with the system compiler "
+               "into a cache; math=fast (the ops' fast kernels' float math, default) or "
+               "math=ref (their reference kernels' math)",
     .compile = cc_compile,
     .ends_region = slapo__cc_row_op,
 };
