@@ -223,6 +223,58 @@ slapo_node *slapo_dist_vocab_parallel_cross_entropy(slapo_ctx *ctx, slapo_node *
                                                     int64_t vocab_valid, int64_t ignore_index,
                                                     slapo_group g);
 
+/* ---- pipeline schedules (dist/pp_schedule.c; issue 38) ----
+ * A pipeline of p stages trains m micro-batches per step. Every rank
+ * computes the action list of every stage up front, as data (the same on
+ * every rank), and executes its own. Activations go forward (stage s to
+ * s + 1), their gradients backward. Two schedules:
+ *   1F1B (Narayanan et al., "PipeDream", 2019; Megatron-LM's non-interleaved
+ *        schedule): stage s runs min(p - s - 1, m) warm-up forwards, then
+ *        alternates one forward and one backward, then drains the
+ *        backwards; at most p - s micro-batches' activations are stashed
+ *        on stage s at once.
+ *   GPipe (Huang et al. 2019): every forward, then every backward; m
+ *        stashed. For comparison.
+ * Backwards run in micro-batch order 0 .. m-1 on every stage, so gradients
+ * accumulate in the order one process's gradient accumulation sums them.
+ * In 1F1B's steady state a stage sends an activation to s + 1 while s + 1
+ * sends it a gradient: those pairs are one exchange action on both sides
+ * (both transfers posted at once, then both completed; with blocking sends
+ * in either order they would deadlock), so the lists are deadlock-free
+ * even when every transfer blocks until its peer's matching one (tested by
+ * a simulation for p in 1..8, m in 1..16). */
+typedef enum slapo_pp_kind {
+  SLAPO_PP_FWD,                /* forward of micro-batch mb               */
+  SLAPO_PP_BWD,                /* backward of micro-batch mb              */
+  SLAPO_PP_SEND_ACT,           /* mb's activations to stage + 1           */
+  SLAPO_PP_RECV_ACT,           /* mb's activations from stage - 1         */
+  SLAPO_PP_SEND_GRAD,          /* mb's input gradient to stage - 1        */
+  SLAPO_PP_RECV_GRAD,          /* mb's output gradient from stage + 1     */
+  SLAPO_PP_SEND_ACT_RECV_GRAD, /* exchange with stage + 1: send mb's
+                                  activations, receive mb2's gradient     */
+  SLAPO_PP_SEND_GRAD_RECV_ACT  /* exchange with stage - 1: send mb's
+                                  gradient, receive mb2's activations     */
+} slapo_pp_kind;
+
+typedef struct slapo_pp_action {
+  slapo_pp_kind kind;
+  int mb;  /* the micro-batch run or sent                          */
+  int mb2; /* an exchange's received micro-batch; -1 otherwise     */
+} slapo_pp_action;
+
+typedef enum slapo_pp_schedule { SLAPO_PP_1F1B, SLAPO_PP_GPIPE } slapo_pp_schedule;
+
+/* The most actions one stage's list holds for m micro-batches: 6 m. */
+int slapo_pp_max_actions(int m);
+
+/* Stage `stage`'s actions under `sched` for p stages and m micro-batches,
+ * in order, into out [cap]; *n their count. The kinds' names for messages:
+ * slapo_pp_kind_name. Errors: SLAPO_INVALID_ARG naming the value (p < 1,
+ * m < 1, stage outside 0 .. p-1, cap below slapo_pp_max_actions(m)). */
+slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
+                              slapo_pp_action *out, int cap, int *n);
+const char *slapo_pp_kind_name(slapo_pp_kind kind);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,88 @@
+/* dist/pp_schedule.c - pipeline schedules as data: each stage's ordered
+ * actions (forward, backward, and the transfers between neighbours) for
+ * 1F1B and GPipe. Pure computation, the same on every rank; the engine
+ * executes its own stage's list. Layer: dist.
+ * 1F1B's order is Megatron-LM's non-interleaved schedule
+ * (forward_backward_pipelining_without_interleaving): warm-up forwards,
+ * a steady state of one forward and one backward, a cool-down of
+ * backwards; its paired sends (send_forward_recv_backward,
+ * send_backward_recv_forward) are one exchange action each (slapo/dist.h
+ * says why). */
+#include "slapo/dist.h"
+
+int slapo_pp_max_actions(int m) { return 6 * (m > 0 ? m : 0); }
+
+const char *slapo_pp_kind_name(slapo_pp_kind kind) {
+  static const char *const names[] = {"forward",   "backward",  "send_act",
+                                      "recv_act",  "send_grad", "recv_grad",
+                                      "send_act_recv_grad", "send_grad_recv_act"};
+  return (unsigned)kind < sizeof names / sizeof *names ? names[kind] : "?";
+}
+
+typedef struct list {
+  slapo_pp_action *a;
+  int n;
+} list;
+
+static void put(list *l, slapo_pp_kind kind, int mb, int mb2) {
+  l->a[l->n++] = (slapo_pp_action){kind, mb, mb2};
+}
+
+static void gpipe(list *l, int p, int m, int s) {
+  for (int i = 0; i < m; i++) {
+    if (s > 0) put(l, SLAPO_PP_RECV_ACT, i, -1);
+    put(l, SLAPO_PP_FWD, i, -1);
+    if (s < p - 1) put(l, SLAPO_PP_SEND_ACT, i, -1);
+  }
+  for (int i = 0; i < m; i++) {
+    if (s < p - 1) put(l, SLAPO_PP_RECV_GRAD, i, -1);
+    put(l, SLAPO_PP_BWD, i, -1);
+    if (s > 0) put(l, SLAPO_PP_SEND_GRAD, i, -1);
+  }
+}
+
+static void one_f_one_b(list *l, int p, int m, int s) {
+  int warmup = p - s - 1 < m ? p - s - 1 : m, steady = m - warmup;
+  bool first = s == 0, last = s == p - 1;
+  for (int i = 0; i < warmup; i++) {
+    if (!first) put(l, SLAPO_PP_RECV_ACT, i, -1);
+    put(l, SLAPO_PP_FWD, i, -1);
+    if (!last) put(l, SLAPO_PP_SEND_ACT, i, -1);
+  }
+  if (steady > 0 && !first) put(l, SLAPO_PP_RECV_ACT, warmup, -1);
+  for (int i = 0; i < steady; i++) {
+    int f = warmup + i, b = i;
+    put(l, SLAPO_PP_FWD, f, -1);
+    if (!last) put(l, SLAPO_PP_SEND_ACT_RECV_GRAD, f, b);
+    put(l, SLAPO_PP_BWD, b, -1);
+    if (first) continue;
+    if (i == steady - 1) put(l, SLAPO_PP_SEND_GRAD, b, -1);
+    else put(l, SLAPO_PP_SEND_GRAD_RECV_ACT, b, f + 1);
+  }
+  for (int b = steady; b < m; b++) {
+    if (!last) put(l, SLAPO_PP_RECV_GRAD, b, -1);
+    put(l, SLAPO_PP_BWD, b, -1);
+    if (!first) put(l, SLAPO_PP_SEND_GRAD, b, -1);
+  }
+}
+
+slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
+                              slapo_pp_action *out, int cap, int *n) {
+  if (n) *n = 0;
+  if (p < 1 || m < 1)
+    return slapo_error(SLAPO_INVALID_ARG, "pipeline: %d stages and %d micro-batches; both must "
+                       "be at least 1", p, m);
+  if (stage < 0 || stage >= p)
+    return slapo_error(SLAPO_INVALID_ARG, "pipeline: stage %d is outside 0 .. %d", stage, p - 1);
+  if (!out || !n || cap < slapo_pp_max_actions(m))
+    return slapo_error(SLAPO_INVALID_ARG, "pipeline: room for %d actions given; %d micro-batches "
+                       "need %d (slapo_pp_max_actions)", out && n ? cap : 0, m,
+                       slapo_pp_max_actions(m));
+  if (sched != SLAPO_PP_1F1B && sched != SLAPO_PP_GPIPE)
+    return slapo_error(SLAPO_INVALID_ARG, "pipeline: unknown schedule %d", (int)sched);
+  list l = {out, 0};
+  if (sched == SLAPO_PP_GPIPE) gpipe(&l, p, m, stage);
+  else one_f_one_b(&l, p, m, stage);
+  *n = l.n;
+  return SLAPO_OK;
+}
