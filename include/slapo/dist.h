@@ -275,6 +275,18 @@ slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
                               slapo_pp_action *out, int cap, int *n);
 const char *slapo_pp_kind_name(slapo_pp_kind kind);
 
+/* Balanced stages for `--pp k` without cut lines: n modules of cost
+ * cost[0 .. n) (in call order; e.g. FLOPs and bytes from the planner, the
+ * same on every rank) split into k contiguous non-empty stages minimizing
+ * the largest stage's total (the linear partition problem, solved exactly
+ * by dynamic programming over prefix sums in double, O(k n^2)). Where
+ * splits tie, the last stage starts as early as possible, then the one
+ * before it, and so on: the same costs give the same cuts on every rank.
+ * cut[j], j < k - 1: the index of stage j's last module; *max_cost (may be
+ * NULL): the largest stage's total. Errors: SLAPO_INVALID_ARG naming the
+ * value (k < 1; more stages than modules; a cost negative or not finite). */
+slapo_status slapo_pp_balance(const double *cost, int n, int k, int *cut, double *max_cost);
+
 #ifdef __cplusplus
 }
 #endif

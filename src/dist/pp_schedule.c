@@ -86,3 +86,46 @@ slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
   *n = l.n;
   return SLAPO_OK;
 }
+
+/* ---- balanced stages ---- */
+
+slapo_status slapo_pp_balance(const double *cost, int n, int k, int *cut, double *max_cost) {
+  if (k < 1) return slapo_error(SLAPO_INVALID_ARG, "pipeline: %d stages; at least 1", k);
+  if (k > n)
+    return slapo_error(SLAPO_INVALID_ARG, "pipeline: %d stages but %d modules to cut between; "
+                       "each stage needs one at least", k, n);
+  for (int i = 0; i < n; i++)
+    if (!(cost[i] >= 0) || cost[i] > 1e300)
+      return slapo_error(SLAPO_INVALID_ARG, "pipeline: module %d has cost %g; costs must be "
+                         "finite and non-negative", i, cost[i]);
+  /* pre[i]: cost of modules 0 .. i-1; best[j * (n + 1) + i]: the least
+   * largest stage over modules 0 .. i-1 in j + 1 stages; from[...]: where
+   * its last stage starts. */
+  size_t cells = (size_t)k * (size_t)(n + 1);
+  double *pre = slapo_calloc((size_t)n + 1, sizeof *pre), *best = slapo_calloc(cells, sizeof *best);
+  int *from = slapo_calloc(cells, sizeof *from);
+  if (!pre || !best || !from) {
+    slapo_free(pre), slapo_free(best), slapo_free(from);
+    return slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
+  }
+  for (int i = 0; i < n; i++) pre[i + 1] = pre[i] + cost[i];
+  for (int i = 1; i <= n; i++) best[i] = pre[i];
+  for (int j = 1; j < k; j++)
+    for (int i = j + 1; i <= n; i++) {
+      double b = -1;
+      for (int t = j; t < i; t++) { /* the last stage is modules t .. i-1 */
+        double last = pre[i] - pre[t], prev = best[(j - 1) * (n + 1) + t];
+        double v = last > prev ? last : prev;
+        if (b < 0 || v < b) b = v, from[j * (n + 1) + i] = t;
+      }
+      best[j * (n + 1) + i] = b;
+    }
+  if (max_cost) *max_cost = best[(k - 1) * (n + 1) + n];
+  for (int j = k - 1, i = n; j > 0; j--) {
+    int t = from[j * (n + 1) + i];
+    cut[j - 1] = t - 1;
+    i = t;
+  }
+  slapo_free(pre), slapo_free(best), slapo_free(from);
+  return SLAPO_OK;
+}

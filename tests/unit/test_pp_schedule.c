@@ -6,7 +6,9 @@
  * and m = p included, 1F1B and GPipe: no deadlock, every transfer matched,
  * every forward once and before its backward, data received before it is
  * used, backwards in micro-batch order, and at most p - s micro-batches
- * stashed on stage s under 1F1B (m under GPipe). Then the argument errors. */
+ * stashed on stage s under 1F1B (m under GPipe). Then the argument errors,
+ * and the balanced split of modules into stages (slapo_pp_balance) against
+ * every split of up to 8 modules. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -148,11 +150,78 @@ static void argument_errors(void **state) {
                 "room for 10 actions given; 4 micro-batches need 24");
 }
 
+/* ---- balanced stages ---- */
+
+/* The largest stage of cuts cut[0 .. k-2] over cost [n]. */
+static double largest(const double *cost, int n, int k, const int *cut) {
+  double worst = 0;
+  for (int j = 0, i = 0; j < k; j++) {
+    int end = j < k - 1 ? cut[j] : n - 1;
+    double sum = 0;
+    assert_true(end >= i); /* non-empty, in order */
+    for (; i <= end; i++) sum += cost[i];
+    worst = sum > worst ? sum : worst;
+  }
+  return worst;
+}
+
+/* The least largest stage over every split, by enumeration. */
+static double brute(const double *cost, int n, int k, int *cut, int j, int start) {
+  if (j == k - 1) return largest(cost, n, k, cut);
+  double b = -1;
+  for (int c = start; c <= n - (k - j); c++) {
+    cut[j] = c;
+    double v = brute(cost, n, k, cut, j + 1, c + 1);
+    if (b < 0 || v < b) b = v;
+  }
+  return b;
+}
+
+static void balance_is_optimal(void **state) {
+  (void)state;
+  uint64_t x = 88172645463325252ull; /* xorshift: fixed costs, varied */
+  for (int trial = 0; trial < 300; trial++) {
+    int n = 1 + trial % 8, k = 1 + (trial / 8) % n;
+    double cost[8];
+    for (int i = 0; i < n; i++) {
+      x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+      cost[i] = (double)(x % 7); /* small integers: many ties */
+    }
+    int cut[8], again[8], tmp[8];
+    double got;
+    OK(slapo_pp_balance(cost, n, k, cut, &got));
+    assert_true(largest(cost, n, k, cut) == got);
+    assert_true(got == brute(cost, n, k, tmp, 0, 0));
+    OK(slapo_pp_balance(cost, n, k, again, NULL));
+    assert_memory_equal(cut, again, sizeof(int) * (size_t)(k - 1));
+  }
+  /* GPT-2-like: 12 equal blocks on 4 stages: 3 each. */
+  double blocks[12];
+  for (int i = 0; i < 12; i++) blocks[i] = 1.0;
+  int cut[3];
+  OK(slapo_pp_balance(blocks, 12, 4, cut, NULL));
+  assert_int_equal(cut[0], 2);
+  assert_int_equal(cut[1], 5);
+  assert_int_equal(cut[2], 8);
+}
+
+static void balance_errors(void **state) {
+  (void)state;
+  double c[3] = {1, 2, 3}, bad[2] = {1, -1};
+  int cut[4];
+  expect_status(slapo_pp_balance(c, 3, 4, cut, NULL), SLAPO_INVALID_ARG,
+                "4 stages but 3 modules");
+  expect_status(slapo_pp_balance(c, 3, 0, cut, NULL), SLAPO_INVALID_ARG, "0 stages");
+  expect_status(slapo_pp_balance(bad, 2, 1, cut, NULL), SLAPO_INVALID_ARG, "module 1 has cost -1");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(every_shape_runs),
       cmocka_unit_test(one_f_one_b_order),
       cmocka_unit_test(argument_errors),
+      cmocka_unit_test(balance_is_optimal),
+      cmocka_unit_test(balance_errors),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
