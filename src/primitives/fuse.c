@@ -85,25 +85,34 @@ static slapo_node *emit_region(slapo_ctx *ctx, const fused_cfg *c, slapo_node *c
   return slapo_ctx_status(ctx) == SLAPO_OK ? y : NULL;
 }
 
-/* Result k of a step whose op packs its results (op->backward_packed): a
- * zero-copy view at the sum of the earlier results' sizes
- * (slapo/compiler.h). Kernels are shape-generic, so sizes are the call's:
- * a result has the shape of the module value (input or parameter) whose
- * example shape its own was. */
+/* The shape at this call of a value shaped `like` at the example: that of
+ * the module value (input or parameter) whose example shape it had.
+ * Kernels are shape-generic, so a packed result's size is the call's. */
+static slapo_node *shaped_like(const slapo_graph *region, slapo_node *const *vals,
+                               const slapo_node *like) {
+  int j = 0;
+  for (const slapo_node *r = slapo_graph_first(region); r; r = r->next)
+    if (r->kind == SLAPO_NODE_PLACEHOLDER) {
+      if (slapo_shape_equal(r->ndim, r->shape, like->ndim, like->shape)) return vals[j];
+      j++;
+    }
+  return NULL;
+}
+
+/* The region's results first .. k of an op packing them in that order
+ * (op->backward_packed; slapo/compiler.h): result k, a zero-copy view at
+ * the sum of the earlier ones' sizes. An op of one cone packs its result
+ * alone: first = k. */
 static slapo_node *result_view(slapo_ctx *ctx, slapo_node *packed, const slapo_graph *region,
-                               slapo_node *const *vals, int k) {
+                               slapo_node *const *vals, int first, int k) {
   const slapo_node *out = slapo_graph_output(region);
   int64_t off = 0;
-  for (int i = 0; i <= k; i++) {
-    const slapo_node *like = out->inputs[i], *now = NULL;
-    int j = 0;
-    for (const slapo_node *r = slapo_graph_first(region); r && !now; r = r->next)
-      if (r->kind == SLAPO_NODE_PLACEHOLDER && j++ >= 0 &&
-          slapo_shape_equal(r->ndim, r->shape, like->ndim, like->shape))
-        now = vals[j - 1];
+  for (int i = first; i <= k; i++) {
+    const slapo_node *now = shaped_like(region, vals, out->inputs[i]);
     if (!now) {
       slapo_ctx_fail(ctx, SLAPO_STATE, "fuse: result %d (%%%s) is shaped like none of the "
-                     "region's inputs, so its size at this call is unknown", i, like->name);
+                     "region's inputs, so its size at this call is unknown", i,
+                     out->inputs[i]->name);
       return NULL;
     }
     if (i == k) {
@@ -151,13 +160,14 @@ static slapo_node *fused_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
   }
   if (!c->compiled) return emit_region(ctx, c, args);
   int n_vals = n_in + c->n_params;
-  slapo_node *ys[SLAPO_MAX_RESULTS], *packed = NULL;
-  if (c->packed) packed = run_prog(ctx, &c->prog[0], n_vals, args);
+  /* One op for all results, or one program per result; an op that packs
+   * its value (cc's row regions) is read through views. */
+  slapo_node *ys[SLAPO_MAX_RESULTS], *all = c->packed ? run_prog(ctx, &c->prog[0], n_vals, args) : NULL;
   for (int i = 0; i < c->n_out; i++) {
     const fused_prog *pg = &c->prog[c->packed ? 0 : i];
-    ys[i] = c->packed ? packed : run_prog(ctx, pg, n_vals, args);
+    ys[i] = c->packed ? all : run_prog(ctx, pg, n_vals, args);
     if (ys[i] && pg->steps[pg->n_steps - 1].op->backward_packed)
-      ys[i] = result_view(ctx, ys[i], c->region, args, c->packed ? i : 0);
+      ys[i] = result_view(ctx, ys[i], c->region, args, c->packed ? 0 : i, i);
   }
   return c->n_out == 1 ? ys[0] : slapo_tuple(ctx, c->n_out, ys);
 }

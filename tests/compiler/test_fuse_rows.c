@@ -426,6 +426,66 @@ static void softmax_chain_bitwise(void **state) {
   }
 }
 
+/* ---- two norms of different widths in one match ----
+ * z = x[..., :12]; y1 = ln1(x + relu(x)) over 20, y2 = ln2(z + relu(z))
+ * over 12, matched as one pattern of two results: cc refuses the whole
+ * (two row ops), so fuse compiles each result's cone, each a row op packing
+ * its one result beside its saved row; each is read at its own shape. */
+
+static slapo_node *two_forward(slapo_ctx *ctx, slapo_module *self, int n_in,
+                               slapo_node *const *in) {
+  slapo_node *x = in[0], *z = slapo_slice(ctx, x, 2, 0, 12);
+  slapo_node *y1 = slapo_call1(ctx, self, "ln1", slapo_add(ctx, x, slapo_relu(ctx, x)));
+  slapo_node *y2 = slapo_call1(ctx, self, "ln2", slapo_add(ctx, z, slapo_relu(ctx, z)));
+  int64_t axes[3] = {0, 1, 2};
+  slapo_node *t = n_in > 1 ? in[1] : x;
+  return slapo_add(ctx, slapo_mean(ctx, slapo_mul(ctx, y1, t), 3, axes, false),
+                   slapo_mean(ctx, slapo_mul(ctx, y2, slapo_slice(ctx, t, 2, 0, 12)), 3, axes,
+                              false));
+}
+
+static const slapo_module_type k_two_type = {"TwoNorms", two_forward, NULL, NULL, NULL};
+
+static slapo_module *two_new(void) {
+  slapo_module *m, *ln1, *ln2;
+  OK(slapo_module_new(&k_two_type, NULL, &m));
+  OK(slapo_layernorm_new(20, 1e-5, &ln1));
+  OK(slapo_module_add_child(m, "ln1", ln1));
+  OK(slapo_layernorm_new(12, 1e-5, &ln2));
+  OK(slapo_module_add_child(m, "ln2", ln2));
+  OK(slapo_module_materialize(m, PT_SEED));
+  int64_t xs[3] = {CB, CT, 20};
+  slapo_tensor *ex[2];
+  for (int j = 0; j < 2; j++) OK(slapo_tensor_new_meta(SLAPO_DTYPE_F32, 3, xs, &ex[j]));
+  OK(slapo_module_set_example(m, 2, (const slapo_tensor *const *)ex));
+  for (int j = 0; j < 2; j++) slapo_tensor_free(ex[j]);
+  return m;
+}
+
+static void two_norms_one_op_each(void **state) {
+  (void)state;
+  slapo_sched *root;
+  OK(slapo_sched_create(two_new(), &root));
+  OK(slapo_trace(root, &(slapo_trace_opts){.flatten = true}));
+  slapo_pattern *p =
+      pt_parse("(layer_norm(add(x, relu(x)), w, b), layer_norm(add(z, relu(z)), v, c))");
+  OK(slapo_fuse(root, p, "cc", "Two", NULL, false));
+  slapo_pattern_free(p);
+  assert_true(tree_has(root, "runs=cc; cc"));
+  slapo_module *ref = two_new();
+  slapo_tensor *in[2];
+  chain_inputs(20, in);
+  pt_result u, r;
+  pt_run(ref, in, &u);
+  pt_run(slapo_sched_module(root), in, &r);
+  pt_expect_bitwise(&u, &r);
+  pt_result_free(&u);
+  pt_result_free(&r);
+  pt_inputs_free(in);
+  slapo_module_free(ref);
+  pt_sched_free(root);
+}
+
 /* ---- what cc refuses, compiled directly ---- */
 
 typedef struct region_fx {
@@ -508,6 +568,7 @@ int main(void) {
       cmocka_unit_test(original_recipe),
       cmocka_unit_test(llama_rms_chains_bitwise),
       cmocka_unit_test(softmax_chain_bitwise),
+      cmocka_unit_test(two_norms_one_op_each),
       cmocka_unit_test(refusals),
   };
   return cmocka_run_group_tests(tests, cache_setup, cache_teardown);
