@@ -438,24 +438,8 @@ static void emit_fwd(gen *G, slapo_status *s) {
   slapo__cc_put(&G->b, "      y[i] = v%d;\n    }\n  }\n}\n\n", G->out->id);
 }
 
-/* The backward: parallel over nrb fixed row blocks (at most RBLK, set by R
- * alone). Block t sums its rows' gradients of a SCALAR input into the
- * double work[sslot(k) * RBLK + t] and of a ROW input into the floats
- * (float *)(work + n_scalar * RBLK) + slot(k) * RBLK * C + t * C + c (float
- * adds keep the per-element loop at the full vector width, where double
- * ones cost GELU's backward ~14%; each partial covers R / RBLK rows), in
- * row order; after the loop the partials are added in block order, in
- * double. Without a
- * ROW input the elements are rows of SLAPO_CC_CHUNK (the last one
- * shorter), whatever C the host passed. */
-static int count_kind(const gen *G, slapo__cc_kind kind) {
-  int n = 0;
-  for (int k = 0; k < G->plan->n_in; k++) n += G->plan->kind[k] == kind;
-  return n;
-}
-
 void slapo__cc_emit_partials(gen *G, const char *indent) {
-  int slot = 0, n_scalar = count_kind(G, SLAPO__CC_SCALAR);
+  int slot = 0, n_scalar = slapo__cc_count(G->plan, SLAPO__CC_SCALAR);
   for (int k = 0; k < G->plan->n_in; k++) {
     if (G->plan->kind[k] == SLAPO__CC_ROW)
       slapo__cc_put(&G->b, "%sfloat *acc%d = (float *)(work + %d * RBLK) + (int64_t)%d * RBLK * C "
@@ -479,7 +463,7 @@ void slapo__cc_emit_grads(gen *G, const char *indent) {
 }
 
 void slapo__cc_emit_sums(gen *G) {
-  int n_row = count_kind(G, SLAPO__CC_ROW), n_scalar = count_kind(G, SLAPO__CC_SCALAR);
+  int n_row = slapo__cc_count(G->plan, SLAPO__CC_ROW), n_scalar = slapo__cc_count(G->plan, SLAPO__CC_SCALAR);
   int sslot = 0, slot = 0;
   for (int k = 0; k < G->plan->n_in; k++)
     if (G->plan->kind[k] == SLAPO__CC_SCALAR)
@@ -511,8 +495,18 @@ void slapo__cc_emit_sums(gen *G) {
                  "    pk[off[%d]] = (float)t; }\n", sslot++, k);
 }
 
+/* The backward: parallel over nrb fixed row blocks (at most RBLK, set by R
+ * alone). Block t sums its rows' gradients of a SCALAR input into the
+ * double work[sslot(k) * RBLK + t] and of a ROW input into the floats
+ * (float *)(work + n_scalar * RBLK) + slot(k) * RBLK * C + t * C + c (float
+ * adds keep the per-element loop at the full vector width, where double
+ * ones cost GELU's backward ~14%; each partial covers R / RBLK rows), in
+ * row order; after the loop the partials are added in block order, in
+ * double. Without a
+ * ROW input the elements are rows of SLAPO_CC_CHUNK (the last one
+ * shorter), whatever C the host passed. */
 static void emit_bwd(gen *G, slapo_status *s) {
-  int n_row = count_kind(G, SLAPO__CC_ROW), n_scalar = count_kind(G, SLAPO__CC_SCALAR);
+  int n_row = slapo__cc_count(G->plan, SLAPO__CC_ROW), n_scalar = slapo__cc_count(G->plan, SLAPO__CC_SCALAR);
   slapo__cc_put(&G->b, "void slapo_cc_bwd(int64_t N, int64_t C, const float *const *in, const float *dy,\n"
              "                 float *pk, const int64_t *off, double *work, const uint64_t *keys,\n"
              "                 uint64_t step, int training) {\n"

@@ -79,8 +79,8 @@ static slapo_status fwd_infer(slapo_node *node) {
   int64_t n = 1;
   for (int d = 0; d < ndim; d++) n *= shape[d];
   if (ndim == 0 || shape[ndim - 1] > SLAPO__CC_MAX_ROW)
-    return slapo_error(SLAPO_UNSUPPORTED, "%s: rows of %lld values; a fused LayerNorm region "
-                       "takes rows of 1 to %d (its kernels keep rows on the stack)",
+    return slapo_error(SLAPO_UNSUPPORTED, "%s: rows of %lld values; a fused region around a "
+                       "norm or softmax takes rows of 1 to %d (its kernels keep rows on the stack)",
                        node->target, (long long)(ndim ? shape[ndim - 1] : 0), SLAPO__CC_MAX_ROW);
   n *= c->plan.n_slots;
   return slapo_node_set_meta(node, SLAPO_DTYPE_F32, 1, &n);
@@ -130,13 +130,14 @@ static void fwd_kernel(const slapo_node *node, const slapo_tensor *const *in, sl
 static slapo_status unpack_grads(slapo_ctx *ctx, const slapo_node *node, const cc_op *c,
                                  slapo_node *pk, const int64_t *numels, slapo_node *dy,
                                  const bool *need, slapo_node **dx) {
-  int64_t off = 0, ds = 0;
-  for (int i = 0; i < c->plan.n_in; i++) ds += numels[i];
+  int64_t off = 0, shared = 0; /* a row region's shared slot: after the inputs' */
+  for (int i = 0; i < c->plan.n_in; i++) shared += numels[i];
   for (int i = 0; i < c->plan.n_in; i++) {
     const slapo_node *x = node->inputs[i];
-    slapo_attr a[2] = {slapo_attr_int("offset", off), slapo_attr_ints("shape", x->ndim, x->shape)};
-    if (need[i] && c->plan.grad_is_dy[i] && !dy) a[0] = slapo_attr_int("offset", ds);
-    if (need[i] && c->plan.grad_is_dy[i] && dy)
+    bool is_dy = c->plan.grad_is_dy[i];
+    slapo_attr a[2] = {slapo_attr_int("offset", is_dy ? shared : off),
+                       slapo_attr_ints("shape", x->ndim, x->shape)};
+    if (need[i] && is_dy && dy)
       dx[i] = slapo_shape_equal(x->ndim, x->shape, dy->ndim, dy->shape)
                   ? dy
                   : slapo_reshape(ctx, dy, x->ndim, x->shape);
@@ -174,8 +175,7 @@ static slapo_status rows_backward(slapo_ctx *ctx, slapo_node *node, int n, const
   }
   int64_t C = row_of(node, c, N);
   slapo_attr attrs[6] = {slapo_attr_ints("numels", n_numels, numels), slapo_attr_int("row", C),
-                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C) +
-                                                    (c->plan.rstd_rows ? (N / C + 1) / 2 : 0)),
+                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C, N / C)),
                          slapo_attr_ints("dys", c->plan.n_res, has), slapo_attr_int("numel", N)};
   int n_attrs = 5;
   const slapo_attr *st = slapo_node_attr(node, "streams");
@@ -201,7 +201,7 @@ static slapo_status fwd_backward(slapo_ctx *ctx, slapo_node *node, slapo_node *d
   args[k++] = dy;
   int64_t C = row_of(node, c, N);
   slapo_attr attrs[4] = {slapo_attr_ints("numels", n, numels), slapo_attr_int("row", C),
-                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C))};
+                         slapo_attr_int("work", slapo__cc_work_doubles(&c->plan, C, N / C))};
   int n_attrs = 3;
   const slapo_attr *st = slapo_node_attr(node, "streams");
   if (st) attrs[n_attrs++] = *st;
@@ -309,7 +309,8 @@ static slapo_status describe(cc_op *c, const char *name, const char *key) {
       .backward_packed = c->plan.rows ? rows_backward : NULL,
       .layout = c->plan.rows ? rows_layout : fwd_layout,
       .contiguous_inputs = true,
-      .doc = c->plan.rows ? "a fused region around a LayerNorm, its results packed (cc backend)"
+      .doc = c->plan.rows ? "a fused region around a LayerNorm, RMSNorm or softmax, its results "
+                            "packed (cc backend)"
                           : "a fused elementwise region (cc backend)",
       .test = {.exempt = "compiled at run time; tested against the none backend"},
   };

@@ -58,10 +58,6 @@ typedef struct rows {
   int x_res;             /* the norm input's result index, or -1 */
 } rows;
 
-static slapo_status refuse(const char *fmt, const char *a, const char *b) {
-  return slapo_error(SLAPO_UNSUPPORTED, fmt, a, b);
-}
-
 /* The norm's weight and bias: region inputs of kind ROW read by it alone. */
 static slapo_status affine_inputs(rows *R) {
   gen *G = R->G;
@@ -70,8 +66,9 @@ static slapo_status affine_inputs(rows *R) {
     const slapo_node *p = R->norm->inputs[i];
     if (p->kind != SLAPO_NODE_PLACEHOLDER || p->n_users != 1 ||
         G->plan->kind[G->ph_of[p->id]] != SLAPO__CC_ROW)
-      return refuse("cc: the norm %%%s's weight or bias %%%s must be a region input of the "
-                    "row's size read by the norm alone", R->norm->name, p->name);
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: the %s %%%s's weight or bias %%%s must be a "
+                         "region input of the row's size read by it alone", R->norm->target,
+                         R->norm->name, p->name);
     *(i == 1 ? &R->w : &R->b) = G->ph_of[p->id];
   }
   return SLAPO_OK;
@@ -91,20 +88,22 @@ static slapo_status classify(rows *R) {
   for (int k = 0; k < out->n_inputs; k++) {
     const slapo_node *r = out->inputs[k];
     if (slapo__cc_numel(r->ndim, r->shape) != N)
-      return refuse("cc: result %%%s is not of the LayerNorm %%%s's shape; cc packs results of "
-                    "the norm's shape", r->name, R->norm->name);
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: result %%%s is not of the %s %%%s's shape; cc "
+                         "packs results of its shape", r->name, R->norm->target, R->norm->name);
     if (r == R->x) R->x_res = k;
     if (r == R->norm) R->norm_res = k;
   }
   if (R->smax && slapo_node_attr_int(R->norm, "causal", 0))
-    return refuse("cc: softmax %%%s is causal; cc generates softmax over whole rows (%s)",
-                  R->norm->name, "fuse the causal one with compiler=none, or use FlashAttention");
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: softmax %%%s is causal; cc generates softmax "
+                       "over whole rows (fuse the causal one with compiler=none, or use "
+                       "FlashAttention)", R->norm->name);
   SLAPO_TRY(affine_inputs(R));
   if (R->x->kind == SLAPO_NODE_PLACEHOLDER) {
     if (R->x->n_users != 1 || pl->kind[G->ph_of[R->x->id]] != SLAPO__CC_FULL)
-      return refuse("cc: the LayerNorm's input %%%s is a region input that other ops read too "
-                    "or that broadcasts (%s); fuse the ops before the norm with it",
-                    R->x->name, R->norm->name);
+      return slapo_error(SLAPO_UNSUPPORTED, "cc: the input %%%s of %s %%%s is a region input "
+                         "that other ops read too or that broadcasts; fuse the ops before the "
+                         "%s with it", R->x->name, R->norm->target, R->norm->name,
+                         R->norm->target);
     pl->x_in = G->ph_of[R->x->id];
   }
   /* The row the backward reads: a norm's input, a softmax's output; a
@@ -126,24 +125,25 @@ static slapo_status classify(rows *R) {
       const slapo_node *in = n->inputs[j];
       bool constant = in->kind == SLAPO_NODE_CALL_OP && in->op == SLAPO_OP_DESC(full);
       if (in->kind == SLAPO_NODE_PLACEHOLDER && R->pre[in->id])
-        return refuse("cc: region input %%%s is read before and after the LayerNorm (by %%%s); "
-                      "pass it twice", in->name, n->name);
+        return slapo_error(SLAPO_UNSUPPORTED, "cc: region input %%%s is read before and after "
+                           "the %s (by %%%s); pass it twice", in->name, R->norm->target, n->name);
       if (in != R->norm && !R->post[in->id] && !constant && in->kind != SLAPO_NODE_PLACEHOLDER)
-        return refuse("cc: %%%s after the LayerNorm reads %%%s, computed before it; ops after "
-                      "the norm may read its output, each other and region inputs",
-                      n->name, in->name);
+        return slapo_error(SLAPO_UNSUPPORTED, "cc: %%%s after the %s reads %%%s, computed before "
+                           "it; ops after it may read its output, each other and region inputs",
+                           n->name, R->norm->target, in->name);
       R->post[in->id] = true;
     }
   }
   if (!R->has_post && R->norm_res < 0)
-    return refuse("cc: the norm %%%s's output is neither a result nor read (%s)",
-                  R->norm->name, "a dead region");
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: the output of %s %%%s is neither a result nor "
+                       "read", R->norm->target, R->norm->name);
   /* RMSNorm's weight gradient sums each column over all rows in order (its
    * fast kernel's), from the gradient of the norm's output, which the post
    * phase keeps a row at a time only. */
   if (R->rms && R->w >= 0 && R->has_post)
-    return refuse("cc: ops after the RMSNorm %%%s with a weight (%s); fuse the region up to "
-                  "the norm", R->norm->name, "its weight's gradient needs the norm output's");
+    return slapo_error(SLAPO_UNSUPPORTED, "cc: ops after the RMSNorm %%%s with a weight (its "
+                       "weight's gradient needs the norm output's); fuse the region up to the "
+                       "norm", R->norm->name);
   pl->rstd_rows = R->rms && R->w >= 0;
   /* The backward reads the norm's input (saved or an input), its weight,
    * and its bias when the norm's output is recomputed for the post phase. */
@@ -307,12 +307,6 @@ static void set_seeds(rows *R, const bool *mask, const slapo_node *extra, const 
   R->G->seed = R->seed;
 }
 
-static bool has_scalar(const gen *G) {
-  for (int k = 0; k < G->plan->n_in; k++)
-    if (G->plan->kind[k] == SLAPO__CC_SCALAR) return true;
-  return false;
-}
-
 /* The post phase's backward: the norm's output gradient into gn. */
 static void emit_bwd_post(rows *R, slapo_status *s) {
   gen *G = R->G;
@@ -320,7 +314,7 @@ static void emit_bwd_post(rows *R, slapo_status *s) {
     put_norm_row(R, "nb", "      ");
   snprintf(R->txt[2 * R->norm->id], 32, R->smax ? "ys[c]" : "nb[c]");
   R->as[R->norm->id] = R->txt[2 * R->norm->id];
-  open_phase(R, R->post, !has_scalar(G), 1, "      ");
+  open_phase(R, R->post, !slapo__cc_count(G->plan, SLAPO__CC_SCALAR), 1, "      ");
   G->as = R->as;
   set_seeds(R, R->post, NULL, NULL);
   if (R->norm_res >= 0) {
@@ -368,13 +362,9 @@ static void emit_bwd(rows *R, slapo_status *s) {
   slapo__cc_put(&G->b, "  const float *fw = in[%d];\n  (void)fw;\n", pl->n_in);
   for (int k = 0; k < pl->n_res; k++)
     slapo__cc_put(&G->b, "  const float *dy%d = in[%d];\n", k, pl->n_in + 1 + k);
-  if (pl->rstd_rows) { /* each row's rstd, after the partials in the work area */
-    int n_row = 0, n_scalar = 0;
-    for (int k = 0; k < pl->n_in; k++)
-      n_row += pl->kind[k] == SLAPO__CC_ROW, n_scalar += pl->kind[k] == SLAPO__CC_SCALAR;
+  if (pl->rstd_rows) /* each row's rstd, after the partials (slapo__cc_work_doubles) */
     slapo__cc_put(&G->b, "  float *rs = (float *)(work + ((int64_t)%d + ((int64_t)%d * C + 1) / 2) * RBLK);\n",
-                  n_scalar, n_row);
-  }
+                  slapo__cc_count(pl, SLAPO__CC_SCALAR), slapo__cc_count(pl, SLAPO__CC_ROW));
   slapo__cc_put(&G->b, "  const int64_t rpb = (R + RBLK - 1) / RBLK, nrb = R ? (R + rpb - 1) / rpb : 0;\n"
                 "#pragma omp parallel for schedule(static)\n"
                 "  for (int64_t t = 0; t < nrb; t++) {\n"
@@ -416,7 +406,7 @@ static void emit_bwd(rows *R, slapo_status *s) {
     slapo__cc_put(&G->b, "      slapo__ln_affine_row(xs, gnr, acc%d, acc%d, C, mean, rstd);\n",
                   R->w, R->b);
   if (R->has_pre) {
-    open_phase(R, R->pre, !has_scalar(G), R->has_post ? -1 : 1, "      ");
+    open_phase(R, R->pre, !slapo__cc_count(G->plan, SLAPO__CC_SCALAR), R->has_post ? -1 : 1, "      ");
     set_seeds(R, R->pre, R->x, "dsr[c]");
     if (*s == SLAPO_OK) *s = slapo__cc_emit_values(G, "          ", true);
     if (*s == SLAPO_OK) *s = slapo__cc_emit_adjoints(G, "          ");

@@ -89,16 +89,23 @@ const char *slapo__cc_math_src(void);
 slapo_status slapo__cc_generate(const slapo_graph *region, const char *name, bool fast,
                                 slapo__cc_plan *plan, char **src);
 
-/* Doubles of the backward's work area for a region with these kinds and
- * row size C (the ROW inputs' numel): the SCALAR inputs' double partials,
- * then the ROW inputs' float partials, rounded up to whole doubles. */
-static inline int64_t slapo__cc_work_doubles(const slapo__cc_plan *plan, int64_t C) {
-  int64_t scalars = 0, row_floats = 0;
-  for (int k = 0; k < plan->n_in; k++) {
-    scalars += plan->kind[k] == SLAPO__CC_SCALAR;
-    row_floats += plan->kind[k] == SLAPO__CC_ROW ? C : 0;
-  }
-  return (scalars + (row_floats + 1) / 2) * SLAPO__CC_ROW_BLOCKS;
+/* The number of inputs of this kind. */
+static inline int slapo__cc_count(const slapo__cc_plan *plan, slapo__cc_kind kind) {
+  int n = 0;
+  for (int k = 0; k < plan->n_in; k++) n += plan->kind[k] == kind;
+  return n;
+}
+
+/* Doubles of the backward's work area for a region with these kinds, row
+ * size C (the ROW inputs' numel) and R rows: the SCALAR inputs' double
+ * partials, then the ROW inputs' float partials, rounded up to whole
+ * doubles; then, for an RMSNorm region (plan.rstd_rows), R floats of row
+ * rstds (its generated backward computes the same offset, cc_rows.c). */
+static inline int64_t slapo__cc_work_doubles(const slapo__cc_plan *plan, int64_t C, int64_t R) {
+  int64_t partials = (slapo__cc_count(plan, SLAPO__CC_SCALAR) +
+                      ((int64_t)slapo__cc_count(plan, SLAPO__CC_ROW) * C + 1) / 2) *
+                     SLAPO__CC_ROW_BLOCKS;
+  return partials + (plan->rstd_rows ? (R + 1) / 2 : 0);
 }
 
 /* The kernels of a compiled source. */

@@ -583,7 +583,7 @@ static void backward_reduction_at(bool row) {
   char key[17];
   OK(slapo__cc_build(src, &f, &bw, key));
   slapo_free(src);
-  int64_t nb = row ? C : 1, nwork = slapo__cc_work_doubles(&plan, row ? C : R * C);
+  int64_t nb = row ? C : 1, nwork = slapo__cc_work_doubles(&plan, row ? C : R * C, R);
   float *xv = malloc(sizeof(float) * R * C), *bv = malloc(sizeof(float) * nb);
   float *dy = malloc(sizeof(float) * R * C);
   for (int64_t i = 0; i < R * C; i++) {
