@@ -80,13 +80,6 @@ static slapo_module *variant(const problem *pb, const char *compiler, slapo_sche
   return m;
 }
 
-static void filled(const int64_t *shape, unsigned seed, slapo_tensor **t) {
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 4, shape, t));
-  float *p = slapo_tensor_data(*t); /* [numel] */
-  for (int64_t i = 0; i < slapo_tensor_numel(*t); i++)
-    p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
-}
-
 static void bench(const problem *pb) {
   const char *names[5] = {"unfused", "none", "cc", "dnnl", "auto"};
   const char *compilers[5] = {NULL, "none", "cc", "dnnl", "auto"};
@@ -94,8 +87,8 @@ static void bench(const problem *pb) {
   slapo_sched *root[5];
   slapo_runner *r[5];
   slapo_tensor *in[2];
-  filled(pb->x, 1, &in[0]);
-  filled(pb->y, 2, &in[1]);
+  in[0] = bench_filled("bench_epilogue", 4, pb->x, 1);
+  in[1] = bench_filled("bench_epilogue", 4, pb->y, 2);
   printf("%s: x [%lld, %lld, %lld, %lld] -> y [%lld, %lld, %lld, %lld]\n", pb->name,
          (long long)pb->x[0], (long long)pb->x[1], (long long)pb->x[2], (long long)pb->x[3],
          (long long)pb->y[0], (long long)pb->y[1], (long long)pb->y[2], (long long)pb->y[3]);

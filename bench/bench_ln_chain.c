@@ -83,13 +83,6 @@ static slapo_module *variant(const int64_t *shape, const char *pattern, slapo_sc
   return m;
 }
 
-static void filled(const int64_t *shape, unsigned seed, slapo_tensor **t) {
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 3, shape, t));
-  float *p = slapo_tensor_data(*t); /* [numel] */
-  for (int64_t i = 0; i < slapo_tensor_numel(*t); i++)
-    p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
-}
-
 /* The time of the step's nodes that belong to the chain, forward and
  * backward (gradient nodes carry their forward node's module). */
 static double chain_ms(slapo_runner *r) {
@@ -109,7 +102,7 @@ static void bench(const char *name, const int64_t *shape, double p, unsigned cha
   slapo_sched *root[3];
   slapo_runner *r[3];
   slapo_tensor *in[3];
-  for (int j = 0; j < 3; j++) filled(shape, j + 1, &in[j]);
+  for (int j = 0; j < 3; j++) in[j] = bench_filled("bench_ln_chain", 3, shape, j + 1);
   printf("%s: [%lld, %lld, %lld], dropout p = %g\n", name, (long long)shape[0],
          (long long)shape[1], (long long)shape[2], p);
   slapo_kernel_env env = {.seed = 1, .training = true};

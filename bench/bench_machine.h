@@ -33,6 +33,18 @@ static inline void bench_die(const char *bench, const char *what) {
     if ((expr) != SLAPO_OK) bench_die(bench, #expr);                           \
   } while (0)
 
+/* A new f32 tensor [shape] of values in [-0.5, 0.5), a fixed hash of the
+ * index and seed (the same bytes every run); owned. Exits on failure. */
+static inline slapo_tensor *bench_filled(const char *bench, int ndim, const int64_t *shape,
+                                         unsigned seed) {
+  slapo_tensor *t;
+  BENCH_CHECK(bench, slapo_tensor_new(SLAPO_DTYPE_F32, ndim, shape, &t));
+  float *p = slapo_tensor_data(t); /* [numel] */
+  for (int64_t i = 0; i < slapo_tensor_numel(t); i++)
+    p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
+  return t;
+}
+
 /* Monotonic wall time in seconds. */
 static inline double bench_now_s(void) {
   struct timespec ts;

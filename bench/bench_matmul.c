@@ -35,12 +35,7 @@ static void die(const char *what, int s) {
   } while (0)
 
 static slapo_tensor *filled(int64_t rows, int64_t cols, unsigned seed) {
-  slapo_tensor *t;
-  CHECK(slapo_tensor_new(SLAPO_DTYPE_F32, 2, (int64_t[]){rows, cols}, &t));
-  float *p = slapo_tensor_data(t);
-  for (int64_t i = 0; i < rows * cols; i++)
-    p[i] = (float)((i * 2654435761u + seed) % 1000) / 1000.0f - 0.5f;
-  return t;
+  return bench_filled("bench_matmul", 2, (int64_t[]){rows, cols}, seed);
 }
 
 /* slapo side: a planned one-node graph C = A @ op(B). */
