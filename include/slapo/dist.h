@@ -268,11 +268,13 @@ typedef enum slapo_pp_schedule { SLAPO_PP_1F1B, SLAPO_PP_GPIPE } slapo_pp_schedu
 int slapo_pp_max_actions(int m);
 
 /* Stage `stage`'s actions under `sched` for p stages and m micro-batches,
- * in order, into out [cap]; *n their count. The kinds' names for messages:
- * slapo_pp_kind_name. Errors: SLAPO_INVALID_ARG naming the value (p < 1,
- * m < 1, stage outside 0 .. p-1, cap below slapo_pp_max_actions(m)). */
+ * in order, into out [cap] (caller-owned); *n their count. Errors:
+ * SLAPO_INVALID_ARG naming the value (p < 1, m < 1, stage outside
+ * 0 .. p-1, cap below slapo_pp_max_actions(m)). */
 slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
                               slapo_pp_action *out, int cap, int *n);
+/* A kind's name ("forward", "send_act_recv_grad", ...), static; "?" for a
+ * value outside the enum. */
 const char *slapo_pp_kind_name(slapo_pp_kind kind);
 
 /* Balanced stages for `--pp k` without cut lines: n modules of cost
