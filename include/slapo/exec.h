@@ -101,6 +101,35 @@ enum {
  * of slapo_plan_run, SLAPO_INVALID_ARG (unknown flags). */
 slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsigned acc_flags);
 
+/* Spans: a plan run in pieces, each piece's values in an arena of the
+ * caller's choosing (pipeline parallelism: a stage runs micro-batch i's
+ * forward, later other micro-batches' forwards in other arenas, then i's
+ * backward in i's arena, which still holds the activations i's forward
+ * left there). An arena is slapo_plan_peak_nbytes(p) bytes of activation
+ * memory for one plan; owned by the caller (slapo_plan_arena_free), and
+ * borrowed by the plan only during a run. Errors: SLAPO_NOMEM,
+ * SLAPO_UNSUPPORTED (a plan in debug allocation mode, which has no arena),
+ * SLAPO_INVALID_ARG (p NULL). */
+typedef struct slapo_plan_arena slapo_plan_arena;
+slapo_status slapo_plan_arena_new(const slapo_plan *p, slapo_plan_arena **out);
+void slapo_plan_arena_free(slapo_plan_arena *a); /* NULL is fine */
+
+/* Runs the nodes from `from` up to, not including, `stop` (graph order;
+ * NULL: the first node / past the last) in arena `a` (NULL: the plan's
+ * own), as slapo_plan_run_acc runs them all. The nodes read the values
+ * earlier nodes left in `a` and the tensors bound now: a span that reads a
+ * value computed by an earlier span must run in the same arena, with the
+ * same inputs bound, and no span in that arena may have overwritten it
+ * since (a buffer is reused after its last reader, so run an arena's spans
+ * in graph order). After the run, slapo_plan_output reads the outputs as
+ * they are in `a`. Bitwise what a whole run computes. Errors: those of
+ * slapo_plan_run_acc, SLAPO_INVALID_ARG (a node not in the plan, `stop`
+ * before `from`, an arena made for another plan), SLAPO_UNSUPPORTED (debug
+ * allocation mode). */
+slapo_status slapo_plan_run_span(slapo_plan *p, slapo_plan_arena *a, const slapo_node *from,
+                                 const slapo_node *stop, const slapo_kernel_env *env,
+                                 unsigned acc_flags);
+
 /* Sum of squares (double, fixed order: ops/sum_squares.c) of accumulator i
  * after the last run, which had SLAPO_ACC_MEASURE; NAN when it did not or i
  * is not an accumulated output. */

@@ -78,6 +78,8 @@ struct slapo_plan {
   int *by_ptr_idx;
 
   void *arena;                 /* activations, peak_nbytes (not debug mode) */
+  void *placed;                /* the arena buffers are placed in now: the
+                                  plan's own, or a slapo_plan_arena's */
   size_t peak_nbytes;
   size_t measured_peak_nbytes; /* live bytes high-water of the last run */
   bool ran;                    /* a run completed (outputs valid) */

@@ -381,6 +381,7 @@ static slapo_status build_headers(slapo_plan *p) {
                          p->peak_nbytes);
     }
   }
+  p->placed = p->arena;
   for (int r = 0; r < p->n_bufs; r++) {
     exec_buf *b = &p->bufs[r];
     b->storage.data = p->arena ? (char *)p->arena + b->offset : NULL;

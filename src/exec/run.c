@@ -235,7 +235,7 @@ static void run_view(slapo_plan *p, exec_node *e) {
  * SLAPO_ACC_WRITE its accumulator (find_redirects in plan.c) when that is
  * aligned as planned buffers are. */
 static void place_buffer(slapo_plan *p, exec_buf *b, bool write) {
-  void *at = (char *)p->arena + b->offset;
+  void *at = (char *)p->placed + b->offset;
   if (write && b->redirect >= 0) {
     void *acc = slapo_tensor_data(p->accumulator[b->redirect]);
     if ((uintptr_t)acc % SLAPO__EXEC_ALIGN == 0) at = acc;
@@ -262,40 +262,48 @@ slapo_status slapo_plan_run(slapo_plan *p, const slapo_kernel_env *env) {
   return slapo_plan_run_acc(p, env, SLAPO_ACC_ADD);
 }
 
-slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsigned acc_flags) {
-  if (!p) return slapo_error(SLAPO_INVALID_ARG, "plan_run: plan is NULL");
+static void place_all(slapo_plan *p, void *mem, int i0);
+
+/* Checks that p can run: flags known, every placeholder and param bound,
+ * every accumulated output given its accumulator. `what` names the caller. */
+static slapo_status check_runnable(const slapo_plan *p, const char *what, unsigned acc_flags) {
+  if (!p) return slapo_error(SLAPO_INVALID_ARG, "%s: plan is NULL", what);
   if (acc_flags & ~(unsigned)(SLAPO_ACC_WRITE | SLAPO_ACC_MEASURE))
-    return slapo_error(SLAPO_INVALID_ARG, "plan_run: unknown accumulation flags 0x%x",
+    return slapo_error(SLAPO_INVALID_ARG, "%s: unknown accumulation flags 0x%x", what,
                        acc_flags);
   for (int i = 0; i < p->n_nodes; i++) {
     const exec_node *e = &p->nodes[i];
     if (e->kind != EXEC_BOUND || e->val) continue;
     bool ph = e->node->kind == SLAPO_NODE_PLACEHOLDER;
     return slapo_error(SLAPO_STATE,
-                       "plan_run: %s '%s' (node '%s') is not bound; call %s(plan, \"%s\", "
+                       "%s: %s '%s' (node '%s') is not bound; call %s(plan, \"%s\", "
                        "tensor) before running",
-                       ph ? "placeholder" : "param", e->node->target, e->node->name,
+                       what, ph ? "placeholder" : "param", e->node->target, e->node->name,
                        ph ? "slapo_plan_bind_input" : "slapo_plan_bind_param", e->node->target);
   }
   for (int i = 0; i < p->n_outputs; i++) {
     if (!accumulated(p, i) || p->accumulator[i]) continue;
     return slapo_error(SLAPO_STATE,
-                       "plan_run: output %d ('%s') is accumulated but has no accumulator; "
+                       "%s: output %d ('%s') is accumulated but has no accumulator; "
                        "call slapo_plan_bind_accumulator(plan, %d, tensor) before running",
-                       i, p->nodes[p->nodes[p->out_idx].in[i]].node->name, i);
+                       what, i, p->nodes[p->nodes[p->out_idx].in[i]].node->name, i);
   }
+  return SLAPO_OK;
+}
+
+/* Runs nodes [i0, i1) in order into the arena the buffers are placed in. */
+static slapo_status run_nodes(slapo_plan *p, int i0, int i1, const slapo_kernel_env *env,
+                              unsigned acc_flags) {
   slapo_kernel_env dflt = {.seed = 0, .step = 0, .training = true};
   if (!env) env = &dflt;
-
   p->ran = false;
   p->measured = false;
   p->acc_ms = 0;
-  if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
   /* Debug allocation mode gives each buffer its own block: values are
    * copied into accumulators there. */
   bool direct = (acc_flags & SLAPO_ACC_WRITE) && !p->opts.debug_alloc;
   size_t live = 0, peak = 0;
-  for (int i = 0; i < p->n_nodes; i++) {
+  for (int i = i0; i < i1; i++) {
     exec_node *e = &p->nodes[i];
     double t0 = p->opts.timing ? now_ms() : 0;
     if (e->kind == EXEC_KERNEL || e->kind == EXEC_VIEW) {
@@ -337,6 +345,86 @@ slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsi
   p->ran = true;
   p->measured = acc_flags & SLAPO_ACC_MEASURE;
   return SLAPO_OK;
+}
+
+slapo_status slapo_plan_run_acc(slapo_plan *p, const slapo_kernel_env *env, unsigned acc_flags) {
+  SLAPO_TRY(check_runnable(p, "plan_run", acc_flags));
+  if (p->opts.debug_alloc) slapo__debugmem_release_all(p);
+  p->placed = p->arena; /* every buffer is placed as its writer runs */
+  return run_nodes(p, 0, p->n_nodes, env, acc_flags);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spans in arenas of their own                                              */
+/* ------------------------------------------------------------------------ */
+
+struct slapo_plan_arena {
+  const slapo_plan *plan;
+  void *mem; /* plan->peak_nbytes, SLAPO__EXEC_ALIGN-aligned */
+};
+
+slapo_status slapo_plan_arena_new(const slapo_plan *p, slapo_plan_arena **out) {
+  *out = NULL;
+  if (!p) return slapo_error(SLAPO_INVALID_ARG, "plan_arena_new: plan is NULL");
+  if (p->opts.debug_alloc)
+    return slapo_error(SLAPO_UNSUPPORTED, "plan_arena_new: the plan is in debug allocation "
+                                          "mode (SLAPO_DEBUG_MEM), which has no arena to "
+                                          "duplicate; run it whole");
+  slapo_plan_arena *a = slapo_calloc(1, sizeof *a);
+  void *mem = slapo_aligned_alloc(p->peak_nbytes ? p->peak_nbytes : SLAPO__EXEC_ALIGN);
+  if (!a || !mem) {
+    slapo_free(a);
+    slapo_aligned_free(mem);
+    return slapo_error(SLAPO_NOMEM, "plan_arena_new: out of memory for %zu bytes",
+                       p->peak_nbytes);
+  }
+  a->plan = p, a->mem = mem;
+  *out = a;
+  return SLAPO_OK;
+}
+
+void slapo_plan_arena_free(slapo_plan_arena *a) {
+  if (!a) return;
+  slapo_aligned_free(a->mem);
+  slapo_free(a);
+}
+
+/* Places every buffer in `mem` and refills the headers of the view nodes
+ * before node i0, so the nodes from i0 on read the values an earlier span
+ * left in `mem` and the tensors bound now. (A view of a buffer keeps its
+ * header across arenas, as the buffer's storage moves; a view of a bound
+ * tensor, left as a view only when its op has no reference kernel to copy
+ * with, points at the tensor bound when it ran.) */
+static void place_all(slapo_plan *p, void *mem, int i0) {
+  for (int r = 0; r < p->n_bufs; r++) p->bufs[r].storage.data = (char *)mem + p->bufs[r].offset;
+  for (int i = 0; i < i0; i++) {
+    exec_node *e = &p->nodes[i];
+    if (e->kind != EXEC_VIEW) continue;
+    for (int j = 0; j < e->n_in; j++) p->ins[j] = p->nodes[e->in[j]].val;
+    run_view(p, e);
+  }
+  p->placed = mem;
+}
+
+slapo_status slapo_plan_run_span(slapo_plan *p, slapo_plan_arena *a, const slapo_node *from,
+                                 const slapo_node *stop, const slapo_kernel_env *env,
+                                 unsigned acc_flags) {
+  SLAPO_TRY(check_runnable(p, "plan_run_span", acc_flags));
+  if (p->opts.debug_alloc)
+    return slapo_error(SLAPO_UNSUPPORTED, "plan_run_span: the plan is in debug allocation mode "
+                                          "(SLAPO_DEBUG_MEM); run it whole");
+  if (a && a->plan != p)
+    return slapo_error(SLAPO_INVALID_ARG, "plan_run_span: the arena was made for another plan");
+  int i0 = from ? slapo__plan_index(p, from) : 0;
+  int i1 = stop ? slapo__plan_index(p, stop) : p->n_nodes;
+  if (i0 < 0 || i1 < 0)
+    return slapo_error(SLAPO_INVALID_ARG, "plan_run_span: node '%s' is not in the plan",
+                       i0 < 0 ? from->name : stop->name);
+  if (i1 < i0)
+    return slapo_error(SLAPO_INVALID_ARG, "plan_run_span: node '%s' comes after '%s'",
+                       from->name, stop->name);
+  place_all(p, a ? a->mem : p->arena, i0);
+  return run_nodes(p, i0, i1, env, acc_flags);
 }
 
 int slapo_plan_output_count(const slapo_plan *p) {
