@@ -24,6 +24,19 @@ extern "C" {
 slapo_status slapo_backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
                             slapo_node *const *wrt, slapo_node **grads);
 
+/* slapo_backward of several values at once: the gradients of
+ * sum_k <ys[k], dys[k]> (dys NULL, or dys[k] NULL: ones). A pipeline
+ * stage's backward, seeded by the gradients the next stage sent for the
+ * values it received. Contributions are summed as slapo_backward sums them,
+ * each seed after every contribution from inside the graph, seeds in the
+ * order of ys; so when each y has no reader in the graph the gradients are
+ * bitwise those of the graph that went on to compute the ys' readers and
+ * summed them the same way (one process). Errors: those of slapo_backward,
+ * per y, and SLAPO_INVALID_ARG (n_y < 1, ys NULL). */
+slapo_status slapo_backward_multi(slapo_ctx *ctx, int n_y, slapo_node *const *ys,
+                                  slapo_node *const *dys, int n_wrt, slapo_node *const *wrt,
+                                  slapo_node **grads);
+
 #ifdef __cplusplus
 }
 #endif

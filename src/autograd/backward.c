@@ -346,18 +346,25 @@ static slapo_status check_args(slapo_ctx *ctx, slapo_graph *g, slapo_node *y, sl
   return SLAPO_OK;
 }
 
-static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
-                             slapo_node *const *wrt, slapo_node **grads) {
+static slapo_status backward(slapo_ctx *ctx, int n_y, slapo_node *const *ys,
+                             slapo_node *const *dys, int n_wrt, slapo_node *const *wrt,
+                             slapo_node **grads) {
   SLAPO_ASSERT(ctx);
   for (int i = 0; i < n_wrt && grads; i++) grads[i] = NULL;
   if (slapo_ctx_status(ctx) != SLAPO_OK) return slapo_ctx_status(ctx);
   slapo_graph *g = slapo_ctx_graph(ctx);
-  SLAPO_TRY(check_args(ctx, g, y, dy, n_wrt, wrt, grads));
+  if (n_y < 1 || !ys)
+    return slapo_ctx_fail(ctx, SLAPO_INVALID_ARG, "backward: %d values to differentiate", n_y);
+  for (int k = 0; k < n_y; k++)
+    SLAPO_TRY(check_args(ctx, g, ys[k], dys ? dys[k] : NULL, n_wrt, wrt, grads));
 
   /* Snapshot the forward prefix: new nodes go after it, and ids are
    * positions, so nodes[id] finds a forward node's record in O(1). */
   slapo_graph_renumber(g);
-  walk w = {.ctx = ctx, .n = y->id + 1};
+  int last = 0;
+  for (int k = 0; k < n_y; k++)
+    if (ys[k]->id > last) last = ys[k]->id;
+  walk w = {.ctx = ctx, .n = last + 1};
   w.nodes = slapo_calloc((size_t)w.n, sizeof *w.nodes);
   w.recs = slapo_calloc((size_t)w.n, sizeof *w.recs);
   slapo_status s = SLAPO_OK;
@@ -368,7 +375,7 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
   {
     int i = 0;
     for (slapo_node *n = slapo_graph_first(g); n && i < w.n; n = n->next) w.nodes[i++] = n;
-    SLAPO_ASSERT(i == w.n && w.nodes[y->id] == y);
+    SLAPO_ASSERT(i == w.n);
   }
 
   /* Forward reachability from the wrt values, through float values only
@@ -392,8 +399,8 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
       if (ri->from_wrt) w.recs[id].from_wrt = true;
     }
   }
-  /* Backward reachability from y. */
-  w.recs[y->id].to_y = true;
+  /* Backward reachability from the ys. */
+  for (int k = 0; k < n_y; k++) w.recs[ys[k]->id].to_y = true;
   for (int id = w.n - 1; id >= 0; id--) {
     if (!w.recs[id].to_y) continue;
     slapo_node *n = w.nodes[id];
@@ -403,10 +410,14 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
     }
   }
 
-  /* Seed. */
-  rec *ry = &w.recs[y->id];
-  if (ry->from_wrt) {
-    slapo_node *seed = dy;
+  /* Seeds, as contributions of users after every node of the graph, in
+   * the ys' order: a y also read inside the graph gets its seed added
+   * after its readers' contributions. */
+  for (int k = 0; k < n_y; k++) {
+    slapo_node *y = ys[k];
+    rec *ry = &w.recs[y->id];
+    if (!ry->from_wrt) continue;
+    slapo_node *seed = dys ? dys[k] : NULL;
     if (!seed) {
       s = slapo_ctx_push_origin(ctx, y->origin ? y->origin : "");
       if (s != SLAPO_OK) goto out;
@@ -417,7 +428,7 @@ static slapo_status backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int 
         goto out;
       }
     }
-    s = add_contrib(&w, ry, w.n, 0, -1, seed);
+    s = add_contrib(&w, ry, w.n + k, 0, -1, seed);
     if (s != SLAPO_OK) goto out;
   }
 
@@ -475,8 +486,15 @@ out:
 slapo_status slapo_backward(slapo_ctx *ctx, slapo_node *y, slapo_node *dy, int n_wrt,
                             slapo_node *const *wrt, slapo_node **grads) {
   SLAPO_ASSERT(ctx);
+  return slapo_backward_multi(ctx, 1, &y, &dy, n_wrt, wrt, grads);
+}
+
+slapo_status slapo_backward_multi(slapo_ctx *ctx, int n_y, slapo_node *const *ys,
+                                  slapo_node *const *dys, int n_wrt, slapo_node *const *wrt,
+                                  slapo_node **grads) {
+  SLAPO_ASSERT(ctx);
   bool prev = slapo_ctx_set_copy_rng(ctx, true);
-  slapo_status s = backward(ctx, y, dy, n_wrt, wrt, grads);
+  slapo_status s = backward(ctx, n_y, ys, dys, n_wrt, wrt, grads);
   slapo_ctx_set_copy_rng(ctx, prev);
   return s;
 }

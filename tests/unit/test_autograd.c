@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/check.h"
 #include "common/failalloc.h"
 #include "slapo/autograd.h"
 #include "slapo/exec.h"
@@ -491,10 +492,74 @@ static void test_packed_results(void **state) {
   fx_free(&f);
 }
 
+
+/* Several seeds (slapo_backward_multi), as a pipeline stage differentiates
+ * the values it sends: whole graph y = sum(h1 * h2 + h1) with h1 = x * w,
+ * h2 = tanh(x); a "first stage" graph computes h1, h2 only and is seeded
+ * with the whole graph's gradients of h1 and h2. Its dx and dw are bitwise
+ * the whole graph's. Also: the seeds' shapes are checked per y, and no y
+ * is an error. */
+static void test_multi_seed_matches_whole(void **state) {
+  (void)state;
+  const float xv[6] = {-1.5f, -0.25f, 0.125f, 0.5f, 1, 3};
+  const float wv[6] = {0.75f, -2, 1.25f, 0.3f, -0.6f, 0.9f};
+  slapo_tensor *xt = tensor(2, k23, xv), *wt = tensor(2, k23, wv);
+  slapo_tensor *ins[2] = {xt, wt};
+  const char *names[] = {"x", "w", "d1", "d2"};
+  /* Whole graph: gradients of x, w, h1, h2. */
+  fx a = fx_new();
+  slapo_node *x = slapo_input(a.ctx, "x", SLAPO_DTYPE_F32, 2, k23);
+  slapo_node *w = slapo_input(a.ctx, "w", SLAPO_DTYPE_F32, 2, k23);
+  slapo_node *h1 = slapo_mul(a.ctx, x, w), *h2 = slapo_tanh(a.ctx, x);
+  int64_t axes[2] = {0, 1};
+  slapo_node *y = slapo_sum(a.ctx, slapo_add(a.ctx, slapo_mul(a.ctx, h1, h2), h1), 2, axes, false);
+  slapo_node *wrt[4] = {x, w, h1, h2}, *g[4];
+  assert_int_equal(slapo_backward(a.ctx, y, NULL, 4, wrt, g), SLAPO_OK);
+  assert_non_null(slapo_output(a.ctx, 4, g));
+  slapo_tensor *whole[4];
+  run(a.g, 2, names, ins, 4, whole);
+  /* First stage: h1, h2 seeded with the whole graph's d h1, d h2. */
+  fx b = fx_new();
+  x = slapo_input(b.ctx, "x", SLAPO_DTYPE_F32, 2, k23);
+  w = slapo_input(b.ctx, "w", SLAPO_DTYPE_F32, 2, k23);
+  slapo_node *ys[2] = {slapo_mul(b.ctx, x, w), slapo_tanh(b.ctx, x)};
+  slapo_node *dys[2] = {slapo_input(b.ctx, "d1", SLAPO_DTYPE_F32, 2, k23),
+                        slapo_input(b.ctx, "d2", SLAPO_DTYPE_F32, 2, k23)};
+  slapo_node *bw[2] = {x, w}, *bg[2];
+  assert_int_equal(slapo_backward_multi(b.ctx, 2, ys, dys, 2, bw, bg), SLAPO_OK);
+  assert_non_null(slapo_output(b.ctx, 2, bg));
+  slapo_tensor *bins[4] = {xt, wt, whole[2], whole[3]}, *stage[2];
+  run(b.g, 4, names, bins, 2, stage);
+  for (int i = 0; i < 2; i++)
+    assert_memory_equal(slapo_tensor_data(stage[i]), slapo_tensor_data(whole[i]),
+                        6 * sizeof(float));
+  /* Errors. */
+  int64_t k32[2] = {3, 2};
+  slapo_node *bad[2] = {dys[0], slapo_input(b.ctx, "d3", SLAPO_DTYPE_F32, 2, k32)};
+  fx c = fx_new();
+  slapo_ctx_free(c.ctx);
+  assert_int_equal(slapo_ctx_new(b.g, &c.ctx), SLAPO_OK);
+  expect_status(slapo_backward_multi(c.ctx, 2, ys, bad, 2, bw, bg), SLAPO_SHAPE,
+                "seed gradient must have y's shape");
+  slapo_ctx_free(c.ctx);
+  assert_int_equal(slapo_ctx_new(b.g, &c.ctx), SLAPO_OK);
+  expect_status(slapo_backward_multi(c.ctx, 0, ys, NULL, 2, bw, bg), SLAPO_INVALID_ARG,
+                "0 values to differentiate");
+  slapo_ctx_free(c.ctx);
+  slapo_graph_free(c.g);
+  for (int i = 0; i < 4; i++) slapo_tensor_free(whole[i]);
+  for (int i = 0; i < 2; i++) slapo_tensor_free(stage[i]);
+  slapo_tensor_free(xt);
+  slapo_tensor_free(wt);
+  fx_free(&a);
+  fx_free(&b);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_square_plus_x),
       cmocka_unit_test(test_packed_results),
+      cmocka_unit_test(test_multi_seed_matches_whole),
       cmocka_unit_test(test_accumulation_order),
       cmocka_unit_test(test_broadcast_reduced),
       cmocka_unit_test(test_unreachable_and_seed),
