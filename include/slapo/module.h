@@ -154,6 +154,7 @@ struct slapo_module {
   void *config;             /* type-specific, owned                      */
   /* Schedule state that slapo_call obeys (primitives set it). */
   bool checkpoint;          /* activations recomputed in backward        */
+  bool pp_cut;              /* `cut`: a pipeline stage ends after it     */
   bool autocast_set;        /* the `autocast` primitive: GEMMs inside     */
   slapo_autocast autocast;  /*   build this way (nearest set ancestor wins) */
   slapo_trace_state *trace; /* traced: slapo_call emits its stored graph */
@@ -419,6 +420,88 @@ size_t slapo_runner_peak_nbytes(const slapo_runner *r);
 const slapo_plan *slapo_runner_plan(const slapo_runner *r);
 /* The graph of the most recent step, borrowed. */
 const slapo_graph *slapo_runner_graph(const slapo_runner *r);
+
+/* ------------------------------------------------------------------------ */
+/* Pipeline stages (module/pipeline.c)                                       */
+/* ------------------------------------------------------------------------ */
+
+/* One stage of a model cut by the schedule's `cut` lines, for pipeline
+ * parallelism: the step's forward (as slapo_step builds it) split after
+ * each cut module's last op, the stage's part copied with its module paths
+ * and attributes (dropout masks are the one-process masks) into a joint
+ * forward + backward graph of its own, planned once. Values an earlier
+ * stage computed and this one (or a later one) reads are received, in the
+ * forward's order, which every rank computes alike; what the next stage
+ * receives is sent. Its backward takes the gradients of what it sent and
+ * gives those of what it received. Micro-batches in flight each have a
+ * slot: an activation arena (the plan's own for slot 0) and buffers for
+ * what the slot receives. The parameters the stage reads get their
+ * gradients accumulated into their grads (the SLAPO_ACC_* flags of
+ * slapo_train_accumulate). Method: GPipe (Huang et al. 2019) and 1F1B
+ * (Narayanan et al. 2019, PipeDream-Flush) split a step this way. */
+typedef struct slapo_pp_stage slapo_pp_stage;
+
+/* 1 + the number of modules under root marked by `cut`. */
+int slapo_pp_stage_count(const slapo_module *root);
+
+/* Builds stage `stage` (0-based) of root for a TRAIN step over inputs
+ * shaped like in [n_in] (idx, targets), with n_slots micro-batches in
+ * flight at most. opts as slapo_runner_new's (debug allocation is off:
+ * slots need arenas). Root stays borrowed; *out owned
+ * (slapo_pp_stage_free). Errors: SLAPO_PRECOND naming the cut module (it
+ * emits no op of its own, its ops are not in sequence, two cuts end at
+ * one op, nothing runs after the last cut), SLAPO_INVALID_ARG (stage out
+ * of range, n_slots < 1, a loss that is not a scalar), those of building
+ * a step, NOMEM. */
+slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                int stage, int n_slots, const slapo_plan_opts *opts,
+                                slapo_pp_stage **out);
+void slapo_pp_stage_free(slapo_pp_stage *st); /* NULL is fine */
+
+int slapo_pp_stage_index(const slapo_pp_stage *st);
+int slapo_pp_stage_n_stages(const slapo_pp_stage *st);
+bool slapo_pp_stage_is_last(const slapo_pp_stage *st);
+/* Values received from the previous stage and sent to the next (0 on the
+ * first / last stage), and the parameters the stage reads (borrowed). */
+int slapo_pp_stage_n_recv(const slapo_pp_stage *st);
+int slapo_pp_stage_n_send(const slapo_pp_stage *st);
+int slapo_pp_stage_n_params(const slapo_pp_stage *st);
+slapo_parameter *slapo_pp_stage_param(const slapo_pp_stage *st, int i);
+/* The stage's graph and plan (printing, timing), borrowed. */
+const slapo_graph *slapo_pp_stage_graph(const slapo_pp_stage *st);
+const slapo_plan *slapo_pp_stage_plan(const slapo_pp_stage *st);
+
+/* Where slot's received value i goes (its dtype and shape), and where the
+ * gradient of sent value i goes (f32; NULL for a value that is not
+ * floating point: none is sent back). Fill them before the forward /
+ * backward of the micro-batch in that slot; borrowed; NULL out of range. */
+slapo_tensor *slapo_pp_stage_recv_buf(slapo_pp_stage *st, int slot, int i);
+slapo_tensor *slapo_pp_stage_grad_buf(slapo_pp_stage *st, int slot, int i);
+
+/* The forward of the micro-batch whose inputs are in [n_in] (each stage
+ * reads the ones it needs: idx on the first, targets on the last) in
+ * `slot`. Afterwards, until the next forward or backward of the stage,
+ * slapo_pp_stage_sent gives the values to send and slapo_pp_stage_loss
+ * the loss (last stage). Errors: SLAPO_INVALID_ARG (slot out of range,
+ * other inputs than built for, token ids out of range), those of
+ * slapo_plan_run_span. */
+slapo_status slapo_pp_stage_forward(slapo_pp_stage *st, int slot, int n_in,
+                                    const slapo_tensor *const *in, const slapo_kernel_env *env);
+/* The backward of the micro-batch in `slot`, after its forward and with
+ * its gradients received (grad_buf): the same inputs and env. The loss's
+ * gradient is seeded with loss_scale (last stage; slapo_step_scaled);
+ * `grads` (SLAPO_ACC_*) says how the parameters' gradients go into their
+ * grads. Afterwards slapo_pp_stage_recv_grad gives the gradients to send
+ * back. Errors: as slapo_pp_stage_forward. */
+slapo_status slapo_pp_stage_backward(slapo_pp_stage *st, int slot, int n_in,
+                                     const slapo_tensor *const *in, const slapo_kernel_env *env,
+                                     float loss_scale, unsigned grads);
+/* After a forward: the loss (last stage, else NULL), sent value i. After a
+ * backward: the gradient of received value i (NULL when not floating
+ * point). Borrowed, valid until the stage runs again. */
+const slapo_tensor *slapo_pp_stage_loss(const slapo_pp_stage *st);
+const slapo_tensor *slapo_pp_stage_sent(const slapo_pp_stage *st, int i);
+const slapo_tensor *slapo_pp_stage_recv_grad(const slapo_pp_stage *st, int i);
 
 /* ------------------------------------------------------------------------ */
 /* Decoding with a KV cache                                                  */

@@ -133,6 +133,11 @@ slapo_status slapo_annotate(slapo_sched *node, const char *param, const char *ke
  * checkpointed). */
 slapo_status slapo_checkpoint(slapo_sched *node, double ratio);
 
+/* Ends a pipeline stage after node's module (the `cut` primitive; `slapo
+ * help cut`). Errors: SLAPO_INVALID_ARG (the root), SLAPO_STATE (already
+ * cut there), NOMEM. */
+slapo_status slapo_cut(slapo_sched *node);
+
 /* autocast: node's GEMMs (and those below it, unless a descendant sets its
  * own) take bf16 operands ("bf16") or f32 ones ("f32"). Documented once in
  * the primitive's .doc (`slapo help autocast`). Errors: SLAPO_INVALID_ARG

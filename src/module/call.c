@@ -134,11 +134,15 @@ slapo_node *slapo_weight(slapo_ctx *ctx, slapo_module *self, const char *name) {
                    origin[0] ? origin : "(root)", self->type->name, name);
     return NULL;
   }
-  slapo__build_state *bs = slapo_ctx_user(ctx);
   if (!p->path) {
     slapo_ctx_fail(ctx, SLAPO_STATE, "%s.%s: parameter is not materialized", origin, name);
     return NULL;
   }
+  return slapo__param_node(ctx, p);
+}
+
+slapo_node *slapo__param_node(slapo_ctx *ctx, slapo_parameter *p) {
+  slapo__build_state *bs = slapo_ctx_user(ctx);
   if (bs) {
     slapo_node *n = slapo_map_get(bs->param_nodes, p->path);
     if (n) return n;

@@ -70,6 +70,18 @@ slapo_node *slapo__forward(slapo_ctx *ctx, slapo_module *m, int n_in, slapo_node
  * Call before the graph has an output node. Errors: NOMEM. */
 slapo_status slapo__prune_tuples(slapo_graph *g, int n_keep, slapo_node *const *keep,
                                  slapo__build_state *bs);
+/* The one param node of p (materialized, with its path) in ctx's graph,
+ * made on first use and recorded in the build state (call.c). */
+slapo_node *slapo__param_node(slapo_ctx *ctx, slapo_parameter *p);
+/* The root's forward over placeholders in0, in1, .. shaped like `in`
+ * (ins [n_in] receives them) into ctx's graph, with bs attached as the
+ * ctx's user; *y the value it returns, tuples pruned (step.c). Errors:
+ * the ctx's, SLAPO_STATE (no value), SLAPO_INVALID_ARG (a tuple). */
+slapo_status slapo__step_forward(slapo_module *root, slapo_ctx *ctx, slapo__build_state *bs,
+                                 int n_in, const slapo_tensor *const *in, slapo_node **ins,
+                                 slapo_node **y);
+/* Runs the step's rewrite rules on g to a fixpoint (step.c). */
+slapo_status slapo__step_rules(slapo_graph *g, bool training);
 /* slapo_call without the tracer's interception (call.c). */
 slapo_node *slapo__call_module(slapo_ctx *ctx, slapo_module *self, const char *name, int n_in,
                                slapo_node *const *in);

@@ -124,7 +124,7 @@ static slapo_status find_absent(slapo_module *root, built_step *b) {
 }
 
 /* Runs the step's rules on g to a fixpoint; logs what each rewrote. */
-static slapo_status run_step_rules(slapo_graph *g, bool training) {
+slapo_status slapo__step_rules(slapo_graph *g, bool training) {
   int n_rules, counts[16];
   const slapo_rewrite_rule *const *rules = slapo_rewrite_step_rules(&n_rules);
   SLAPO_ASSERT(n_rules <= (int)SLAPO_ARRAY_LEN(counts));
@@ -183,6 +183,28 @@ static slapo_status add_backward(slapo_runner *r, slapo_ctx *ctx, slapo__build_s
   return s;
 }
 
+slapo_status slapo__step_forward(slapo_module *root, slapo_ctx *ctx, slapo__build_state *bs,
+                                 int n_in, const slapo_tensor *const *in, slapo_node **ins,
+                                 slapo_node **y) {
+  *y = NULL;
+  slapo_ctx_set_user(ctx, bs);
+  for (int i = 0; i < n_in; i++) {
+    char name[16];
+    snprintf(name, sizeof name, "in%d", i);
+    ins[i] = slapo_input(ctx, name, in[i]->dtype, in[i]->ndim, in[i]->shape);
+  }
+  slapo_node *v = slapo_ctx_status(ctx) == SLAPO_OK ? slapo__forward(ctx, root, n_in, ins) : NULL;
+  SLAPO_TRY(slapo_ctx_status(ctx));
+  if (!v) return slapo_error(SLAPO_STATE, "step: the %s forward returned no value", root->type->name);
+  if (v->kind == SLAPO_NODE_TUPLE)
+    return slapo_error(SLAPO_INVALID_ARG, "step: the %s forward returned a tuple of %d values; a "
+                       "step's root returns one value (the loss in train mode, the logits in eval "
+                       "mode): return the item it needs", root->type->name, v->n_results);
+  SLAPO_TRY(slapo__prune_tuples(slapo_ctx_graph(ctx), 1, &v, bs));
+  *y = v;
+  return SLAPO_OK;
+}
+
 /* Builds the step graph and plans it. With `estimate` non-NULL only the
  * planned activation peak is computed, into *estimate (nothing allocated,
  * parameters may be meta; b is cleared afterwards). */
@@ -205,29 +227,8 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
   if (s == SLAPO_OK) s = slapo_map_new(&bs.param_nodes);
   if (s == SLAPO_OK) s = slapo_map_new(&bs.param_objs);
   if (s != SLAPO_OK) goto done;
-  slapo_ctx_set_user(ctx, &bs);
-
-  slapo_node *ins[SLAPO_STEP_MAX_INPUTS];
-  for (int i = 0; i < n_in; i++) {
-    char name[16];
-    snprintf(name, sizeof name, "in%d", i);
-    ins[i] = slapo_input(ctx, name, in[i]->dtype, in[i]->ndim, in[i]->shape);
-  }
-  slapo_node *y = slapo_ctx_status(ctx) == SLAPO_OK
-                      ? slapo__forward(ctx, r->root, n_in, ins)
-                      : NULL;
-  if ((s = slapo_ctx_status(ctx)) != SLAPO_OK) goto done;
-  if (!y) {
-    s = slapo_error(SLAPO_STATE, "step: the %s forward returned no value", r->root->type->name);
-    goto done;
-  }
-  if (y->kind == SLAPO_NODE_TUPLE) {
-    s = slapo_error(SLAPO_INVALID_ARG, "step: the %s forward returned a tuple of %d values; a "
-                    "step's root returns one value (the loss in train mode, the logits in eval "
-                    "mode): return the item it needs", r->root->type->name, y->n_results);
-    goto done;
-  }
-  if ((s = slapo__prune_tuples(b->g, 1, &y, &bs)) != SLAPO_OK) goto done;
+  slapo_node *ins[SLAPO_STEP_MAX_INPUTS], *y;
+  if ((s = slapo__step_forward(r->root, ctx, &bs, n_in, in, ins, &y)) != SLAPO_OK) goto done;
   slapo__index_bounds(r->root, n_in, ins, b->bounds);
   int n = (int)slapo_map_count(bs.param_nodes);
   if (mode == SLAPO_STEP_TRAIN) s = add_backward(r, ctx, &bs, y, b);
@@ -236,7 +237,7 @@ static slapo_status build(slapo_runner *r, int n_in, const slapo_tensor *const *
    * gradients joined with one concat, an embedding's gradient scattered
    * into its tied weight's, residual adds folded into the norm backwards,
    * identity dropouts removed. */
-  if (s == SLAPO_OK) s = run_step_rules(b->g, mode == SLAPO_STEP_TRAIN);
+  if (s == SLAPO_OK) s = slapo__step_rules(b->g, mode == SLAPO_STEP_TRAIN);
   if (s != SLAPO_OK) goto done;
   slapo_logf(1, "step: built %s graph with %d nodes, %d parameters",
              mode == SLAPO_STEP_TRAIN ? "train" : "eval", slapo_graph_count(b->g), n);
