@@ -25,6 +25,7 @@ typedef enum slapo_group {
   SLAPO_GROUP_WORLD = 0, /* every rank                                      */
   SLAPO_GROUP_TP = 1,    /* the ranks sharing one model replica (--tp K)    */
   SLAPO_GROUP_DP = 2,    /* the ranks holding the same shard of the replicas */
+  SLAPO_GROUP_PP = 3,    /* the stages of one pipeline (--pp K), in order    */
   SLAPO_GROUP_COUNT
 } slapo_group;
 
@@ -43,6 +44,16 @@ typedef enum slapo_group {
  * data parallelism on one node it maps a 32 MiB shared-memory window a
  * rank for the gradient all-reduce (slapo_dist_all_reduce_tensors). */
 slapo_status slapo_dist_init(int tp);
+/* slapo_dist_init with pipeline parallelism: N = pp x dp x tp, ranks
+ * r = s * (dp * tp) + d * tp + t hold stage s (the pipeline group of (d,
+ * t), where s is the rank), so a pipeline's stages are the furthest apart
+ * (across nodes, as Megatron-LM orders them) and tensor-parallel
+ * neighbours stay adjacent. pp 0: 1, or the pp already formed (so
+ * slapo_dist_init(tp) after slapo_dist_init_pp(tp, pp) is a no-op).
+ * Errors: those of slapo_dist_init, SLAPO_INVALID_ARG (pp < 0, tp x pp
+ * not dividing the world size: names them; pp > 1 without a launcher),
+ * SLAPO_STATE (formed already with another pp). */
+slapo_status slapo_dist_init_pp(int tp, int pp);
 /* Ends MPI if slapo_dist_init started it (MPI_Finalize, skipped after a
  * collective timed out); groups are back to one rank. Safe to call when
  * not initialized. */
@@ -110,6 +121,19 @@ slapo_status slapo_dist_max_f64(slapo_group g, double *buf, int64_t n);
  * (local is not the local shape), NOMEM, those of MPI. */
 slapo_status slapo_dist_gather_shards(slapo_group g, const slapo_shard *s,
                                       const slapo_tensor *local, slapo_tensor **full);
+/* Point-to-point between the stages of a pipeline (SLAPO_GROUP_PP ranks):
+ * posts a nonblocking send of each of send [n_send] to rank `to` and a
+ * receive of each of recv [n_recv] from rank `from` (-1: none), then
+ * completes them all, under the communication timeout. Both directions
+ * are posted before either is waited for: two neighbours that each send
+ * first (1F1B's steady state) cannot deadlock, whatever Open MPI's eager
+ * limit. Message k of a call carries tag tag + k; a receiver's tensors
+ * must have the sender's byte counts. Tensors contiguous, at most 2 GiB
+ * each. One rank (no MPI): nothing to do. Errors: SLAPO_INVALID_ARG (a
+ * rank out of range, a strided or too large tensor), SLAPO_STATE (MPI
+ * failed; a size mismatch is MPI_ERR_TRUNCATE), SLAPO_COMM (timeout). */
+slapo_status slapo_dist_pp_exchange(int to, int n_send, const slapo_tensor *const *send,
+                                    int from, int n_recv, slapo_tensor *const *recv, int tag);
 /* out [size(g) * n] <- every rank's in [n] in rank order. */
 slapo_status slapo_dist_all_gather_f32(slapo_group g, const float *in, float *out, int64_t n);
 /* in [n] of root -> buf [n] of every rank (in place). */

@@ -466,6 +466,7 @@ bool slapo_pp_stage_is_last(const slapo_pp_stage *st);
 int slapo_pp_stage_n_recv(const slapo_pp_stage *st);
 int slapo_pp_stage_n_send(const slapo_pp_stage *st);
 int slapo_pp_stage_n_params(const slapo_pp_stage *st);
+int slapo_pp_stage_n_slots(const slapo_pp_stage *st); /* as built */
 slapo_parameter *slapo_pp_stage_param(const slapo_pp_stage *st, int i);
 /* The stage's graph and plan (printing, timing), borrowed. */
 const slapo_graph *slapo_pp_stage_graph(const slapo_pp_stage *st);

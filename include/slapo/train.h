@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "slapo/tokenizer.h"
+#include "slapo/dist.h"
 #include "slapo/models.h"
 
 #ifdef __cplusplus
@@ -238,6 +239,31 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
                                     const slapo_tensor *const *inputs,
                                     const slapo_kernel_env *envs, double *loss,
                                     int64_t *n_valid);
+
+/* slapo_train_accumulate for pipeline parallelism: runs this rank's
+ * stage (its index = the rank in SLAPO_GROUP_PP, whose size must be the
+ * stage count) through `sched`'s action list for n_micro micro-batches
+ * (slapo_pp_actions), moving activations and gradients with the
+ * neighbouring stages (slapo_dist_pp_exchange). Same inputs, envs,
+ * weighting and gradient flags as slapo_train_accumulate, so the loss
+ * (every rank gets it) and the gradients of the stage's parameters are
+ * bitwise what one process computes, except those of parameters several
+ * stages hold: sum them with slapo_pp_sum_tied_grads. Gradients of the
+ * parameters other stages hold are left alone. st needs 1F1B's
+ * min(p - s, n_micro) slots or GPipe's n_micro. Errors: SLAPO_INVALID_ARG
+ * (the pipeline group does not match the stage, too few slots, targets),
+ * those of the stage's runs and of MPI (SLAPO_COMM on a timeout). */
+slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sched, int n_micro,
+                                       const slapo_tensor *const *inputs,
+                                       const slapo_kernel_env *envs, double *loss,
+                                       int64_t *n_valid);
+/* Sums the gradient of every parameter of `model` that more than one
+ * stage holds (GPT-2's tied wte / lm_head on the first and last stages)
+ * over the pipeline group, after slapo_pp_train_accumulate: each holder
+ * then has the whole gradient (within rounding of one process's, which
+ * sums in another order). Every rank of the group calls it; *n_tied (may
+ * be NULL) counts such parameters. Errors: NOMEM, those of MPI. */
+slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied);
 
 /* The global L2 norm of the gradients slapo_train_accumulate just left in
  * the parameters' grads (as slapo_clip_grad_norm(model, 0) measures it,

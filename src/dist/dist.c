@@ -14,10 +14,10 @@
 static struct {
   bool inited;   /* groups formed                               */
   bool mpi;      /* MPI started by us                           */
-  int tp;        /* the tp the groups were formed with          */
+  int tp, pp;    /* the tp and pp the groups were formed with   */
   int size[SLAPO_GROUP_COUNT], rank[SLAPO_GROUP_COUNT];
   MPI_Comm comm[SLAPO_GROUP_COUNT];
-} g_dist = {.size = {1, 1, 1}};
+} g_dist = {.size = {1, 1, 1, 1}};
 
 /* The communication timeout: set by slapo_dist_set_timeout (kept across
  * finalize), else $SLAPO_COMM_TIMEOUT, else the default. `stalled` holds
@@ -109,18 +109,26 @@ static slapo_status start_mpi(void) {
   return SLAPO_OK;
 }
 
-static slapo_status form_groups(int tp) {
+static slapo_status form_groups(int tp, int pp) {
   int world, rank;
   MPI_Comm_size(MPI_COMM_WORLD, &world);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (world % tp)
-    return slapo_error(SLAPO_INVALID_ARG, "--tp %d does not divide the world size %d (mpirun "
-                       "-np N needs N = tp x dp)", tp, world);
+  if (world % (tp * pp)) {
+    if (pp == 1)
+      return slapo_error(SLAPO_INVALID_ARG, "--tp %d does not divide the world size %d (mpirun "
+                         "-np N needs N = tp x dp)", tp, world);
+    return slapo_error(SLAPO_INVALID_ARG, "--pp %d x --tp %d = %d does not divide the world "
+                       "size %d (mpirun -np N needs N = pp x dp x tp)", pp, tp, pp * tp, world);
+  }
+  int block = world / pp; /* dp x tp: the ranks of one stage */
+  int s = rank / block, d = (rank % block) / tp, t = rank % tp;
   g_dist.comm[SLAPO_GROUP_WORLD] = MPI_COMM_WORLD;
-  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, rank / tp, rank % tp, &g_dist.comm[SLAPO_GROUP_TP]),
+  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, rank / tp, t, &g_dist.comm[SLAPO_GROUP_TP]),
           "MPI_Comm_split (tensor-parallel groups)");
-  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, rank % tp, rank / tp, &g_dist.comm[SLAPO_GROUP_DP]),
+  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, s * tp + t, d, &g_dist.comm[SLAPO_GROUP_DP]),
           "MPI_Comm_split (data-parallel groups)");
+  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, rank % block, s, &g_dist.comm[SLAPO_GROUP_PP]),
+          "MPI_Comm_split (pipeline groups)");
   for (int i = 0; i < SLAPO_GROUP_COUNT; i++) {
     MPI_Comm_set_errhandler(g_dist.comm[i], MPI_ERRORS_RETURN);
     MPI_Comm_size(g_dist.comm[i], &g_dist.size[i]);
@@ -129,29 +137,39 @@ static slapo_status form_groups(int tp) {
   return SLAPO_OK;
 }
 
-slapo_status slapo_dist_init(int tp) {
+slapo_status slapo_dist_init(int tp) { return slapo_dist_init_pp(tp, 0); }
+
+slapo_status slapo_dist_init_pp(int tp, int pp) {
   if (tp < 0) return slapo_error(SLAPO_INVALID_ARG, "--tp must be at least 1, got %d", tp);
+  if (pp < 0) return slapo_error(SLAPO_INVALID_ARG, "--pp must be at least 1, got %d", pp);
   if (g_dist.inited) {
-    if (tp == g_dist.tp || tp == 0) return SLAPO_OK;
-    return slapo_error(SLAPO_STATE, "distributed groups already formed with tp %d (asked: %d)",
-                       g_dist.tp, tp);
+    if ((tp == g_dist.tp || tp == 0) && (pp == g_dist.pp || pp == 0)) return SLAPO_OK;
+    return slapo_error(SLAPO_STATE, "distributed groups already formed with tp %d, pp %d "
+                       "(asked: tp %d, pp %d)", g_dist.tp, g_dist.pp, tp, pp);
   }
+  if (pp == 0) pp = 1;
   SLAPO_TRY(slapo_dist_register_ops());
   SLAPO_TRY(timeout_from_env());
   if (!launched()) {
-    if (tp > 1)
-      return slapo_error(SLAPO_INVALID_ARG, "--tp %d needs %d processes; this is one process "
-                         "(start it with mpirun -np %d)", tp, tp, tp);
-    g_dist.tp = 1;
+    if (tp > 1 || pp > 1)
+      return slapo_error(SLAPO_INVALID_ARG, "--%s %d needs %d processes; this is one process "
+                         "(start it with mpirun -np %d)", tp > 1 ? "tp" : "pp",
+                         tp > 1 ? tp : pp, tp > 1 ? tp : pp, tp > 1 ? tp : pp);
+    g_dist.tp = g_dist.pp = 1;
     g_dist.inited = true;
     return SLAPO_OK;
   }
   SLAPO_TRY(start_mpi());
-  if (tp == 0) MPI_Comm_size(MPI_COMM_WORLD, &tp);
-  slapo_status s = form_groups(tp);
+  if (tp == 0) {
+    MPI_Comm_size(MPI_COMM_WORLD, &tp);
+    tp /= pp;
+    if (tp < 1) tp = 1;
+  }
+  slapo_status s = form_groups(tp, pp);
   if (s == SLAPO_OK) s = shm_setup();
   if (s != SLAPO_OK) return s;
   g_dist.tp = tp;
+  g_dist.pp = pp;
   g_dist.inited = true;
   return SLAPO_OK;
 }
@@ -175,9 +193,14 @@ int slapo_dist_size(slapo_group g) { return g < SLAPO_GROUP_COUNT ? g_dist.size[
 int slapo_dist_rank(slapo_group g) { return g < SLAPO_GROUP_COUNT ? g_dist.rank[g] : 0; }
 
 void slapo_dist_describe(char *buf, size_t cap) {
-  snprintf(buf, cap, "world %d = tp %d x dp %d; rank %d: tp rank %d, dp rank %d",
-           g_dist.size[0], g_dist.size[1], g_dist.size[2], g_dist.rank[0], g_dist.rank[1],
-           g_dist.rank[2]);
+  if (g_dist.size[SLAPO_GROUP_PP] > 1)
+    snprintf(buf, cap, "world %d = pp %d x dp %d x tp %d; rank %d: stage %d, dp rank %d, tp "
+             "rank %d", g_dist.size[0], g_dist.size[3], g_dist.size[2], g_dist.size[1],
+             g_dist.rank[0], g_dist.rank[3], g_dist.rank[2], g_dist.rank[1]);
+  else
+    snprintf(buf, cap, "world %d = tp %d x dp %d; rank %d: tp rank %d, dp rank %d",
+             g_dist.size[0], g_dist.size[1], g_dist.size[2], g_dist.rank[0], g_dist.rank[1],
+             g_dist.rank[2]);
 }
 
 _Noreturn void slapo_dist_abort(int code) {
@@ -204,7 +227,10 @@ MPI_Comm slapo__dist_comm(int g) {
 /* ---- waiting with a deadline ---- */
 
 static const char *group_name(int g) {
-  return g == SLAPO_GROUP_TP ? "tensor-parallel" : g == SLAPO_GROUP_DP ? "data-parallel" : "world";
+  return g == SLAPO_GROUP_TP   ? "tensor-parallel"
+         : g == SLAPO_GROUP_DP ? "data-parallel"
+         : g == SLAPO_GROUP_PP ? "pipeline"
+                               : "world";
 }
 
 /* ", "-separated world ranks of group g other than this one (the ranks a
@@ -278,6 +304,61 @@ slapo_status slapo__dist_wait(int rc, MPI_Request *req, int g, const char *what)
     nanosleep(&ts, NULL);
     sleep_ns = sleep_ns * 2 > SLEEP_MAX_NS ? SLEEP_MAX_NS : sleep_ns * 2;
   }
+}
+
+/* ---- point-to-point between pipeline stages ---- */
+
+static slapo_status p2p_check(const slapo_tensor *t, const char *dir, int k) {
+  if (!t || !t->storage || !slapo_tensor_is_contiguous(t))
+    return slapo_error(SLAPO_INVALID_ARG, "pp_exchange: %s tensor %d is NULL, meta or strided",
+                       dir, k);
+  if (slapo_tensor_nbytes(t) > (size_t)INT32_MAX)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_exchange: %s tensor %d holds %zu bytes (at most "
+                       "2 GiB a message)", dir, k, slapo_tensor_nbytes(t));
+  return SLAPO_OK;
+}
+
+slapo_status slapo_dist_pp_exchange(int to, int n_send, const slapo_tensor *const *send,
+                                    int from, int n_recv, slapo_tensor *const *recv, int tag) {
+  int n = slapo_dist_size(SLAPO_GROUP_PP);
+  if ((to >= 0 && n_send > 0 && to >= n) || (from >= 0 && n_recv > 0 && from >= n) || to < -1 ||
+      from < -1)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_exchange: ranks %d, %d in a pipeline of %d", to,
+                       from, n);
+  if (to < 0) n_send = 0;
+  if (from < 0) n_recv = 0;
+  for (int k = 0; k < n_send; k++) SLAPO_TRY(p2p_check(send[k], "send", k));
+  for (int k = 0; k < n_recv; k++) SLAPO_TRY(p2p_check(recv[k], "receive", k));
+  MPI_Comm c = slapo__dist_comm(SLAPO_GROUP_PP);
+  if (c == MPI_COMM_NULL || n_send + n_recv == 0) return SLAPO_OK;
+  SLAPO_TRY(slapo__dist_usable());
+  MPI_Request *req = slapo_calloc((size_t)(n_send + n_recv), sizeof *req);
+  if (!req) return slapo_error(SLAPO_NOMEM, "pp_exchange: out of memory");
+  slapo_status s = SLAPO_OK;
+  int posted = 0, recvs = 0;
+  /* Receives first: a message that arrives finds its buffer. */
+  for (int k = 0; k < n_recv && s == SLAPO_OK; k++) {
+    int rc = MPI_Irecv(slapo_tensor_data(recv[k]), (int)slapo_tensor_nbytes(recv[k]), MPI_BYTE,
+                       from, tag + k, c, &req[posted]);
+    if (rc != MPI_SUCCESS) s = mpi_error(rc, "MPI_Irecv (pipeline)");
+    else posted++, recvs++;
+  }
+  for (int k = 0; k < n_send && s == SLAPO_OK; k++) {
+    int rc = MPI_Isend(slapo_tensor_data(send[k]), (int)slapo_tensor_nbytes(send[k]), MPI_BYTE,
+                       to, tag + k, c, &req[posted]);
+    if (rc != MPI_SUCCESS) s = mpi_error(rc, "MPI_Isend (pipeline)");
+    else posted++;
+  }
+  /* Wait for every posted request, even after a failure: MPI may still
+   * write into the buffers of a pending receive. */
+  for (int k = 0; k < posted; k++) {
+    slapo_status w = slapo__dist_wait(MPI_SUCCESS, &req[k], SLAPO_GROUP_PP,
+                                      k < recvs ? "MPI_Irecv (pipeline)" : "MPI_Isend (pipeline)");
+    if (w != SLAPO_OK && s == SLAPO_OK) s = w;
+    if (w == SLAPO_COMM) break; /* the request stays pending; the runtime is unusable */
+  }
+  slapo_free(req);
+  return s;
 }
 
 /* ---- host-side collectives ---- */

@@ -530,6 +530,7 @@ bool slapo_pp_stage_is_last(const slapo_pp_stage *st) { return st->stage == st->
 int slapo_pp_stage_n_recv(const slapo_pp_stage *st) { return st->n_recv; }
 int slapo_pp_stage_n_send(const slapo_pp_stage *st) { return st->n_send; }
 int slapo_pp_stage_n_params(const slapo_pp_stage *st) { return st->n_params; }
+int slapo_pp_stage_n_slots(const slapo_pp_stage *st) { return st->n_slots; }
 slapo_parameter *slapo_pp_stage_param(const slapo_pp_stage *st, int i) {
   return i >= 0 && i < st->n_params ? st->params[i] : NULL;
 }

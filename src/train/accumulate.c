@@ -13,6 +13,7 @@
 #include "core/assert.h"
 #include "slapo/dist.h"
 #include "slapo/train.h"
+#include "train/internal.h"
 
 /* Targets of a micro-batch that are not SLAPO_IGNORE_INDEX. */
 static int64_t valid_targets(const slapo_tensor *t) {
@@ -27,12 +28,8 @@ static int64_t valid_targets(const slapo_tensor *t) {
   return k;
 }
 
-slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
-                                    const slapo_tensor *const *inputs,
-                                    const slapo_kernel_env *envs, double *loss,
-                                    int64_t *n_valid) {
-  *loss = 0;
-  if (n_valid) *n_valid = 0;
+slapo_status slapo__micro_weights(int n_micro, const slapo_tensor *const *inputs, double *w,
+                                  int64_t *n_valid) {
   if (n_micro < 1)
     return slapo_error(SLAPO_INVALID_ARG, "train_accumulate: %d micro-batches (need >= 1)",
                        n_micro);
@@ -47,22 +44,37 @@ slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
   }
   double global = (double)total; /* over every data-parallel rank */
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &global, 1));
+  /* With no valid target anywhere the loss and every gradient are 0, as
+   * cross-entropy's mean over nothing is. */
+  for (int m = 0; m < n_micro; m++)
+    w[m] = global > 0 ? (double)valid_targets(inputs[2 * m + 1]) / global : 0.0;
+  if (n_valid) *n_valid = (int64_t)global;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_train_accumulate(slapo_runner *r, int n_micro,
+                                    const slapo_tensor *const *inputs,
+                                    const slapo_kernel_env *envs, double *loss,
+                                    int64_t *n_valid) {
+  *loss = 0;
+  if (n_valid) *n_valid = 0;
+  double *w = slapo_calloc(n_micro > 0 ? (size_t)n_micro : 1, sizeof *w);
+  if (!w) return slapo_error(SLAPO_NOMEM, "train_accumulate: out of memory");
+  slapo_status s = slapo__micro_weights(n_micro, inputs, w, n_valid);
   double sum = 0;
-  for (int m = 0; m < n_micro; m++) {
-    /* With no valid target anywhere the loss and every gradient are 0, as
-     * cross-entropy's mean over nothing is. */
-    double w = global > 0 ? (double)valid_targets(inputs[2 * m + 1]) / global : 0.0;
+  for (int m = 0; s == SLAPO_OK && m < n_micro; m++) {
     const slapo_tensor *out;
     /* The first micro-batch writes the grads, the last measures them. */
     unsigned grads = (m == 0 ? SLAPO_ACC_WRITE : SLAPO_ACC_ADD) |
                      (m == n_micro - 1 ? SLAPO_ACC_MEASURE : 0);
-    SLAPO_TRY(slapo_step_grads(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w, grads,
-                               &out));
-    sum += w * (double)*(const float *)slapo_tensor_data(out);
+    s = slapo_step_grads(r, 2, inputs + 2 * m, SLAPO_STEP_TRAIN, &envs[m], (float)w[m], grads,
+                         &out);
+    if (s == SLAPO_OK) sum += w[m] * (double)*(const float *)slapo_tensor_data(out);
   }
+  slapo_free(w);
+  SLAPO_TRY(s);
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1));
   *loss = sum;
-  if (n_valid) *n_valid = (int64_t)global;
   return SLAPO_OK;
 }
 

@@ -8,6 +8,14 @@
 
 #include "slapo/train.h"
 
+/* Micro-batch i's weight w[i] = n_i / N in a step's loss (accumulate.c:
+ * n_i its valid targets, N theirs over every micro-batch of every
+ * data-parallel rank, one all-reduce); *n_valid (may be NULL) = N.
+ * inputs [2 * n_micro] as slapo_train_accumulate's. Errors:
+ * SLAPO_INVALID_ARG (n_micro < 1, targets), those of the all-reduce. */
+slapo_status slapo__micro_weights(int n_micro, const slapo_tensor *const *inputs, double *w,
+                                  int64_t *n_valid);
+
 /* Longest checkpoint path slapo handles, with room for the tags it adds. */
 enum { SLAPO__CKPT_PATH = 4200 };
 

@@ -1,0 +1,265 @@
+/* train/pipeline.c - one optimizer step's micro-batches through this
+ * rank's pipeline stage (slapo_pp_train_accumulate): the stage's action
+ * list (slapo_pp_actions, the same on every rank) executed in order, with
+ * the activations and their gradients moved between neighbouring stages
+ * by slapo_dist_pp_exchange; and the gradients of parameters several
+ * stages hold (the tied embedding) summed over the pipeline
+ * (slapo_pp_sum_tied_grads), as Megatron-LM sums its embedding group's.
+ * Micro-batches are weighted by valid tokens as in slapo_train_accumulate
+ * (accumulate.c), and the backwards run in micro-batch order, so the
+ * gradients are bitwise those one process accumulates. Layer: train. */
+#include <string.h>
+
+#include "core/assert.h"
+#include "slapo/dist.h"
+#include "train/internal.h"
+
+/* Between two neighbours activations only go up and gradients only come
+ * down, so (source, tag 0) and MPI's in-order delivery identify every
+ * message. */
+enum { TAG = 0 };
+
+typedef struct engine {
+  slapo_pp_stage *st;
+  int stage, p, k;          /* k slots */
+  int *slot_mb;             /* [k]: the micro-batch a slot holds, -1 */
+  int last_fwd, last_bwd;   /* the micro-batch whose outputs are readable */
+  const slapo_tensor **vals; /* scratch: values to send / buffers */
+  slapo_tensor **bufs;
+} engine;
+
+static int slot_of(const engine *e, int mb) { return mb % e->k; }
+
+/* Claims mb's slot for its activations; it must be free (the schedule's
+ * stash bound, which the slot count covers). */
+static slapo_status claim(engine *e, int mb) {
+  int s = slot_of(e, mb);
+  if (e->slot_mb[s] == mb) return SLAPO_OK;
+  if (e->slot_mb[s] >= 0)
+    return slapo_error(SLAPO_STATE, "pipeline: stage %d: micro-batch %d's slot %d still holds "
+                       "micro-batch %d (%d slots)", e->stage, mb, s, e->slot_mb[s], e->k);
+  e->slot_mb[s] = mb;
+  return SLAPO_OK;
+}
+
+/* The values mb's forward left to send (it must be the last forward). */
+static slapo_status sent(engine *e, int mb, int *n) {
+  if (e->last_fwd != mb)
+    return slapo_error(SLAPO_STATE, "pipeline: stage %d sends micro-batch %d's activations "
+                       "after another step ran", e->stage, mb);
+  *n = slapo_pp_stage_n_send(e->st);
+  for (int i = 0; i < *n; i++) e->vals[i] = slapo_pp_stage_sent(e->st, i);
+  return SLAPO_OK;
+}
+
+/* The gradients mb's backward left for the previous stage (float values). */
+static slapo_status back_grads(engine *e, int mb, int *n) {
+  if (e->last_bwd != mb)
+    return slapo_error(SLAPO_STATE, "pipeline: stage %d sends micro-batch %d's gradients after "
+                       "another step ran", e->stage, mb);
+  *n = 0;
+  for (int i = 0; i < slapo_pp_stage_n_recv(e->st); i++) {
+    const slapo_tensor *g = slapo_pp_stage_recv_grad(e->st, i);
+    if (g) e->vals[(*n)++] = g;
+  }
+  return SLAPO_OK;
+}
+
+/* Where mb's activations (act) or output gradients land, in its slot;
+ * vals [n] after the send values (bufs is separate scratch). */
+static slapo_status landing(engine *e, int mb, bool act, int *n) {
+  int s = slot_of(e, mb);
+  *n = 0;
+  if (act) {
+    SLAPO_TRY(claim(e, mb));
+    for (int i = 0; i < slapo_pp_stage_n_recv(e->st); i++)
+      e->bufs[(*n)++] = slapo_pp_stage_recv_buf(e->st, s, i);
+  } else {
+    if (e->slot_mb[s] != mb)
+      return slapo_error(SLAPO_STATE, "pipeline: stage %d receives micro-batch %d's gradients "
+                         "before its forward", e->stage, mb);
+    for (int i = 0; i < slapo_pp_stage_n_send(e->st); i++) {
+      slapo_tensor *g = slapo_pp_stage_grad_buf(e->st, s, i);
+      if (g) e->bufs[(*n)++] = g;
+    }
+  }
+  return SLAPO_OK;
+}
+
+static slapo_status transfer(engine *e, const slapo_pp_action *a) {
+  int ns = 0, nr = 0, up = e->stage + 1, down = e->stage - 1;
+  switch (a->kind) {
+  case SLAPO_PP_SEND_ACT:
+    SLAPO_TRY(sent(e, a->mb, &ns));
+    return slapo_dist_pp_exchange(up, ns, e->vals, -1, 0, NULL, TAG);
+  case SLAPO_PP_RECV_ACT:
+    SLAPO_TRY(landing(e, a->mb, true, &nr));
+    return slapo_dist_pp_exchange(-1, 0, NULL, down, nr, e->bufs, TAG);
+  case SLAPO_PP_SEND_GRAD:
+    SLAPO_TRY(back_grads(e, a->mb, &ns));
+    return slapo_dist_pp_exchange(down, ns, e->vals, -1, 0, NULL, TAG);
+  case SLAPO_PP_RECV_GRAD:
+    SLAPO_TRY(landing(e, a->mb, false, &nr));
+    return slapo_dist_pp_exchange(-1, 0, NULL, up, nr, e->bufs, TAG);
+  case SLAPO_PP_SEND_ACT_RECV_GRAD:
+    SLAPO_TRY(sent(e, a->mb, &ns));
+    SLAPO_TRY(landing(e, a->mb2, false, &nr));
+    return slapo_dist_pp_exchange(up, ns, e->vals, up, nr, e->bufs, TAG);
+  case SLAPO_PP_SEND_GRAD_RECV_ACT:
+    SLAPO_TRY(back_grads(e, a->mb, &ns));
+    SLAPO_TRY(landing(e, a->mb2, true, &nr));
+    return slapo_dist_pp_exchange(down, ns, e->vals, down, nr, e->bufs, TAG);
+  default:
+    return slapo_error(SLAPO_STATE, "pipeline: action %d is not a transfer", (int)a->kind);
+  }
+}
+
+static slapo_status run_actions(engine *e, const slapo_pp_action *acts, int n_acts, int n_micro,
+                                const slapo_tensor *const *inputs, const slapo_kernel_env *envs,
+                                const double *w, double *sum) {
+  for (int i = 0; i < n_acts; i++) {
+    const slapo_pp_action *a = &acts[i];
+    const slapo_tensor *const *in = inputs + 2 * a->mb;
+    SLAPO_ASSERT(a->mb >= 0 && a->mb < n_micro);
+    if (a->kind == SLAPO_PP_FWD) {
+      if (e->stage == 0) SLAPO_TRY(claim(e, a->mb));
+      else if (e->slot_mb[slot_of(e, a->mb)] != a->mb)
+        return slapo_error(SLAPO_STATE, "pipeline: stage %d runs micro-batch %d's forward "
+                           "before receiving it", e->stage, a->mb);
+      SLAPO_TRY(slapo_pp_stage_forward(e->st, slot_of(e, a->mb), 2, in, &envs[a->mb]));
+      e->last_fwd = a->mb, e->last_bwd = -1;
+      const slapo_tensor *l = slapo_pp_stage_loss(e->st);
+      if (l) *sum += w[a->mb] * (double)*(const float *)slapo_tensor_data(l);
+    } else if (a->kind == SLAPO_PP_BWD) {
+      unsigned grads = a->mb == 0 ? SLAPO_ACC_WRITE : SLAPO_ACC_ADD;
+      SLAPO_TRY(slapo_pp_stage_backward(e->st, slot_of(e, a->mb), 2, in, &envs[a->mb],
+                                        (float)w[a->mb], grads));
+      e->slot_mb[slot_of(e, a->mb)] = -1;
+      e->last_bwd = a->mb, e->last_fwd = -1;
+    } else {
+      SLAPO_TRY(transfer(e, a));
+    }
+  }
+  return SLAPO_OK;
+}
+
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sched, int n_micro,
+                                       const slapo_tensor *const *inputs,
+                                       const slapo_kernel_env *envs, double *loss,
+                                       int64_t *n_valid) {
+  *loss = 0;
+  if (n_valid) *n_valid = 0;
+  SLAPO_NEED(st, "pp_train_accumulate");
+  engine e = {.st = st, .stage = slapo_pp_stage_index(st), .p = slapo_pp_stage_n_stages(st),
+              .k = slapo_pp_stage_n_slots(st), .last_fwd = -1, .last_bwd = -1};
+  int group = slapo_dist_size(SLAPO_GROUP_PP), rank = slapo_dist_rank(SLAPO_GROUP_PP);
+  if (group != e.p || rank != e.stage)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: this rank is stage %d of a "
+                       "pipeline of %d ranks but holds stage %d of %d (the schedule's cut lines "
+                       "make %d stages; run with --pp %d)", rank, group, e.stage, e.p, e.p, e.p);
+  if (n_micro < 1)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: %d micro-batches", n_micro);
+  int need = sched == SLAPO_PP_GPIPE ? n_micro : (e.p - e.stage < n_micro ? e.p - e.stage : n_micro);
+  if (e.k < need)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: stage %d was built with %d slots; "
+                       "%s over %d micro-batches keeps up to %d in flight", e.stage, e.k,
+                       sched == SLAPO_PP_GPIPE ? "GPipe" : "1F1B", n_micro, need);
+  int cap = slapo_pp_max_actions(n_micro), n_acts = 0;
+  int width = max_int(slapo_pp_stage_n_send(st), slapo_pp_stage_n_recv(st)) + 1;
+  slapo_pp_action *acts = slapo_calloc((size_t)cap, sizeof *acts);
+  double *w = slapo_calloc((size_t)n_micro, sizeof *w);
+  e.slot_mb = slapo_calloc((size_t)e.k, sizeof *e.slot_mb);
+  e.vals = slapo_calloc((size_t)width, sizeof *e.vals);
+  e.bufs = slapo_calloc((size_t)width, sizeof *e.bufs);
+  slapo_status s = SLAPO_OK;
+  if (!acts || !w || !e.slot_mb || !e.vals || !e.bufs)
+    s = slapo_error(SLAPO_NOMEM, "pp_train_accumulate: out of memory");
+  for (int i = 0; s == SLAPO_OK && i < e.k; i++) e.slot_mb[i] = -1;
+  if (s == SLAPO_OK) s = slapo__micro_weights(n_micro, inputs, w, n_valid);
+  if (s == SLAPO_OK) s = slapo_pp_actions(sched, e.p, n_micro, e.stage, acts, cap, &n_acts);
+  double sum = 0;
+  if (s == SLAPO_OK) s = run_actions(&e, acts, n_acts, n_micro, inputs, envs, w, &sum);
+  slapo_free(acts);
+  slapo_free(w);
+  slapo_free(e.slot_mb);
+  slapo_free(e.vals);
+  slapo_free(e.bufs);
+  SLAPO_TRY(s);
+  /* The last stage has the loss; the others add zeros (exact). */
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_PP, &sum, 1));
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1));
+  *loss = sum;
+  return SLAPO_OK;
+}
+
+/* ---- tied parameters ---- */
+
+typedef struct tie_state {
+  const slapo_pp_stage *st;
+  int n, cap;
+  slapo_parameter **params;
+  bool nomem;
+} tie_state;
+
+static void note_param(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  tie_state *t = ud;
+  for (int i = 0; i < t->n; i++)
+    if (t->params[i] == p) return; /* a tied parameter is visited once per owner */
+  if (t->n == t->cap) {
+    int cap = t->cap ? 2 * t->cap : 64;
+    slapo_parameter **a = slapo_realloc(t->params, (size_t)cap * sizeof *a);
+    if (!a) {
+      t->nomem = true;
+      return;
+    }
+    t->params = a, t->cap = cap;
+  }
+  t->params[t->n++] = p;
+}
+
+static bool stage_holds(const slapo_pp_stage *st, const slapo_parameter *p) {
+  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
+    if (slapo_pp_stage_param(st, i) == p) return true;
+  return false;
+}
+
+slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied) {
+  if (n_tied) *n_tied = 0;
+  tie_state t = {.st = st};
+  SLAPO_TRY(slapo_module_visit_params(model, note_param, &t));
+  int p = slapo_dist_size(SLAPO_GROUP_PP);
+  uint8_t *mine = slapo_calloc((size_t)t.n + 1, 1);
+  uint8_t *all = slapo_calloc((size_t)t.n * (size_t)p + 1, 1);
+  slapo_status s = t.nomem || !mine || !all
+                       ? slapo_error(SLAPO_NOMEM, "pp_sum_tied_grads: out of memory")
+                       : SLAPO_OK;
+  for (int i = 0; s == SLAPO_OK && i < t.n; i++) mine[i] = stage_holds(st, t.params[i]);
+  /* Which stage holds what: every rank has the same parameter list, so
+   * fixed-size records. */
+  if (s == SLAPO_OK) s = slapo_dist_all_gather_bytes(SLAPO_GROUP_PP, mine, all, t.n);
+  for (int i = 0; s == SLAPO_OK && i < t.n; i++) {
+    int holders = 0;
+    for (int r = 0; r < p; r++) holders += all[(size_t)r * (size_t)t.n + (size_t)i];
+    if (holders < 2) continue;
+    if (n_tied) (*n_tied)++;
+    slapo_tensor *g = t.params[i]->grad;
+    int64_t n = slapo_tensor_numel(g);
+    /* Stages without it add zeros (exact): the whole pipeline group takes
+     * part, rather than a group per tie. */
+    if (mine[i]) {
+      s = slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, slapo_tensor_data(g), n);
+    } else {
+      float *z = slapo_calloc((size_t)n, sizeof *z);
+      s = z ? slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, z, n)
+            : slapo_error(SLAPO_NOMEM, "pp_sum_tied_grads: out of memory");
+      slapo_free(z);
+    }
+  }
+  slapo_free(mine);
+  slapo_free(all);
+  slapo_free(t.params);
+  return s;
+}

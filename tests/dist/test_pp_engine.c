@@ -1,0 +1,157 @@
+/* tests/dist/test_pp_engine.c - pipeline parallelism over MPI
+ * (slapo_pp_train_accumulate, slapo_pp_sum_tied_grads): a tiny GPT-2 cut
+ * after transformer.h.0 runs as one stage per rank (mpirun -np 2), four
+ * micro-batches a step, in 1F1B's order and in GPipe's. Every rank also
+ * computes one process's step (slapo_train_accumulate over the same
+ * micro-batches, same thread count) and checks: the loss bitwise, every
+ * gradient of a parameter its stage alone holds bitwise, the tied
+ * embedding's (on both stages) within 1e-6 and bitwise the same on both
+ * ranks. Errors that must fail on every rank alike, before any transfer:
+ * a rank holding another stage than its pipeline rank, too few slots.
+ * CTest runs it under mpirun -np 2 with a timeout. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include "primitives/prim_test.h"
+#include "slapo/primitives.h"
+#include "slapo/train.h"
+
+enum { M = 4 };
+
+static int P = 1, R = 0; /* pipeline size, this rank's stage */
+
+static slapo_tensor *g_in[M][2];
+static const slapo_tensor *g_flat[2 * M];
+static slapo_kernel_env g_envs[M];
+
+static void make_inputs(void) {
+  int64_t bt[2] = {PT_B, PT_T};
+  for (int m = 0; m < M; m++) {
+    for (int j = 0; j < 2; j++) {
+      OK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &g_in[m][j]));
+      int32_t *d = slapo_tensor_data(g_in[m][j]); /* [B, T] */
+      for (int64_t i = 0; i < PT_B * PT_T; i++)
+        d[i] = (int32_t)((i * 37 + j * 11 + m * 101 + 5) % k_tiny.vocab_size);
+    }
+    /* Some ignored targets: micro-batches weigh by their valid tokens. */
+    if (m == 1) ((int32_t *)slapo_tensor_data(g_in[m][1]))[3] = SLAPO_IGNORE_INDEX;
+    g_flat[2 * m] = g_in[m][0], g_flat[2 * m + 1] = g_in[m][1];
+    g_envs[m] = (slapo_kernel_env){.seed = 99, .step = (uint64_t)(40 + m), .training = true};
+  }
+}
+
+static slapo_sched *cut_model(void) {
+  slapo_sched *root = pt_sched_new(&k_tiny);
+  if (P > 1) OK(slapo_cut(pt_at(root, "transformer.h.0")));
+  return root;
+}
+
+static bool holds(const slapo_pp_stage *st, const slapo_parameter *p) {
+  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
+    if (!strcmp(slapo_pp_stage_param(st, i)->path, p->path)) return true;
+  return false;
+}
+
+static void check_schedule(slapo_pp_schedule sched) {
+  /* One process, on every rank. */
+  slapo_module *ref = pt_model(&k_tiny);
+  slapo_runner *run;
+  OK(slapo_runner_new(ref, NULL, &run));
+  double want;
+  OK(slapo_train_accumulate(run, M, g_flat, g_envs, &want, NULL));
+  slapo_runner_free(run);
+  pt_result r = {0};
+  OK(slapo_module_visit_params(ref, pt_take_grad, &r));
+
+  slapo_sched *root = cut_model();
+  slapo_module *m = slapo_sched_module(root);
+  slapo_pp_stage *st;
+  OK(slapo_pp_stage_new(m, 2, g_flat, R, M, NULL, &st));
+  double loss;
+  int64_t valid;
+  OK(slapo_pp_train_accumulate(st, sched, M, g_flat, g_envs, &loss, &valid));
+  assert_int_equal(valid, M * PT_B * PT_T - 1);
+  int tied;
+  OK(slapo_pp_sum_tied_grads(st, m, &tied));
+  assert_int_equal(tied, P > 1 ? 1 : 0);
+  assert_true(loss == want);
+  pt_result got = {0};
+  OK(slapo_module_visit_params(m, pt_take_grad, &got));
+  assert_int_equal(got.n, r.n);
+  int checked = 0;
+  for (int i = 0; i < r.n; i++) {
+    if (!holds(st, r.params[i])) continue;
+    checked++;
+    int64_t n = slapo_tensor_numel(r.grads[i]);
+    const float *a = slapo_tensor_data(got.grads[i]), *b = slapo_tensor_data(r.grads[i]);
+    if (P > 1 && !strcmp(r.paths[i], "transformer.wte.weight")) {
+      for (int64_t k = 0; k < n; k++) assert_float_equal(a[k], b[k], 1e-6);
+      /* Both holders have the same bits. */
+      float *other = slapo_calloc((size_t)n * (size_t)P, sizeof *other);
+      OK(slapo_dist_all_gather_f32(SLAPO_GROUP_PP, a, other, n));
+      assert_memory_equal(other, other + n, (size_t)n * sizeof(float));
+      slapo_free(other);
+    } else {
+      assert_memory_equal(a, b, (size_t)n * sizeof(float));
+    }
+  }
+  assert_true(checked > 0);
+  pt_result_free(&got);
+  pt_result_free(&r);
+  slapo_pp_stage_free(st);
+  pt_sched_free(root);
+  slapo_module_free(ref);
+}
+
+static void test_1f1b_matches_one_process(void **state) {
+  (void)state;
+  check_schedule(SLAPO_PP_1F1B);
+}
+
+static void test_gpipe_matches_one_process(void **state) {
+  (void)state;
+  check_schedule(SLAPO_PP_GPIPE);
+}
+
+static void test_errors_on_every_rank(void **state) {
+  (void)state;
+  if (P < 2) return;
+  slapo_sched *root = cut_model();
+  slapo_module *m = slapo_sched_module(root);
+  slapo_pp_stage *st;
+  double loss;
+  /* Each rank builds the other's stage. */
+  OK(slapo_pp_stage_new(m, 2, g_flat, P - 1 - R, M, NULL, &st));
+  expect_status(slapo_pp_train_accumulate(st, SLAPO_PP_1F1B, M, g_flat, g_envs, &loss, NULL),
+                SLAPO_INVALID_ARG, "but holds stage");
+  slapo_pp_stage_free(st);
+  /* One slot: GPipe keeps all four micro-batches in flight. */
+  OK(slapo_pp_stage_new(m, 2, g_flat, R, 1, NULL, &st));
+  expect_status(slapo_pp_train_accumulate(st, SLAPO_PP_GPIPE, M, g_flat, g_envs, &loss, NULL),
+                SLAPO_INVALID_ARG, "keeps up to 4 in flight");
+  slapo_pp_stage_free(st);
+  pt_sched_free(root);
+}
+
+int main(void) {
+  const char *n = getenv("OMPI_COMM_WORLD_SIZE");
+  P = n ? atoi(n) : 1;
+  if (slapo_dist_init_pp(1, P) != SLAPO_OK) {
+    fprintf(stderr, "%s\n", slapo_last_error());
+    return 1;
+  }
+  R = slapo_dist_rank(SLAPO_GROUP_PP);
+  make_inputs();
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_1f1b_matches_one_process),
+      cmocka_unit_test(test_gpipe_matches_one_process),
+      cmocka_unit_test(test_errors_on_every_rank),
+  };
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  for (int m = 0; m < M; m++) slapo_tensor_free(g_in[m][0]), slapo_tensor_free(g_in[m][1]);
+  slapo_dist_finalize();
+  return rc;
+}
