@@ -49,12 +49,6 @@ static slapo_sched *cut_model(void) {
   return root;
 }
 
-static bool holds(const slapo_pp_stage *st, const slapo_parameter *p) {
-  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
-    if (!strcmp(slapo_pp_stage_param(st, i)->path, p->path)) return true;
-  return false;
-}
-
 static void check_schedule(slapo_pp_schedule sched) {
   /* One process, on every rank. */
   slapo_module *ref = pt_model(&k_tiny);
@@ -83,7 +77,7 @@ static void check_schedule(slapo_pp_schedule sched) {
   assert_int_equal(got.n, r.n);
   int checked = 0;
   for (int i = 0; i < r.n; i++) {
-    if (!holds(st, r.params[i])) continue;
+    if (!pt_stage_holds(st, r.paths[i])) continue;
     checked++;
     int64_t n = slapo_tensor_numel(r.grads[i]);
     const float *a = slapo_tensor_data(got.grads[i]), *b = slapo_tensor_data(r.grads[i]);

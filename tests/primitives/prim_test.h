@@ -116,6 +116,13 @@ static inline void pt_run(slapo_module *m, slapo_tensor *const *in, pt_result *r
   OK(slapo_module_visit_params(m, pt_take_grad, r));
 }
 
+/* Whether pipeline stage st holds (reads) the parameter at `path`. */
+static inline bool pt_stage_holds(const slapo_pp_stage *st, const char *path) {
+  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
+    if (!strcmp(slapo_pp_stage_param(st, i)->path, path)) return true;
+  return false;
+}
+
 static inline void pt_result_free(pt_result *r) {
   slapo_tensor_free(r->logits);
   for (int i = 0; i < r->n; i++) slapo_free(r->paths[i]), slapo_tensor_free(r->grads[i]);

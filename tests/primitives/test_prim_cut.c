@@ -70,12 +70,6 @@ static slapo_parameter *param_of(slapo_module *m, const char *path) {
   return slapo_module_param(owner, dot + 1);
 }
 
-static bool holds(const slapo_pp_stage *st, const char *path) {
-  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
-    if (!strcmp(slapo_pp_stage_param(st, i)->path, path)) return true;
-  return false;
-}
-
 static void test_two_stages_match_one_process(void **state) {
   (void)state;
   slapo_tensor *in[M][2];
@@ -134,7 +128,7 @@ static void test_two_stages_match_one_process(void **state) {
   int tied = 0;
   for (int i = 0; i < r.n; i++) {
     const char *path = r.params[i]->path;
-    bool h0 = holds(s0, path), h1 = holds(s1, path);
+    bool h0 = pt_stage_holds(s0, path), h1 = pt_stage_holds(s1, path);
     assert_true(h0 || h1);
     const slapo_tensor *g0 = param_of(a.m, path)->grad, *g1 = param_of(b.m, path)->grad;
     int64_t n = slapo_tensor_numel(r.grads[i]);
