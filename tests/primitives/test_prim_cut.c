@@ -6,15 +6,21 @@
  * them copied as MPI would carry them. Against one process accumulating
  * the same micro-batches (slapo_train_accumulate): the loss and every
  * gradient of a parameter one stage holds are bitwise equal; the tied
- * embedding's, summed over the two stages, within 1e-6. Also the cut
- * primitive's errors and the stages' preconditions with their messages. */
+ * embedding's, summed over the two stages, within 1e-6; the same under
+ * schedules/gpt2.sched's lines (FlashAttention, flattened traces, cc
+ * fusions; one process ignores the cut line). Also the cut primitive's
+ * errors and the stages' preconditions with their messages (a module
+ * fused into its block's region, two cuts at one op, a stage out of
+ * range). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include "compiler/cache_fixture.h"
 #include "prim_test.h"
+#include "slapo/apply.h"
 #include "slapo/primitives.h"
 #include "slapo/train.h"
 
@@ -70,59 +76,62 @@ static slapo_parameter *param_of(slapo_module *m, const char *path) {
   return slapo_module_param(owner, dot + 1);
 }
 
-static void test_two_stages_match_one_process(void **state) {
-  (void)state;
-  slapo_tensor *in[M][2];
-  mb_inputs(in);
-  const slapo_tensor *flat[2 * M];
-  slapo_kernel_env envs[M];
-  for (int m = 0; m < M; m++) {
-    flat[2 * m] = in[m][0], flat[2 * m + 1] = in[m][1];
-    envs[m] = (slapo_kernel_env){.seed = 2024, .step = (uint64_t)(10 + m), .training = true};
-  }
-  /* One process. */
-  slapo_module *ref = pt_model(&k_tiny);
-  slapo_runner *run;
-  OK(slapo_runner_new(ref, NULL, &run));
-  double want_loss;
-  OK(slapo_train_accumulate(run, M, flat, envs, &want_loss, NULL));
-  slapo_runner_free(run);
+static slapo_tensor *g_in[M][2];
+static const slapo_tensor *g_flat[2 * M];
+static slapo_kernel_env g_envs[M];
 
-  /* Two stages, each on its own copy of the model. */
-  const char *cuts[] = {"transformer.h.0"};
-  pp_model a = cut_model(cuts, 1), b = cut_model(cuts, 1);
-  assert_int_equal(slapo_pp_stage_count(a.m), 2);
-  slapo_pp_stage *s0, *s1;
-  OK(slapo_pp_stage_new(a.m, 2, flat, 0, 2, NULL, &s0));
-  OK(slapo_pp_stage_new(b.m, 2, flat, 1, 1, NULL, &s1));
-  assert_false(slapo_pp_stage_is_last(s0));
-  assert_true(slapo_pp_stage_is_last(s1));
-  assert_int_equal(slapo_pp_stage_n_recv(s0), 0);
-  assert_int_equal(slapo_pp_stage_n_send(s1), 0);
-  assert_true(slapo_pp_stage_n_send(s0) >= 1);
+static int inputs_setup(void **state) {
+  mb_inputs(g_in);
+  for (int m = 0; m < M; m++) {
+    g_flat[2 * m] = g_in[m][0], g_flat[2 * m + 1] = g_in[m][1];
+    g_envs[m] = (slapo_kernel_env){.seed = 2024, .step = (uint64_t)(10 + m), .training = true};
+  }
+  return cache_setup(state);
+}
+
+static int inputs_teardown(void **state) {
+  for (int m = 0; m < M; m++) slapo_tensor_free(g_in[m][0]), slapo_tensor_free(g_in[m][1]);
+  return cache_teardown(state);
+}
+
+/* One process's step over the micro-batches: its loss; grads in m. */
+static double one_process(slapo_module *m) {
+  slapo_runner *run;
+  OK(slapo_runner_new(m, NULL, &run));
+  double loss;
+  OK(slapo_train_accumulate(run, M, g_flat, g_envs, &loss, NULL));
+  slapo_runner_free(run);
+  return loss;
+}
+
+/* 1F1B, p = 2, m = 3: stage 0 runs F0 F1 B0 F2 B1 B2, stage 1 F0 B0 F1 B1
+ * F2 B2; what a stage sent is read before it runs again. The loss. */
+static double run_1f1b(slapo_pp_stage *s0, slapo_pp_stage *s1) {
   double wd = (double)(PT_B * PT_T) / (double)(M * PT_B * PT_T); /* n_i / N, all valid */
   float w = (float)wd;
   double loss = 0;
-  /* 1F1B, p = 2, m = 3: stage 0 runs F0 F1 B0 F2 B1 B2, stage 1 F0 B0 F1
-   * B1 F2 B2; what a stage sent is read before it runs again. */
-  OK(slapo_pp_stage_forward(s0, 0, 2, flat, &envs[0]));
+  OK(slapo_pp_stage_forward(s0, 0, 2, g_flat, &g_envs[0]));
   send_act(s0, s1);
   for (int m = 0; m < M; m++) {
     unsigned g = m == 0 ? SLAPO_ACC_WRITE : SLAPO_ACC_ADD;
-    OK(slapo_pp_stage_forward(s1, 0, 2, flat + 2 * m, &envs[m]));
+    OK(slapo_pp_stage_forward(s1, 0, 2, g_flat + 2 * m, &g_envs[m]));
     loss += wd * (double)*(const float *)slapo_tensor_data(slapo_pp_stage_loss(s1));
-    OK(slapo_pp_stage_backward(s1, 0, 2, flat + 2 * m, &envs[m], w, g));
+    OK(slapo_pp_stage_backward(s1, 0, 2, g_flat + 2 * m, &g_envs[m], w, g));
     send_grad(s1, s0, m % 2);
     if (m + 1 < M) {
       /* m + 1's activations wait in the other slot while m's backward runs. */
-      OK(slapo_pp_stage_forward(s0, (m + 1) % 2, 2, flat + 2 * (m + 1), &envs[m + 1]));
+      OK(slapo_pp_stage_forward(s0, (m + 1) % 2, 2, g_flat + 2 * (m + 1), &g_envs[m + 1]));
       send_act(s0, s1);
     }
-    OK(slapo_pp_stage_backward(s0, m % 2, 2, flat + 2 * m, &envs[m], w, g));
+    OK(slapo_pp_stage_backward(s0, m % 2, 2, g_flat + 2 * m, &g_envs[m], w, g));
   }
-  assert_true(loss == want_loss);
+  return loss;
+}
 
-  /* Gradients, by parameter path. */
+/* ref's gradients against the stages' (models a and b): bitwise where one
+ * stage holds the parameter, the sum within 1e-6 where both do. */
+static void compare_grads(slapo_module *ref, slapo_module *a, slapo_module *b,
+                          const slapo_pp_stage *s0, const slapo_pp_stage *s1) {
   pt_result r = {0};
   OK(slapo_module_visit_params(ref, pt_take_grad, &r));
   int tied = 0;
@@ -130,7 +139,7 @@ static void test_two_stages_match_one_process(void **state) {
     const char *path = r.params[i]->path;
     bool h0 = pt_stage_holds(s0, path), h1 = pt_stage_holds(s1, path);
     assert_true(h0 || h1);
-    const slapo_tensor *g0 = param_of(a.m, path)->grad, *g1 = param_of(b.m, path)->grad;
+    const slapo_tensor *g0 = param_of(a, path)->grad, *g1 = param_of(b, path)->grad;
     int64_t n = slapo_tensor_numel(r.grads[i]);
     const float *want = slapo_tensor_data(r.grads[i]);
     if (h0 && h1) {
@@ -143,12 +152,80 @@ static void test_two_stages_match_one_process(void **state) {
   }
   assert_int_equal(tied, 1); /* wte / lm_head */
   pt_result_free(&r);
+}
+
+static void test_two_stages_match_one_process(void **state) {
+  (void)state;
+  slapo_module *ref = pt_model(&k_tiny);
+  double want = one_process(ref);
+  const char *cuts[] = {"transformer.h.0"};
+  pp_model a = cut_model(cuts, 1), b = cut_model(cuts, 1);
+  assert_int_equal(slapo_pp_stage_count(a.m), 2);
+  slapo_pp_stage *s0, *s1;
+  OK(slapo_pp_stage_new(a.m, 2, g_flat, 0, 2, NULL, &s0));
+  OK(slapo_pp_stage_new(b.m, 2, g_flat, 1, 1, NULL, &s1));
+  assert_false(slapo_pp_stage_is_last(s0));
+  assert_true(slapo_pp_stage_is_last(s1));
+  assert_int_equal(slapo_pp_stage_n_recv(s0), 0);
+  assert_int_equal(slapo_pp_stage_n_send(s1), 0);
+  assert_true(slapo_pp_stage_n_send(s0) >= 1);
+  assert_true(run_1f1b(s0, s1) == want);
+  compare_grads(ref, a.m, b.m, s0, s1);
   slapo_pp_stage_free(s0);
   slapo_pp_stage_free(s1);
   pt_sched_free(a.root);
   pt_sched_free(b.root);
   slapo_module_free(ref);
-  for (int m = 0; m < M; m++) slapo_tensor_free(in[m][0]), slapo_tensor_free(in[m][1]);
+}
+
+/* schedules/gpt2.sched's lines (FlashAttention, decompose, flattened
+ * traces, cc fusions) and `extra`, applied to a fresh model. */
+static slapo_module *default_scheduled(const char *extra, slapo_status want, const char *needle) {
+  char path[] = "/tmp/slapo_cut_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  FILE *f = fdopen(fd, "w");
+  fprintf(f, "transformer.h.*.attn replace FlashAttention\n"
+             "transformer.h.*.attn.c_proj decompose\n"
+             "transformer.h.*.mlp.c_fc decompose\n"
+             "transformer.h.*.mlp.c_proj decompose\n"
+             "transformer.h.* trace flatten=true\n"
+             "transformer.h.* fuse pattern=\"gelu(add(x, b))\" compiler=cc name=FusedBiasGeLU\n"
+             "transformer.h.* fuse pattern=\"add(x, dropout(add(y, b)))\" compiler=cc "
+             "name=FusedBiasDropoutResidual all=true\n%s\n", extra);
+  fclose(f);
+  slapo_module *m = pt_model(&k_tiny);
+  slapo_schedule_run run = {0};
+  expect_status(slapo_schedule_file_apply(m, path, NULL, NULL, 0, &run), want, needle);
+  slapo_schedule_run_deinit(&run);
+  unlink(path);
+  return m;
+}
+
+/* The default schedule's fused kernels and FlashAttention split as well;
+ * one process ignores the cut line. */
+static void test_default_schedule_stages(void **state) {
+  (void)state;
+  slapo_module *ref = default_scheduled("transformer.h.0 cut", SLAPO_OK, "");
+  double want = one_process(ref);
+  slapo_module *a = default_scheduled("transformer.h.0 cut", SLAPO_OK, "");
+  slapo_module *b = default_scheduled("transformer.h.0 cut", SLAPO_OK, "");
+  slapo_pp_stage *s0, *s1;
+  OK(slapo_pp_stage_new(a, 2, g_flat, 0, 2, NULL, &s0));
+  OK(slapo_pp_stage_new(b, 2, g_flat, 1, 1, NULL, &s1));
+  assert_true(run_1f1b(s0, s1) == want);
+  compare_grads(ref, a, b, s0, s1);
+  slapo_pp_stage_free(s0);
+  slapo_pp_stage_free(s1);
+  slapo_module_free(a);
+  slapo_module_free(b);
+  slapo_module_free(ref);
+  /* GELU's own module is fused into its block's region. */
+  slapo_module *c = default_scheduled("transformer.h.0.mlp.act cut", SLAPO_OK, "");
+  slapo_pp_stage *st = NULL;
+  expect_status(slapo_pp_stage_new(c, 2, g_flat, 0, 1, NULL, &st), SLAPO_PRECOND,
+                "transformer.h.0.mlp.act emits no op of its own");
+  slapo_module_free(c);
 }
 
 static void test_cut_errors(void **state) {
@@ -192,8 +269,9 @@ static void test_stage_preconditions(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_stages_match_one_process),
+      cmocka_unit_test(test_default_schedule_stages),
       cmocka_unit_test(test_cut_errors),
       cmocka_unit_test(test_stage_preconditions),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  return cmocka_run_group_tests(tests, inputs_setup, inputs_teardown);
 }
