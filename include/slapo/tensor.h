@@ -46,6 +46,9 @@ typedef enum slapo_dtype {
 } slapo_dtype;
 
 size_t slapo_dtype_size(slapo_dtype dt);          /* bytes per element */
+/* True for the floating-point dtypes (f32, f64, f16, bf16): the values
+ * that carry gradients, and that conversions round rather than truncate. */
+bool slapo_dtype_is_float(slapo_dtype dt);
 const char *slapo_dtype_name(slapo_dtype dt);     /* "f32"; static */
 const char *slapo_dtype_st_name(slapo_dtype dt);  /* safetensors "F32"; static */
 /* Parses a safetensors dtype name ("F32"). Errors: SLAPO_DTYPE (unknown). */

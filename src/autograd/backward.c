@@ -36,11 +36,6 @@ typedef struct walk {
   int n;
 } walk;
 
-static bool is_float(slapo_dtype dt) {
-  return dt == SLAPO_DTYPE_F32 || dt == SLAPO_DTYPE_F64 || dt == SLAPO_DTYPE_F16 ||
-         dt == SLAPO_DTYPE_BF16;
-}
-
 /* Module path for messages: the root is "." (DESIGN.md §7). */
 static const char *path_of(const slapo_node *n) {
   return n->origin && n->origin[0] ? n->origin : ".";
@@ -304,7 +299,7 @@ static slapo_status check_args(slapo_ctx *ctx, slapo_graph *g, slapo_node *y, sl
                           "backward: y (%%%s) is a %s node, not a single tensor value; pass "
                           "the value to differentiate",
                           y->name, y->kind == SLAPO_NODE_OUTPUT ? "output" : "multi-result");
-  if (!is_float(y->dtype))
+  if (!slapo_dtype_is_float(y->dtype))
     return slapo_ctx_fail(ctx, SLAPO_DTYPE,
                           "backward: y (%%%s) has dtype %s; only floating-point values have "
                           "gradients",
@@ -382,11 +377,11 @@ static slapo_status backward(slapo_ctx *ctx, int n_y, slapo_node *const *ys,
    * (index tensors carry no gradient). */
   for (int i = 0; i < n_wrt; i++) {
     rec *r = rec_of(&w, wrt[i]);
-    if (r && is_float(wrt[i]->dtype)) r->from_wrt = true;
+    if (r && slapo_dtype_is_float(wrt[i]->dtype)) r->from_wrt = true;
   }
   for (int id = 0; id < w.n; id++) {
     slapo_node *n = w.nodes[id];
-    if (w.recs[id].from_wrt || !is_float(n->dtype)) continue;
+    if (w.recs[id].from_wrt || !slapo_dtype_is_float(n->dtype)) continue;
     for (int i = 0; i < n->n_inputs; i++) {
       rec *ri = rec_of(&w, n->inputs[i]);
       if (!ri) {

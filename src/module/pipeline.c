@@ -162,11 +162,6 @@ typedef struct split {
   int *last_use;      /* [count]: the latest stage reading it */
 } split;
 
-static bool is_float(slapo_dtype dt) {
-  return dt == SLAPO_DTYPE_F32 || dt == SLAPO_DTYPE_F64 || dt == SLAPO_DTYPE_F16 ||
-         dt == SLAPO_DTYPE_BF16;
-}
-
 /* Values stage s receives: computed before s (not free), read at s or after. */
 static bool received_by(const split *sp, int i, int s) {
   return !is_free(sp->nodes[i]) && sp->stage_of[i] < s && sp->last_use[i] >= s;
@@ -339,7 +334,7 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
     for (int i = 0; i < sp->count; i++) {
       if (!received_by(sp, i, s + 1)) continue;
       const slapo_node *n = sp->nodes[i];
-      st->send_float[st->n_send] = is_float(n->dtype);
+      st->send_float[st->n_send] = slapo_dtype_is_float(n->dtype);
       if (st->send_float[st->n_send]) {
         char name[32];
         snprintf(name, sizeof name, "pp_grad_%d", st->n_send);
@@ -366,7 +361,7 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
   st->n_params = n_p;
   for (int k = 0; k < st->n_recv; k++) {
     st->rgrad_of[k] = -1;
-    if (is_float(st->recv_nodes[k]->dtype)) wrt[n_w++] = st->recv_nodes[k];
+    if (slapo_dtype_is_float(st->recv_nodes[k]->dtype)) wrt[n_w++] = st->recv_nodes[k];
   }
   slapo_node **g = slapo_calloc((size_t)n_w + 1, sizeof *g);
   if (!g) {
@@ -382,7 +377,7 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
       for (int i = 0; i < sp->count; i++)
         if (received_by(sp, i, s + 1)) outs[n_out++] = c.val[i];
     for (int k = 0, j = n_p; k < st->n_recv; k++)
-      if (is_float(st->recv_nodes[k]->dtype)) st->rgrad_of[k] = n_out, outs[n_out++] = g[j++];
+      if (slapo_dtype_is_float(st->recv_nodes[k]->dtype)) st->rgrad_of[k] = n_out, outs[n_out++] = g[j++];
     st->n_rgrad = n_out - (last ? 1 : st->n_send);
     for (int i = 0; i < n_p; i++) outs[n_out++] = g[i];
     if (!slapo_output(ctx, n_out, outs)) e = slapo_ctx_status(ctx);

@@ -21,6 +21,11 @@ static const struct {
 #undef ROW
 };
 
+bool slapo_dtype_is_float(slapo_dtype dt) {
+  return dt == SLAPO_DTYPE_F32 || dt == SLAPO_DTYPE_F64 || dt == SLAPO_DTYPE_F16 ||
+         dt == SLAPO_DTYPE_BF16;
+}
+
 size_t slapo_dtype_size(slapo_dtype dt) {
   SLAPO_ASSERT((unsigned)dt < SLAPO_DTYPE_COUNT);
   return g_dtypes[dt].size;

@@ -195,11 +195,6 @@ void *slapo_tensor_data(const slapo_tensor *t) {
   return (char *)t->storage->data + t->offset * (int64_t)slapo_dtype_size(t->dtype);
 }
 
-static bool is_float(slapo_dtype dt) {
-  return dt == SLAPO_DTYPE_F32 || dt == SLAPO_DTYPE_F64 || dt == SLAPO_DTYPE_F16 ||
-         dt == SLAPO_DTYPE_BF16;
-}
-
 static bool is_unsigned(slapo_dtype dt) {
   return dt == SLAPO_DTYPE_U8 || dt == SLAPO_DTYPE_U16 || dt == SLAPO_DTYPE_U32 ||
          dt == SLAPO_DTYPE_U64 || dt == SLAPO_DTYPE_BOOL;
@@ -257,7 +252,7 @@ static void store_i(void *p, slapo_dtype dt, uint64_t v) {
 }
 
 static double load_as_double(const void *p, slapo_dtype dt) {
-  if (is_float(dt)) return load_f(p, dt);
+  if (slapo_dtype_is_float(dt)) return load_f(p, dt);
   uint64_t u = load_i(p, dt);
   return is_unsigned(dt) ? (double)u : (double)(int64_t)u;
 }
@@ -279,7 +274,7 @@ double slapo_tensor_get(const slapo_tensor *t, const int64_t *index) {
 
 void slapo_tensor_set(slapo_tensor *t, const int64_t *index, double v) {
   char *p = elem_ptr(t, index);
-  if (is_float(t->dtype)) store_f(p, t->dtype, v);
+  if (slapo_dtype_is_float(t->dtype)) store_f(p, t->dtype, v);
   else if (t->dtype == SLAPO_DTYPE_BOOL) store_i(p, t->dtype, v != 0);
   else if (v >= 0) store_i(p, t->dtype, (uint64_t)v);
   else store_i(p, t->dtype, (uint64_t)(int64_t)v);
@@ -442,7 +437,7 @@ static void row_convert(char *a, int64_t sa, const char *b, int64_t sb, int64_t 
     }
     return;
   }
-  bool ff = is_float(c->from), tf = is_float(c->to);
+  bool ff = slapo_dtype_is_float(c->from), tf = slapo_dtype_is_float(c->to);
   for (int64_t i = 0; i < n; i++) {
     const char *p = b + i * bb;
     char *q = a + i * ba;
@@ -461,7 +456,7 @@ slapo_status slapo_tensor_to_dtype(const slapo_tensor *t, slapo_dtype dt, slapo_
     return slapo_error(SLAPO_INVALID_ARG, "tensor_to_dtype: %d is not a dtype", (int)dt);
   if (!t->storage)
     return slapo_error(SLAPO_STATE, "tensor_to_dtype: meta tensor has no data to convert");
-  if (is_float(t->dtype) && !is_float(dt))
+  if (slapo_dtype_is_float(t->dtype) && !slapo_dtype_is_float(dt))
     return slapo_error(SLAPO_UNSUPPORTED,
                        "tensor_to_dtype: %s -> %s is not supported: converting floats to "
                        "integers needs a rounding rule; round explicitly first",
@@ -527,7 +522,7 @@ void slapo_tensor_print(const slapo_tensor *t, FILE *f, int max_elems) {
     }
     const char *p = elem_ptr(t, idx);
     if (k) fputs(", ", f);
-    if (is_float(t->dtype)) fprintf(f, "%g", load_f(p, t->dtype));
+    if (slapo_dtype_is_float(t->dtype)) fprintf(f, "%g", load_f(p, t->dtype));
     else if (is_unsigned(t->dtype)) fprintf(f, "%" PRIu64, load_i(p, t->dtype));
     else fprintf(f, "%" PRId64, (int64_t)load_i(p, t->dtype));
     for (int d = t->ndim - 1; d >= 0 && ++idx[d] == t->shape[d]; d--) idx[d] = 0;
