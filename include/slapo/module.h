@@ -450,7 +450,8 @@ int slapo_pp_stage_count(const slapo_module *root);
  * slots need arenas). Root stays borrowed; *out owned
  * (slapo_pp_stage_free). Errors: SLAPO_PRECOND naming the cut module (it
  * emits no op of its own, its ops are not in sequence, two cuts end at
- * one op, nothing runs after the last cut), SLAPO_INVALID_ARG (stage out
+ * one op, nothing runs after the last cut, a stage that sends no
+ * floating-point value), SLAPO_INVALID_ARG (stage out
  * of range, n_slots < 1, a loss that is not a scalar), those of building
  * a step, NOMEM. */
 slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor *const *in,

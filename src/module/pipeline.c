@@ -48,7 +48,7 @@ struct slapo_pp_stage {
   int n_recv, n_send, n_rgrad; /* n_rgrad: received float values */
   slapo_node **recv_nodes;     /* [n_recv] placeholders            */
   int *rgrad_of;               /* [n_recv]: output of its gradient, -1 */
-  bool *send_float;            /* [n_send]                         */
+  slapo_node **send_nodes;     /* [n_send] outputs 0 .. n_send-1   */
   int n_params;
   slapo_parameter **params;
   slapo_tensor *dloss;
@@ -63,21 +63,14 @@ typedef struct cut_list {
   char *path[MAX_BOUNDARY];
 } cut_list;
 
-static slapo_status collect_cuts(const slapo_module *m, char *buf, size_t len, size_t cap,
-                                 cut_list *c) {
+static slapo_status collect_cuts(const slapo_module *m, cut_list *c) {
   if (m->pp_cut) {
     if (c->n == MAX_BOUNDARY)
       return slapo_error(SLAPO_LIMIT, "pipeline: more than %d cut modules", MAX_BOUNDARY);
-    if (!(c->path[c->n++] = slapo_strdup(buf)))
+    if (!(c->path[c->n++] = slapo_module_path(m)))
       return slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
   }
-  for (int i = 0; i < m->n_children; i++) {
-    int k = snprintf(buf + len, cap - len, "%s%s", len ? "." : "", m->children[i]->name);
-    if (k < 0 || (size_t)k >= cap - len)
-      return slapo_error(SLAPO_LIMIT, "pipeline: a module path is longer than %zu bytes", cap);
-    SLAPO_TRY(collect_cuts(m->children[i], buf, len + (size_t)k, cap, c));
-    buf[len] = '\0';
-  }
+  for (int i = 0; i < m->n_children; i++) SLAPO_TRY(collect_cuts(m->children[i], c));
   return SLAPO_OK;
 }
 
@@ -88,8 +81,7 @@ static void cuts_free(cut_list *c) {
 
 int slapo_pp_stage_count(const slapo_module *root) {
   cut_list c = {0};
-  char buf[1024] = "";
-  int n = collect_cuts(root, buf, 0, sizeof buf, &c) == SLAPO_OK ? c.n + 1 : 1;
+  int n = collect_cuts(root, &c) == SLAPO_OK ? c.n + 1 : 1;
   cuts_free(&c);
   return n;
 }
@@ -258,10 +250,9 @@ static slapo_status split_forward(slapo_module *root, int n_in, const slapo_tens
   int i = 0;
   for (slapo_node *n = slapo_graph_first(fg); n; n = n->next) sp->nodes[i++] = n;
   cut_list c = {0};
-  char buf[1024] = "";
   int ends[MAX_BOUNDARY];
   const char *end_path[MAX_BOUNDARY];
-  s = collect_cuts(root, buf, 0, sizeof buf, &c);
+  s = collect_cuts(root, &c);
   if (s == SLAPO_OK) s = find_ends(&c, sp->nodes, sp->count, ends, end_path);
   *n_stages = c.n + 1;
   for (int k = 0, st = 0; s == SLAPO_OK && k < sp->count; k++) {
@@ -302,10 +293,10 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
                slapo_calloc((size_t)max_region + 1, sizeof *c.region), max_region + 1};
   st->recv_nodes = slapo_calloc((size_t)sp->count + 1, sizeof *st->recv_nodes);
   st->rgrad_of = slapo_calloc((size_t)sp->count + 1, sizeof *st->rgrad_of);
-  st->send_float = slapo_calloc((size_t)sp->count + 1, sizeof *st->send_float);
+  st->send_nodes = slapo_calloc((size_t)sp->count + 1, sizeof *st->send_nodes);
   ys = slapo_calloc((size_t)sp->count + 1, sizeof *ys);
   dys = slapo_calloc((size_t)sp->count + 1, sizeof *dys);
-  if (!c.val || !c.region || !st->recv_nodes || !st->rgrad_of || !st->send_float || !ys || !dys) {
+  if (!c.val || !c.region || !st->recv_nodes || !st->rgrad_of || !st->send_nodes || !ys || !dys) {
     e = slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
     goto done;
   }
@@ -333,15 +324,19 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
   } else {
     for (int i = 0; i < sp->count; i++) {
       if (!received_by(sp, i, s + 1)) continue;
-      const slapo_node *n = sp->nodes[i];
-      st->send_float[st->n_send] = slapo_dtype_is_float(n->dtype);
-      if (st->send_float[st->n_send]) {
+      slapo_node *v = st->send_nodes[st->n_send] = c.val[i];
+      if (slapo_dtype_is_float(v->dtype)) {
         char name[32];
         snprintf(name, sizeof name, "pp_grad_%d", st->n_send);
-        ys[n_y] = c.val[i]; /* seeds: the float values, compacted */
-        dys[n_y++] = slapo_input(ctx, name, SLAPO_DTYPE_F32, n->ndim, n->shape);
+        ys[n_y] = v; /* seeds: the float values, compacted */
+        dys[n_y++] = slapo_input(ctx, name, SLAPO_DTYPE_F32, v->ndim, v->shape);
       }
       st->n_send++;
+    }
+    if (n_y == 0) {
+      e = slapo_error(SLAPO_PRECOND, "pipeline: stage %d sends no floating-point value to stage "
+                      "%d, so no gradient reaches it; move its cut line", s, s + 1);
+      goto done;
     }
   }
   /* Differentiate: w.r.t. the parameters, then the received floats. */
@@ -368,14 +363,12 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
     e = slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
     goto done;
   }
-  if (n_y > 0) e = slapo_backward_multi(ctx, n_y, ys, dys, n_w, wrt, g);
+  e = slapo_backward_multi(ctx, n_y, ys, dys, n_w, wrt, g);
   /* Outputs: loss or sent values; received floats' gradients; parameters'. */
   int n_out = 0;
   if (e == SLAPO_OK) {
     if (last) outs[n_out++] = ys[0];
-    else
-      for (int i = 0; i < sp->count; i++)
-        if (received_by(sp, i, s + 1)) outs[n_out++] = c.val[i];
+    for (int k = 0; k < st->n_send; k++) outs[n_out++] = st->send_nodes[k];
     for (int k = 0, j = n_p; k < st->n_recv; k++)
       if (slapo_dtype_is_float(st->recv_nodes[k]->dtype)) st->rgrad_of[k] = n_out, outs[n_out++] = g[j++];
     st->n_rgrad = n_out - (last ? 1 : st->n_send);
@@ -405,6 +398,7 @@ done:
 
 /* ---- slots, planning ---- */
 
+/* A tensor of n's shape, of dtype dt. */
 static slapo_status new_tensor(const slapo_node *n, slapo_dtype dt, slapo_tensor **out) {
   return slapo_tensor_new(dt, n->ndim, n->shape, out);
 }
@@ -413,7 +407,6 @@ static slapo_status make_slots(slapo_pp_stage *st, int n_slots) {
   st->slots = slapo_calloc((size_t)n_slots, sizeof *st->slots);
   if (!st->slots) return slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
   st->n_slots = n_slots;
-  const slapo_node *out = slapo_graph_output(st->g);
   for (int j = 0; j < n_slots; j++) {
     pp_slot *sl = &st->slots[j];
     sl->recv = slapo_calloc((size_t)st->n_recv + 1, sizeof *sl->recv);
@@ -424,7 +417,8 @@ static slapo_status make_slots(slapo_pp_stage *st, int n_slots) {
     for (int k = 0; k < st->n_recv; k++)
       SLAPO_TRY(new_tensor(st->recv_nodes[k], st->recv_nodes[k]->dtype, &sl->recv[k]));
     for (int k = 0; k < st->n_send; k++)
-      if (st->send_float[k]) SLAPO_TRY(new_tensor(out->inputs[k], SLAPO_DTYPE_F32, &sl->grad[k]));
+      if (slapo_dtype_is_float(st->send_nodes[k]->dtype))
+        SLAPO_TRY(new_tensor(st->send_nodes[k], SLAPO_DTYPE_F32, &sl->grad[k]));
   }
   return SLAPO_OK;
 }
@@ -511,7 +505,7 @@ void slapo_pp_stage_free(slapo_pp_stage *st) {
   slapo_graph_free(st->g);
   slapo_free(st->recv_nodes);
   slapo_free(st->rgrad_of);
-  slapo_free(st->send_float);
+  slapo_free(st->send_nodes);
   slapo_free(st->params);
   slapo_tensor_free(st->dloss);
   slapo_free(st);
@@ -542,9 +536,10 @@ slapo_tensor *slapo_pp_stage_grad_buf(slapo_pp_stage *st, int slot, int i) {
   return slot_ok(st, slot) && i >= 0 && i < st->n_send ? st->slots[slot].grad[i] : NULL;
 }
 
-/* Binds slot's tensors and the step's inputs, checking the inputs. */
+/* Binds slot's tensors and the step's inputs; the forward checks the
+ * token ids (its backward reads the same inputs). */
 static slapo_status bind_slot(slapo_pp_stage *st, int slot, int n_in,
-                              const slapo_tensor *const *in, const char *what) {
+                              const slapo_tensor *const *in, bool forward, const char *what) {
   if (!slot_ok(st, slot))
     return slapo_error(SLAPO_INVALID_ARG, "%s: slot %d of %d", what, slot, st->n_slots);
   if (n_in != st->n_in)
@@ -556,7 +551,7 @@ static slapo_status bind_slot(slapo_pp_stage *st, int slot, int n_in,
     char name[16];
     snprintf(name, sizeof name, "in%d", i);
     SLAPO_TRY(slapo_plan_bind_input(st->plan, name, in[i]));
-    SLAPO_TRY(slapo__index_check(&st->bounds[i], i, in[i]));
+    if (forward) SLAPO_TRY(slapo__index_check(&st->bounds[i], i, in[i]));
   }
   pp_slot *sl = &st->slots[slot];
   for (int k = 0; k < st->n_recv; k++) {
@@ -579,7 +574,7 @@ static slapo_plan_arena *arena_of(slapo_pp_stage *st, int slot) { return st->slo
 slapo_status slapo_pp_stage_forward(slapo_pp_stage *st, int slot, int n_in,
                                     const slapo_tensor *const *in, const slapo_kernel_env *env) {
   SLAPO_NEED(st, "pp_stage_forward");
-  SLAPO_TRY(bind_slot(st, slot, n_in, in, "pp_stage_forward"));
+  SLAPO_TRY(bind_slot(st, slot, n_in, in, true, "pp_stage_forward"));
   return slapo_plan_run_span(st->plan, arena_of(st, slot), NULL, st->bwd_first, env,
                              SLAPO_ACC_ADD);
 }
@@ -588,7 +583,7 @@ slapo_status slapo_pp_stage_backward(slapo_pp_stage *st, int slot, int n_in,
                                      const slapo_tensor *const *in, const slapo_kernel_env *env,
                                      float loss_scale, unsigned grads) {
   SLAPO_NEED(st, "pp_stage_backward");
-  SLAPO_TRY(bind_slot(st, slot, n_in, in, "pp_stage_backward"));
+  SLAPO_TRY(bind_slot(st, slot, n_in, in, false, "pp_stage_backward"));
   *(float *)slapo_tensor_data(st->dloss) = loss_scale;
   return slapo_plan_run_span(st->plan, arena_of(st, slot), st->bwd_first, NULL, env, grads);
 }
