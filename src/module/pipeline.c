@@ -370,7 +370,8 @@ static slapo_status build_stage(slapo_pp_stage *st, const split *sp, slapo__buil
     if (last) outs[n_out++] = ys[0];
     for (int k = 0; k < st->n_send; k++) outs[n_out++] = st->send_nodes[k];
     for (int k = 0, j = n_p; k < st->n_recv; k++)
-      if (slapo_dtype_is_float(st->recv_nodes[k]->dtype)) st->rgrad_of[k] = n_out, outs[n_out++] = g[j++];
+      if (slapo_dtype_is_float(st->recv_nodes[k]->dtype))
+        st->rgrad_of[k] = n_out, outs[n_out++] = g[j++];
     st->n_rgrad = n_out - (last ? 1 : st->n_send);
     for (int i = 0; i < n_p; i++) outs[n_out++] = g[i];
     if (!slapo_output(ctx, n_out, outs)) e = slapo_ctx_status(ctx);

@@ -11,7 +11,8 @@
  * fusions; one process ignores the cut line). Also the cut primitive's
  * errors and the stages' preconditions with their messages (a module
  * fused into its block's region, two cuts at one op, a stage out of
- * range). */
+ * range; on toy models: a module called twice, nothing after the last
+ * cut, a stage sending only an integer value). */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -266,12 +267,102 @@ static void test_stage_preconditions(void **state) {
   pt_sched_free(p.root);
 }
 
+/* ---- toy models for the preconditions GPT-2 cannot show ---- */
+
+enum { TV = 16, TC = 8 };
+
+static slapo_node *sum_fwd(slapo_ctx *ctx, slapo_module *self, int n, slapo_node *const *in) {
+  (void)self, (void)n;
+  int64_t axes[SLAPO_MAX_DIMS];
+  for (int i = 0; i < in[0]->ndim; i++) axes[i] = i;
+  return slapo_sum(ctx, in[0], in[0]->ndim, axes, false);
+}
+static slapo_node *ids_fwd(slapo_ctx *ctx, slapo_module *self, int n, slapo_node *const *in) {
+  (void)self, (void)n;
+  return slapo_reshape(ctx, in[0], in[0]->ndim, in[0]->shape);
+}
+static slapo_node *emb_fwd(slapo_ctx *ctx, slapo_module *self, int n, slapo_node *const *in) {
+  (void)n;
+  return slapo_embedding(ctx, slapo_weight(ctx, self, "weight"), in[0]);
+}
+/* a, b, then a again: a is not called in sequence. */
+static slapo_node *twice_fwd(slapo_ctx *ctx, slapo_module *self, int n, slapo_node *const *in) {
+  (void)n;
+  slapo_node *e = slapo_call1(ctx, self, "emb", in[0]);
+  slapo_node *y = slapo_call1(ctx, self, "a", e);
+  y = slapo_call1(ctx, self, "a", slapo_call1(ctx, self, "b", y));
+  return slapo_call1(ctx, self, "head", y);
+}
+/* ids (an integer value), then its embedding. */
+static slapo_node *ints_fwd(slapo_ctx *ctx, slapo_module *self, int n, slapo_node *const *in) {
+  (void)n;
+  slapo_node *e = slapo_call1(ctx, self, "emb", slapo_call1(ctx, self, "ids", in[0]));
+  return slapo_call1(ctx, self, "head", e);
+}
+static const slapo_module_type k_sum = {.name = "ToySum", .forward = sum_fwd};
+static const slapo_module_type k_ids = {.name = "ToyIds", .forward = ids_fwd};
+static const slapo_module_type k_emb = {.name = "ToyEmbedding", .forward = emb_fwd};
+static const slapo_module_type k_twice = {.name = "ToyTwice", .forward = twice_fwd};
+static const slapo_module_type k_ints = {.name = "ToyInts", .forward = ints_fwd};
+
+static void add(slapo_module *m, const char *name, const slapo_module_type *t) {
+  slapo_module *c;
+  OK(slapo_module_new(t, NULL, &c));
+  int64_t shape[2] = {TV, TC};
+  if (t == &k_emb) OK(slapo_module_add_param(c, "weight", 2, shape, SLAPO_INIT_NORMAL, 0.02f));
+  OK(slapo_module_add_child(m, name, c));
+}
+
+/* The toy root (twice or ints), materialized, with a stage ending after `cut`. */
+static slapo_sched *toy(const slapo_module_type *t, const char *cut) {
+  slapo_module *m, *lin;
+  OK(slapo_module_new(t, NULL, &m));
+  add(m, "emb", &k_emb);
+  if (t == &k_twice) {
+    for (int i = 0; i < 2; i++) {
+      OK(slapo_linear_new(TC, TC, true, 0.02f, &lin));
+      OK(slapo_module_add_child(m, i ? "b" : "a", lin));
+    }
+  } else {
+    add(m, "ids", &k_ids);
+  }
+  add(m, "head", &k_sum);
+  OK(slapo_module_materialize(m, 3));
+  slapo_sched *root;
+  OK(slapo_sched_create(m, &root));
+  OK(slapo_cut(pt_at(root, cut)));
+  return root;
+}
+
+static void expect_toy_error(const slapo_module_type *t, const char *cut, const char *needle) {
+  slapo_sched *root = toy(t, cut);
+  int64_t bt[2] = {2, 4};
+  slapo_tensor *idx;
+  OK(slapo_tensor_new(SLAPO_DTYPE_I32, 2, bt, &idx));
+  memset(slapo_tensor_data(idx), 0, slapo_tensor_nbytes(idx));
+  const slapo_tensor *in[1] = {idx};
+  slapo_pp_stage *st = NULL;
+  expect_status(slapo_pp_stage_new(slapo_sched_module(root), 1, in, 0, 1, NULL, &st),
+                SLAPO_PRECOND, needle);
+  assert_null(st);
+  slapo_tensor_free(idx);
+  pt_sched_free(root);
+}
+
+static void test_toy_preconditions(void **state) {
+  (void)state;
+  expect_toy_error(&k_twice, "a", "cut: a is not called in sequence: %linear_1 of b runs");
+  expect_toy_error(&k_twice, "head", "cut: nothing of the forward runs after head");
+  expect_toy_error(&k_ints, "ids", "stage 0 sends no floating-point value to stage 1");
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_stages_match_one_process),
       cmocka_unit_test(test_default_schedule_stages),
       cmocka_unit_test(test_cut_errors),
       cmocka_unit_test(test_stage_preconditions),
+      cmocka_unit_test(test_toy_preconditions),
   };
   return cmocka_run_group_tests(tests, inputs_setup, inputs_teardown);
 }
