@@ -65,8 +65,8 @@ static slapo_status back_grads(engine *e, int mb, int *n) {
   return SLAPO_OK;
 }
 
-/* Where mb's activations (act) or output gradients land, in its slot;
- * vals [n] after the send values (bufs is separate scratch). */
+/* Where mb's activations (act) or output gradients land, in its slot:
+ * bufs [*n]. */
 static slapo_status landing(engine *e, int mb, bool act, int *n) {
   int s = slot_of(e, mb);
   *n = 0;
@@ -86,32 +86,27 @@ static slapo_status landing(engine *e, int mb, bool act, int *n) {
   return SLAPO_OK;
 }
 
+/* A transfer action is what it sends plus what it receives; an exchange
+ * does both with one neighbour in one call (mb sent, mb2 received). */
 static slapo_status transfer(engine *e, const slapo_pp_action *a) {
-  int ns = 0, nr = 0, up = e->stage + 1, down = e->stage - 1;
-  switch (a->kind) {
-  case SLAPO_PP_SEND_ACT:
+  slapo_pp_kind k = a->kind;
+  int ns = 0, nr = 0, to = -1, from = -1, rmb = a->mb2 >= 0 ? a->mb2 : a->mb;
+  if (k == SLAPO_PP_SEND_ACT || k == SLAPO_PP_SEND_ACT_RECV_GRAD) {
+    to = e->stage + 1;
     SLAPO_TRY(sent(e, a->mb, &ns));
-    return slapo_dist_pp_exchange(up, ns, e->vals, -1, 0, NULL, TAG);
-  case SLAPO_PP_RECV_ACT:
-    SLAPO_TRY(landing(e, a->mb, true, &nr));
-    return slapo_dist_pp_exchange(-1, 0, NULL, down, nr, e->bufs, TAG);
-  case SLAPO_PP_SEND_GRAD:
+  } else if (k == SLAPO_PP_SEND_GRAD || k == SLAPO_PP_SEND_GRAD_RECV_ACT) {
+    to = e->stage - 1;
     SLAPO_TRY(back_grads(e, a->mb, &ns));
-    return slapo_dist_pp_exchange(down, ns, e->vals, -1, 0, NULL, TAG);
-  case SLAPO_PP_RECV_GRAD:
-    SLAPO_TRY(landing(e, a->mb, false, &nr));
-    return slapo_dist_pp_exchange(-1, 0, NULL, up, nr, e->bufs, TAG);
-  case SLAPO_PP_SEND_ACT_RECV_GRAD:
-    SLAPO_TRY(sent(e, a->mb, &ns));
-    SLAPO_TRY(landing(e, a->mb2, false, &nr));
-    return slapo_dist_pp_exchange(up, ns, e->vals, up, nr, e->bufs, TAG);
-  case SLAPO_PP_SEND_GRAD_RECV_ACT:
-    SLAPO_TRY(back_grads(e, a->mb, &ns));
-    SLAPO_TRY(landing(e, a->mb2, true, &nr));
-    return slapo_dist_pp_exchange(down, ns, e->vals, down, nr, e->bufs, TAG);
-  default:
-    return slapo_error(SLAPO_STATE, "pipeline: action %d is not a transfer", (int)a->kind);
   }
+  if (k == SLAPO_PP_RECV_ACT || k == SLAPO_PP_SEND_GRAD_RECV_ACT) {
+    from = e->stage - 1;
+    SLAPO_TRY(landing(e, rmb, true, &nr));
+  } else if (k == SLAPO_PP_RECV_GRAD || k == SLAPO_PP_SEND_ACT_RECV_GRAD) {
+    from = e->stage + 1;
+    SLAPO_TRY(landing(e, rmb, false, &nr));
+  }
+  SLAPO_ASSERT(to >= 0 || from >= 0); /* run_actions passes transfers only */
+  return slapo_dist_pp_exchange(to, ns, e->vals, from, nr, e->bufs, TAG);
 }
 
 static slapo_status run_actions(engine *e, const slapo_pp_action *acts, int n_acts, int n_micro,
