@@ -151,10 +151,11 @@ slapo_status slapo_dist_init_pp(int tp, int pp) {
   SLAPO_TRY(slapo_dist_register_ops());
   SLAPO_TRY(timeout_from_env());
   if (!launched()) {
-    if (tp > 1 || pp > 1)
-      return slapo_error(SLAPO_INVALID_ARG, "--%s %d needs %d processes; this is one process "
-                         "(start it with mpirun -np %d)", tp > 1 ? "tp" : "pp",
-                         tp > 1 ? tp : pp, tp > 1 ? tp : pp, tp > 1 ? tp : pp);
+    int need = (tp > 1 ? tp : 1) * pp;
+    if (need > 1)
+      return slapo_error(SLAPO_INVALID_ARG, "--tp %d x --pp %d needs %d processes; this is one "
+                         "process (start it with mpirun -np %d)", tp > 1 ? tp : 1, pp, need,
+                         need);
     g_dist.tp = g_dist.pp = 1;
     g_dist.inited = true;
     return SLAPO_OK;
@@ -321,8 +322,7 @@ static slapo_status p2p_check(const slapo_tensor *t, const char *dir, int k) {
 slapo_status slapo_dist_pp_exchange(int to, int n_send, const slapo_tensor *const *send,
                                     int from, int n_recv, slapo_tensor *const *recv, int tag) {
   int n = slapo_dist_size(SLAPO_GROUP_PP);
-  if ((to >= 0 && n_send > 0 && to >= n) || (from >= 0 && n_recv > 0 && from >= n) || to < -1 ||
-      from < -1)
+  if (to < -1 || to >= n || from < -1 || from >= n)
     return slapo_error(SLAPO_INVALID_ARG, "pp_exchange: ranks %d, %d in a pipeline of %d", to,
                        from, n);
   if (to < 0) n_send = 0;
