@@ -261,8 +261,10 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
  * stage holds (GPT-2's tied wte / lm_head on the first and last stages)
  * over the pipeline group, after slapo_pp_train_accumulate: each holder
  * then has the whole gradient (within rounding of one process's, which
- * sums in another order). Every rank of the group calls it; *n_tied (may
- * be NULL) counts such parameters. Errors: NOMEM, those of MPI. */
+ * sums in another order); a stage that does not hold it takes part with
+ * its grad zeroed, and gets the sum too. Every rank of the group calls
+ * it; *n_tied (may be NULL) counts such parameters. Errors: NOMEM, those
+ * of MPI. */
 slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied);
 
 /* The global L2 norm of the gradients slapo_train_accumulate just left in

@@ -242,17 +242,11 @@ slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *mod
     if (holders < 2) continue;
     if (n_tied) (*n_tied)++;
     slapo_tensor *g = t.params[i]->grad;
-    int64_t n = slapo_tensor_numel(g);
-    /* Stages without it add zeros (exact): the whole pipeline group takes
-     * part, rather than a group per tie. */
-    if (mine[i]) {
-      s = slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, slapo_tensor_data(g), n);
-    } else {
-      float *z = slapo_calloc((size_t)n, sizeof *z);
-      s = z ? slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, z, n)
-            : slapo_error(SLAPO_NOMEM, "pp_sum_tied_grads: out of memory");
-      slapo_free(z);
-    }
+    /* Stages without it add zeros (exact) from its grad, which their
+     * steps never write: the whole pipeline group takes part, rather
+     * than a group per tie. */
+    if (!mine[i]) memset(slapo_tensor_data(g), 0, slapo_tensor_nbytes(g));
+    s = slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, slapo_tensor_data(g), slapo_tensor_numel(g));
   }
   slapo_free(mine);
   slapo_free(all);
