@@ -56,6 +56,18 @@ void slapo_adamw_step(slapo_adamw *o, float lr);
  * step, in the same pass over memory; otherwise the gradients are left as
  * they were (unscaled). */
 void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool zero_grads);
+/* Restricts the updates to the parameters for which keep(p, ud) is true
+ * (a pipeline stage's own: slapo_pp_train_update); the others, and their
+ * moments, are left as they are, while the step count t still counts
+ * every step. keep NULL: every parameter again. Save and load still cover
+ * every parameter. */
+void slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
+                        void *ud);
+/* The moments m and v of parameter p (borrowed: shaped like p, f32 or bf16
+ * by state_bf16), for moving them between ranks. Errors: SLAPO_NOT_FOUND
+ * (p is not one of the optimizer's). */
+slapo_status slapo_adamw_moments(const slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
+                                 slapo_tensor **v);
 /* Number of steps taken (t). */
 int64_t slapo_adamw_steps(const slapo_adamw *o);
 /* Saves / loads the state to / from a safetensors file; save is atomic. The
@@ -266,6 +278,59 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
  * it; *n_tied (may be NULL) counts such parameters. Errors: NOMEM, those
  * of MPI. */
 slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied);
+/* The rest of an optimizer step after slapo_pp_train_accumulate, as
+ * slapo_train_update for one process: the tied gradients summed
+ * (slapo_pp_sum_tied_grads), the stage's gradients all-reduced over the
+ * data-parallel group, the global norm (each parameter's squares counted
+ * once, on the first stage holding it, summed over the pipeline), then
+ * AdamW at `lr` over the stage's own parameters (slapo_adamw_select)
+ * reading the gradients clipped to max_norm (<= 0: not clipped). A
+ * parameter no stage reads is stage 0's, with a zero gradient. Then every
+ * holder of a tied parameter must have bitwise the same weights (a digest
+ * each, all-gathered). Not under tensor parallelism. *norm, *comm_s (the
+ * data-parallel all-reduce's seconds) may be NULL. Errors: SLAPO_VERIFY
+ * (tied copies that differ, naming the parameter, the stages and the
+ * step), SLAPO_COMM, NOMEM, those of MPI. */
+slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt,
+                                   float lr, double max_norm, double *norm, double *comm_s);
+/* Every rank of the pipeline gets the whole model again: each parameter's
+ * weights (and with opt, its AdamW moments) broadcast from the first stage
+ * holding it. For what runs the whole model (validation, sampling) and for
+ * checkpoints, which rank 0 writes. Every rank of the group calls it.
+ * Errors: NOMEM, SLAPO_NOT_FOUND (opt is not over model), those of MPI. */
+slapo_status slapo_pp_gather(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt);
+
+/* What slapo_pp_verify found, over every stage of the pipeline. */
+typedef struct slapo_pp_verify_report {
+  double loss;       /* the pipelined step's loss                        */
+  int n_bitwise;     /* gradients of parameters one stage holds, compared
+                        bitwise                                          */
+  int n_tied;        /* gradients of parameters several stages hold,
+                        compared on each within the tolerance (counted
+                        once)                                            */
+  double tied_worst; /* their largest |pipelined - one process|          */
+} slapo_pp_verify_report;
+
+/* Pipeline parallelism against one process: `pp` (a scheduled model whose
+ * cut lines make as many stages as the pipeline group has ranks; this
+ * rank runs its stage, slapo_pp_train_accumulate under `sched`, then
+ * slapo_pp_sum_tied_grads) and `one` (the same model, weights and
+ * schedule, run whole by slapo_train_accumulate: one process ignores cut
+ * lines) over the same n_micro micro-batches (inputs, envs as
+ * slapo_train_accumulate's). The loss and the gradient of every parameter
+ * one stage holds must be bitwise equal; those several stages hold (the
+ * tied embedding) within tied_atol (absolute), since the holders' sum
+ * meets in another order. Every rank of the group calls it; the verdict
+ * is the group's. Needs a world of pipeline ranks alone. Errors:
+ * SLAPO_VERIFY (the first difference this stage found, naming stage,
+ * parameter, element and both values; or the loss; on the other ranks
+ * "another stage's gradients differ"), SLAPO_INVALID_ARG (data- or
+ * tensor-parallel ranks, a stage count other than the group's), those of
+ * the stages and of MPI. */
+slapo_status slapo_pp_verify(slapo_module *pp, slapo_module *one, slapo_pp_schedule sched,
+                             int n_micro, const slapo_tensor *const *inputs,
+                             const slapo_kernel_env *envs, double tied_atol,
+                             slapo_pp_verify_report *out);
 
 /* The global L2 norm of the gradients slapo_train_accumulate just left in
  * the parameters' grads (as slapo_clip_grad_norm(model, 0) measures it,
@@ -400,6 +465,10 @@ typedef struct slapo_train_config {
   const char *data;         /* text file, token file or directory         */
   int64_t steps, batch, seq; /* seq 0: the config's context, at most 256 */
   int64_t grad_accum;       /* micro-batches per step (>= 1)              */
+  slapo_pp_schedule pp_schedule; /* under pipeline parallelism (the
+                               SLAPO_GROUP_PP group; stages from the
+                               schedule's cut lines): 1F1B (default) or
+                               GPipe                                      */
   float lr, min_lr;
   int64_t warmup;
   float weight_decay, grad_clip;

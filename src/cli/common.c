@@ -66,13 +66,14 @@ static const char *expected(int o) {
   case OPT_TOPK: case OPT_THREADS:
     return "an integer >= 0";
   case OPT_DEPTH: return "an integer from 0 to 64";
-  case OPT_TP: return "an integer from 1 to 4096";
+  case OPT_TP: case OPT_PP: return "an integer from 1 to 4096";
   case OPT_COMM_TIMEOUT: return "seconds > 0";
   case OPT_LR: case OPT_TEMP: case OPT_ATOL: case OPT_RTOL: return "a number > 0";
   case OPT_MIN_LR: case OPT_WD: case OPT_CLIP: return "a number >= 0";
   case OPT_DROPOUT: return "a probability in [0, 1)";
   case OPT_DISABLE: return "step numbers >= 1 without repeats, e.g. 2,5";
   case OPT_PRECISION: case OPT_OPT_STATE: return "f32 or bf16";
+  case OPT_PP_SCHEDULE: return "1f1b or gpipe";
   default: return NULL;
   }
 }
@@ -150,6 +151,7 @@ int cli_model_option(cli_model_opts *m, int o, const char *arg) {
   case OPT_SCHEDULE: m->schedule = arg; return 1;
   case OPT_DISABLE: return cli_parse_list(arg, &m->disabled, &m->n_disabled) ? 1 : -1;
   case OPT_TP: return cli_parse_i64(arg, &m->tp) && m->tp >= 1 && m->tp <= 4096 ? 1 : -1;
+  case OPT_PP: return cli_parse_i64(arg, &m->pp) && m->pp >= 1 && m->pp <= 4096 ? 1 : -1;
   case OPT_COMM_TIMEOUT:
     return cli_parse_f(arg, &m->comm_timeout) && m->comm_timeout > 0 ? 1 : -1;
   case OPT_PRECISION: {
@@ -172,6 +174,11 @@ static const char *schedule_dir(void) {
 bool cli_parse_precision(const char *s, bool *bf16) {
   *bf16 = !strcmp(s, "bf16");
   return *bf16 || !strcmp(s, "f32");
+}
+
+bool cli_parse_pp_schedule(const char *s, slapo_pp_schedule *out) {
+  *out = strcmp(s, "gpipe") ? SLAPO_PP_1F1B : SLAPO_PP_GPIPE;
+  return !strcmp(s, "1f1b") || !strcmp(s, "gpipe");
 }
 
 void cli_precision_for_speed(cli_model_opts *m, const char *cmd) {
@@ -214,7 +221,7 @@ int cli_model_resolve(cli_model_opts *m, const char *cmd) {
 
 /* The model options every rank must share: the command, family, config,
  * the schedule's content (the file --schedule resolves to), --disable and
- * --tp (it decides how the world is split into groups). */
+ * --tp and --pp (they decide how the world is split into groups). */
 static void model_fields(cli_fields *a, const cli_model_opts *m, const char *cmd) {
   cli_fields_str(a, "command", cmd);
   cli_fields_str(a, "--model", m->model);
@@ -231,6 +238,7 @@ static void model_fields(cli_fields *a, const cli_model_opts *m, const char *cmd
   cli_fields_digest(a, "--disable", list,
                     slapo_hash64(m->disabled, m->n_disabled * sizeof *m->disabled, 0));
   cli_fields_i64(a, "--tp", m->tp ? m->tp : 1);
+  cli_fields_i64(a, "--pp", m->pp ? m->pp : 1);
 }
 
 int cli_model_start(cli_model_opts *m, const char *cmd, cli_fields_fn extra, const void *ud) {
@@ -250,7 +258,9 @@ int cli_model_start(cli_model_opts *m, const char *cmd, cli_fields_fn extra, con
     if (s == SLAPO_INVALID_ARG) return cli_fail_together(s);
     if (s != SLAPO_OK) return cli_fail(s);
   }
-  s = slapo_dist_init(m->tp ? (int)m->tp : 1);
+  s = slapo_dist_init_pp(m->tp ? (int)m->tp : 1, m->pp ? (int)m->pp : 1);
+  /* A layout the world cannot make is the same on every rank. */
+  if (s == SLAPO_INVALID_ARG) return cli_fail_together(s);
   if (s != SLAPO_OK) return cli_fail(s);
   /* Rank 0 alone reports; errors still reach stderr from any rank. */
   if (slapo_dist_rank(SLAPO_GROUP_WORLD) != 0 && !freopen("/dev/null", "w", stdout))
@@ -296,4 +306,12 @@ void cli_model_usage(FILE *f, const char *default_config) {
              "  --comm-timeout S    under mpirun, end the job when a collective waits longer\n"
              "                      than S seconds (a lost link or a stopped rank); also\n"
              "                      $SLAPO_COMM_TIMEOUT [300]\n");
+}
+
+void cli_pp_usage(FILE *f) {
+  fprintf(f, "  --pp K              pipeline stages under mpirun -np N (N = K x data-parallel\n"
+             "                      size x --tp); the schedule's cut lines make the K stages,\n"
+             "                      run in 1F1B order over the --grad-accum micro-batches [1]\n"
+             "  --pp-schedule S     1f1b (at most K - s micro-batches in flight on stage s)\n"
+             "                      or gpipe (every forward, then every backward) [1f1b]\n");
 }

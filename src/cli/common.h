@@ -21,7 +21,7 @@ enum {
   OPT_TEMP, OPT_TOPK, OPT_THREADS, OPT_HELP, OPT_SCHEDULE, OPT_DISABLE, OPT_BISECT,
   OPT_PER_ENTRY, OPT_ATOL, OPT_RTOL, OPT_PLOT, OPT_OUTPUT, OPT_GRAPH, OPT_DOT, OPT_PATTERN,
   OPT_REGEX, OPT_DEPTH, OPT_COMPARE, OPT_TP, OPT_COMM_TIMEOUT, OPT_PRECISION, OPT_OPT_STATE,
-  OPT_TOKENIZER
+  OPT_TOKENIZER, OPT_PP, OPT_PP_SCHEDULE
 };
 
 /* "slapo: <status>: <message>" on stderr; returns exit code 1. Under
@@ -50,6 +50,8 @@ bool cli_parse_i64(const char *s, int64_t *out);
 bool cli_parse_f(const char *s, double *out);
 /* "f32" (*bf16 false) or "bf16" (true): --precision, --optimizer-state. */
 bool cli_parse_precision(const char *s, bool *bf16);
+/* "1f1b" or "gpipe" (--pp-schedule). */
+bool cli_parse_pp_schedule(const char *s, slapo_pp_schedule *out);
 /* "2,5,7" (positive, no duplicates) into a malloc'd array replacing *out. */
 bool cli_parse_list(const char *s, size_t **out, size_t *n);
 /* "45s", "3m05s", "1h02m"; "--" when unknown. */
@@ -62,6 +64,7 @@ typedef struct cli_model_opts {
   const char *model, *config, *schedule;
   const char *precision; /* --precision: "bf16", or NULL for f32           */
   int64_t tp;       /* --tp: tensor-parallel group size (0: 1)          */
+  int64_t pp;       /* --pp: pipeline stages (0: 1; train and verify)    */
   double comm_timeout; /* --comm-timeout seconds (0: not given)        */
   size_t *disabled; /* malloc'd */
   size_t n_disabled;
@@ -75,6 +78,9 @@ typedef struct cli_model_opts {
       {"disable", required_argument, 0, OPT_DISABLE}, {"tp", required_argument, 0, OPT_TP},   \
       {"comm-timeout", required_argument, 0, OPT_COMM_TIMEOUT},                               \
       {"precision", required_argument, 0, OPT_PRECISION}
+/* The commands that run a pipeline add it to their options. */
+#define CLI_PP_OPTIONS                                                                          \
+  {"pp", required_argument, 0, OPT_PP}, {"pp-schedule", required_argument, 0, OPT_PP_SCHEDULE}
 
 /* A schedule as --schedule and each side of profile --compare name it:
  * "default" is family f's default schedule (its path written into path, of
@@ -120,7 +126,8 @@ int cli_model_resolve(cli_model_opts *m, const char *cmd);
  * model options and the fields `extra` adds (NULL: none), on the world
  * before anything else communicates: a mismatch ends every rank with
  * "slapo: rank R: invalid_arg: ..." and exit code 1. Then forms the
- * process groups (slapo_dist_init with --tp; only rank 0 keeps stdout).
+ * process groups (slapo_dist_init_pp with --tp and --pp; only rank 0
+ * keeps stdout).
  * --comm-timeout (slapo_dist_set_timeout) applies from the check on.
  * 0, or 1 when the ranks disagree or the groups cannot be formed. */
 int cli_model_start(cli_model_opts *m, const char *cmd, cli_fields_fn extra, const void *ud);
@@ -129,6 +136,8 @@ int cli_model_finish(cli_model_opts *m, const char *cmd);
 void cli_model_opts_deinit(cli_model_opts *m);
 /* The help lines of the model options, for a command's usage. */
 void cli_model_usage(FILE *f, const char *default_config);
+/* The help lines of --pp and --pp-schedule (train, verify). */
+void cli_pp_usage(FILE *f);
 
 /* The commands: argc/argv start at the command name. */
 int cmd_train(int argc, char **argv);

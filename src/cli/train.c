@@ -71,6 +71,7 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
              "Trains a model with AdamW (warmup + cosine schedule), printing progress,\n"
              "validation loss and a text sample.\n\noptions (default in brackets):\n");
   cli_model_usage(f, d->model_config);
+  cli_pp_usage(f);
   fprintf(f,
           "  --data PATH         text file, llm.c token file, or directory of text files\n"
           "                      [%s]\n"
@@ -113,7 +114,7 @@ static void train_usage(FILE *f, const slapo_train_config *d) {
 }
 
 static const struct option k_opts[] = {
-    CLI_MODEL_OPTIONS,
+    CLI_MODEL_OPTIONS, CLI_PP_OPTIONS,
     {"data", required_argument, 0, OPT_DATA}, {"steps", required_argument, 0, OPT_STEPS},
     {"tokenizer", required_argument, 0, OPT_TOKENIZER},
     {"batch", required_argument, 0, OPT_BATCH}, {"seq", required_argument, 0, OPT_SEQ},
@@ -162,6 +163,7 @@ static bool train_option(slapo_train_config *c, int o, const char *a) {
   case OPT_SAMPLE: return cli_parse_i64(a, &c->sample_tokens) && c->sample_tokens >= 0;
   case OPT_TEMP: return cli_parse_f(a, &f) && f > 0 && (c->temperature = (float)f, true);
   case OPT_TOPK: return cli_parse_i64(a, &i) && i >= 0 && i <= INT_MAX && (c->top_k = (int)i, true);
+  case OPT_PP_SCHEDULE: return cli_parse_pp_schedule(a, &c->pp_schedule);
   case OPT_THREADS:
     return cli_parse_i64(a, &i) && i >= 0 && i <= INT_MAX && (c->threads = (int)i, true);
   default: return false;
@@ -199,6 +201,7 @@ static void train_fields(cli_fields *a, const void *ud) {
   cli_fields_i64(a, "--batch", c->batch);
   cli_fields_i64(a, "--seq", c->seq);
   cli_fields_i64(a, "--grad-accum", c->grad_accum);
+  cli_fields_str(a, "--pp-schedule", c->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
   cli_fields_f64(a, "--lr", c->lr);
   cli_fields_f64(a, "--min-lr", c->min_lr);
   cli_fields_i64(a, "--warmup", c->warmup);

@@ -8,6 +8,8 @@
 typedef struct verify_args {
   cli_model_opts mo;
   int64_t batch, seq, seed;
+  int64_t grad_accum; /* --pp: the micro-batches of the pipelined step */
+  slapo_pp_schedule pp_schedule;
   double dropout, atol, rtol;
   bool bisect, per_entry;
 } verify_args;
@@ -43,39 +45,53 @@ static void verify_usage(void) {
          "applied primitive promises it, otherwise within atol + rtol |x|. Checks after\n"
          "every schedule step unless --final-only.\n\n");
   cli_model_usage(stdout, "tiny");
-  printf("  --bisect            binary-search the first step that breaks equality\n"
+  cli_pp_usage(stdout);
+  printf("                      with --pp, the pipelined step is checked against one\n"
+         "                      process running the same schedule over the same\n"
+         "                      micro-batches: the loss and untied gradients bitwise, tied\n"
+         "                      ones within --atol\n"
+         "  --grad-accum M      micro-batches of the pipelined step (--pp) [4]\n"
+         "  --bisect            binary-search the first step that breaks equality\n"
          "  --final-only        check only the fully scheduled model\n"
          "  --batch B           [2]\n  --seq T             [32]\n  --seed S            [1337]\n"
          "  --dropout P         dropout during the check [0.1]\n"
          "  --atol X            [1e-05]\n  --rtol X            [0.0001]\n");
 }
 
-/* Random token ids for idx and targets, a function of the seed. */
-static slapo_status make_batch(const verify_args *v, int64_t vocab, slapo_tensor **idx,
-                               slapo_tensor **tgt) {
+/* Random token ids for idx and targets of micro-batch `micro`, a function
+ * of the seed. */
+static slapo_status make_batch(const verify_args *v, int64_t vocab, int64_t micro,
+                               slapo_tensor **idx, slapo_tensor **tgt) {
   int64_t shape[2] = {v->batch, v->seq};
   SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, idx));
   SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, tgt));
-  int32_t *a = slapo_tensor_data(*idx), *b = slapo_tensor_data(*tgt);
+  int32_t *a = slapo_tensor_data(*idx), *b = slapo_tensor_data(*tgt); /* [B, T] */
   for (int64_t i = 0; i < v->batch * v->seq; i++) {
-    a[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 11, 0, (uint64_t)i) * (float)vocab);
-    b[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 12, 0, (uint64_t)i) * (float)vocab);
+    uint64_t at = (uint64_t)(micro * v->batch * v->seq + i);
+    a[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 11, 0, at) * (float)vocab);
+    b[i] = (int32_t)(slapo_rng_uniform((uint64_t)v->seed, 12, 0, at) * (float)vocab);
   }
   return SLAPO_OK;
 }
 
 static void print_start(const verify_args *v) {
   const cli_model_opts *mo = &v->mo;
+  char pp[96] = "";
+  if (mo->pp > 1)
+    snprintf(pp, sizeof pp, " pp=%lld grad_accum=%lld pp_schedule=%s", (long long)mo->pp,
+             (long long)v->grad_accum, v->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
   printf("slapo verify: model=%s config=%s schedule=%s%s batch=%lld seq=%lld dropout=%g "
-         "atol=%g rtol=%g%s\n",
+         "atol=%g rtol=%g%s%s\n",
          mo->model, mo->config, mo->schedule ? mo->schedule : "none",
          mo->precision ? " precision=bf16" : "", (long long)v->batch, (long long)v->seq, v->dropout,
-         v->atol, v->rtol, v->bisect ? " bisect" : v->per_entry ? " (checked after every step)" : "");
+         v->atol, v->rtol, pp,
+         mo->pp > 1 ? "" : v->bisect ? " bisect" : v->per_entry ? " (checked after every step)" : "");
   if (slapo_dist_active()) {
     char layout[160];
     slapo_dist_describe(layout, sizeof layout);
-    printf("distributed: %s (every rank also runs the unsharded model; sharded gradients are "
-           "gathered to full shape)\n", layout);
+    printf("distributed: %s (every rank also runs the %s)\n", layout,
+           mo->pp > 1 ? "whole model in one process"
+                      : "unsharded model; sharded gradients are gathered to full shape");
   }
   if (mo->precision) {
     char why[200];
@@ -101,7 +117,7 @@ static slapo_status verify(verify_args *v) {
   size_t first_bad = 0;
   slapo_status s = slapo_models_init();
   if (s == SLAPO_OK) s = slapo_schedule_load(v->mo.schedule, v->mo.precision, &log);
-  if (s == SLAPO_OK) s = make_batch(v, dims.vocab_size, &idx, &tgt);
+  if (s == SLAPO_OK) s = make_batch(v, dims.vocab_size, 0, &idx, &tgt);
   if (s == SLAPO_OK) {
     print_start(v);
     if (slapo_sched_log_count(log) == 0)
@@ -118,12 +134,65 @@ static slapo_status verify(verify_args *v) {
   return s;
 }
 
+/* Builds the model from the seed and applies the schedule: the cut lines
+ * mean nothing to one process. */
+static slapo_status scheduled_model(const verify_args *v, slapo_module **out) {
+  SLAPO_TRY(build_model((void *)v, out));
+  slapo_schedule_run run;
+  slapo_status s = slapo_schedule_file_apply(*out, v->mo.schedule, v->mo.precision,
+                                             v->mo.disabled, v->mo.n_disabled, &run);
+  slapo_schedule_run_deinit(&run);
+  return s;
+}
+
+/* --pp: the pipelined step against one process over grad_accum
+ * micro-batches (slapo_pp_verify); the tied gradients within --atol. */
+static slapo_status verify_pp(verify_args *v) {
+  slapo_model_dims dims;
+  SLAPO_TRY(v->mo.family->dims(v->mo.config, &dims));
+  if (v->seq > dims.n_ctx)
+    return slapo_error(SLAPO_INVALID_ARG, "verify: --seq %lld exceeds the %s context of %lld",
+                       (long long)v->seq, v->mo.config, (long long)dims.n_ctx);
+  int m = (int)v->grad_accum;
+  slapo_tensor **in = slapo_calloc(2 * (size_t)m, sizeof *in);
+  slapo_kernel_env *envs = slapo_calloc((size_t)m, sizeof *envs);
+  slapo_module *pp = NULL, *one = NULL;
+  slapo_status s = in && envs ? slapo_models_init() : slapo_error(SLAPO_NOMEM, "out of memory");
+  for (int i = 0; s == SLAPO_OK && i < m; i++) {
+    s = make_batch(v, dims.vocab_size, i, &in[2 * i], &in[2 * i + 1]);
+    envs[i] = (slapo_kernel_env){(uint64_t)v->seed, (uint64_t)i, true};
+  }
+  if (s == SLAPO_OK) s = scheduled_model(v, &pp);
+  if (s == SLAPO_OK) s = scheduled_model(v, &one);
+  slapo_pp_verify_report r;
+  if (s == SLAPO_OK) {
+    print_start(v);
+    s = slapo_pp_verify(pp, one, v->pp_schedule, m, (const slapo_tensor *const *)in, envs,
+                        v->atol, &r);
+  }
+  if (s == SLAPO_OK)
+    printf("pipeline: %lld stages (%s, %d micro-batches) against one process running "
+           "--grad-accum %d: loss equal bitwise (%.8g); %d gradients equal bitwise, %d tied "
+           "within %g (worst %.3g)\nverify: ok\n", (long long)v->mo.pp,
+           v->pp_schedule == SLAPO_PP_GPIPE ? "GPipe" : "1F1B", m, m, r.loss, r.n_bitwise,
+           r.n_tied, v->atol, r.tied_worst);
+  for (int i = 0; in && i < 2 * m; i++) slapo_tensor_free(in[i]);
+  slapo_free(in);
+  slapo_free(envs);
+  slapo_module_free(pp);
+  slapo_module_free(one);
+  return s;
+}
+
 /* One verify option into v: false for a bad value. */
 static bool verify_option(verify_args *v, int o, const char *a) {
   switch (o) {
   case OPT_BISECT: v->bisect = true; return true;
   case OPT_PER_ENTRY: v->per_entry = false; return true;
   case OPT_BATCH: return cli_parse_i64(a, &v->batch) && v->batch > 0;
+  case OPT_ACCUM:
+    return cli_parse_i64(a, &v->grad_accum) && v->grad_accum > 0 && v->grad_accum <= 4096;
+  case OPT_PP_SCHEDULE: return cli_parse_pp_schedule(a, &v->pp_schedule);
   case OPT_SEQ: return cli_parse_i64(a, &v->seq) && v->seq > 0;
   case OPT_SEED: return cli_parse_i64(a, &v->seed) && v->seed >= 0;
   case OPT_DROPOUT: return cli_parse_f(a, &v->dropout) && v->dropout >= 0 && v->dropout < 1;
@@ -146,18 +215,21 @@ static void verify_fields(cli_fields *a, const void *ud) {
   cli_fields_f64(a, "--rtol", v->rtol);
   cli_fields_i64(a, "--bisect", v->bisect);
   cli_fields_i64(a, "--final-only", !v->per_entry);
+  cli_fields_i64(a, "--grad-accum", v->grad_accum);
+  cli_fields_str(a, "--pp-schedule", v->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
 }
 
 int cmd_verify(int argc, char **argv) {
   static const struct option opts[] = {
-      CLI_MODEL_OPTIONS,
+      CLI_MODEL_OPTIONS, CLI_PP_OPTIONS, {"grad-accum", required_argument, 0, OPT_ACCUM},
       {"bisect", no_argument, 0, OPT_BISECT}, {"final-only", no_argument, 0, OPT_PER_ENTRY},
       {"batch", required_argument, 0, OPT_BATCH}, {"seq", required_argument, 0, OPT_SEQ},
       {"seed", required_argument, 0, OPT_SEED}, {"dropout", required_argument, 0, OPT_DROPOUT},
       {"atol", required_argument, 0, OPT_ATOL}, {"rtol", required_argument, 0, OPT_RTOL},
       {"help", no_argument, 0, OPT_HELP}, {0, 0, 0, 0}};
   verify_args v = {.mo = {.config = "tiny"}, .batch = 2, .seq = 32, .seed = 1337,
-                   .dropout = 0.1, .atol = 1e-5, .rtol = 1e-4, .per_entry = true};
+                   .dropout = 0.1, .atol = 1e-5, .rtol = 1e-4, .per_entry = true,
+                   .grad_accum = 4};
   int o, rc = -1;
   opterr = 0;
   while (rc < 0 && (o = cli_getopt(argc, argv, opts)) != -1) {
@@ -169,6 +241,9 @@ int cmd_verify(int argc, char **argv) {
   if (rc < 0 && optind < argc) rc = cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
   if (rc < 0 && !v.mo.schedule && !v.mo.precision)
     rc = cli_usage_error("verify", "%s", "--schedule FILE (or --precision bf16) is required");
+  if (rc < 0 && v.bisect && v.mo.pp > 1)
+    rc = cli_usage_error("verify", "%s", "--bisect checks prefixes of a schedule in one "
+                         "process; --pp checks the whole schedule's pipeline: give one of them");
   if (rc < 0 && v.bisect && !v.per_entry)
     rc = cli_usage_error("verify", "%s",
                          "--bisect checks prefixes of the schedule; --final-only checks only the "
@@ -180,7 +255,10 @@ int cmd_verify(int argc, char **argv) {
                            "--schedule none leaves nothing to verify; give a "
                            ".sched file or 'default'");
     } else {
-      slapo_status s = verify(&v);
+      slapo_status s = v.mo.pp > 1 ? verify_pp(&v) : verify(&v);
+      /* --pp: a verdict or an argument every rank reached alike */
+      if ((s == SLAPO_VERIFY || s == SLAPO_INVALID_ARG) && v.mo.pp > 1)
+        return cli_model_opts_deinit(&v.mo), cli_fail_together(s);
       rc = s == SLAPO_OK ? 0 : cli_fail(s);
     }
   }

@@ -16,6 +16,7 @@ typedef struct slot {
   char *path;
   slapo_tensor *m, *v; /* same shape as p; f32, or bf16 (state_bf16) */
   uint64_t rng_key;    /* state_bf16: the stochastic rounding's Philox key */
+  bool skip;           /* slapo_adamw_select left it out of the updates */
 } slot;
 
 struct slapo_adamw {
@@ -87,6 +88,22 @@ void slapo_adamw_free(slapo_adamw *o) {
 }
 
 int64_t slapo_adamw_steps(const slapo_adamw *o) { return o->t; }
+
+void slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
+                        void *ud) {
+  for (int i = 0; i < o->n; i++) o->slots[i].skip = keep && !keep(o->slots[i].p, ud);
+}
+
+slapo_status slapo_adamw_moments(const slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
+                                 slapo_tensor **v) {
+  for (int i = 0; i < o->n; i++)
+    if (o->slots[i].p == p) {
+      *m = o->slots[i].m, *v = o->slots[i].v;
+      return SLAPO_OK;
+    }
+  return slapo_error(SLAPO_NOT_FOUND, "adamw: parameter %s is not one of the optimizer's",
+                     p->path ? p->path : "(unnamed)");
+}
 
 /* The constants of one parameter's update; gs scales the gradient, zero
  * clears it once read. */
@@ -222,6 +239,7 @@ void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool ze
   const float c2 = (float)(1.0 - pow(b2, (double)o->t));
   for (int i = 0; i < o->n; i++) {
     slot *s = &o->slots[i];
+    if (s->skip) continue;
     float *w = slapo_tensor_data(s->p->value); /* [numel] */
     float *g = slapo_tensor_data(s->p->grad);
     void *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);

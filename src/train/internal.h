@@ -16,6 +16,25 @@
 slapo_status slapo__micro_weights(int n_micro, const slapo_tensor *const *inputs, double *w,
                                   int64_t *n_valid);
 
+/* The parameters of a pipeline (pp_params.c): every parameter of the
+ * model in visit order (a tied one once), whether this rank's stage holds
+ * it, and over the pipeline group its first holder (0 for a parameter no
+ * stage reads: stage 0's, mine there) and holder count. */
+typedef struct slapo__pp_owners {
+  int n, cap;
+  slapo_parameter **params; /* [n] */
+  uint8_t *mine;            /* [n] */
+  int *first;               /* [n] */
+  int *holders;             /* [n] */
+  bool nomem;
+} slapo__pp_owners;
+
+/* Fills *o (one all-gather of a byte per parameter over SLAPO_GROUP_PP;
+ * every rank of the group calls it). Errors: NOMEM, those of MPI. */
+slapo_status slapo__pp_owners_of(const slapo_pp_stage *st, slapo_module *model,
+                                 slapo__pp_owners *o);
+void slapo__pp_owners_free(slapo__pp_owners *o);
+
 /* Longest checkpoint path slapo handles, with room for the tags it adds. */
 enum { SLAPO__CKPT_PATH = 4200 };
 

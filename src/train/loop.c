@@ -84,6 +84,7 @@ typedef struct trainer {
   int64_t model_vocab;   /* the vocabulary the model is built with (0: the config's) */
   slapo_module *model;
   slapo_runner *runner;
+  slapo_pp_stage *stage; /* this rank's pipeline stage, or NULL (no --pp) */
   slapo_adamw *opt;
   slapo_schedule_run sched;
   slapo_tensor *x, *y; /* validation batch */
@@ -142,8 +143,10 @@ static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   const slapo_train_config *c = &t->c;
   double sum = 0, bytes = 0;
   int64_t total = 0;
-  /* Data-parallel ranks split the validation batches and sum. */
-  int D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
+  /* Data-parallel ranks split the validation batches and sum; so do
+   * pipeline ranks, which hold the whole model again (slapo_pp_gather). */
+  int dp = slapo_dist_size(SLAPO_GROUP_DP), pp = slapo_dist_size(SLAPO_GROUP_PP);
+  int D = dp * pp, d = slapo_dist_rank(SLAPO_GROUP_PP) * dp + slapo_dist_rank(SLAPO_GROUP_DP);
   for (int64_t b = d; b < c->val_batches; b += D) {
     SLAPO_TRY(draw_batch(t, true, b, t->x, t->y));
     const slapo_tensor *in[2] = {t->x, t->y}, *loss;
@@ -156,6 +159,7 @@ static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   }
   double acc[3] = {sum, (double)total, bytes};
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, acc, 3));
+  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_PP, acc, 3));
   *out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   *per_byte = t->tok && acc[2] > 0 ? acc[0] / acc[2] : NAN;
   return SLAPO_OK;
@@ -206,6 +210,7 @@ static void trainer_free(trainer *t) {
   slapo_free(t->micro_in);
   slapo_free(t->envs);
   slapo_adamw_free(t->opt);
+  slapo_pp_stage_free(t->stage);
   slapo_runner_free(t->runner);
   slapo_schedule_run_deinit(&t->sched);
   slapo_module_free(t->model);
@@ -507,6 +512,35 @@ static slapo_status build_model(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
+/* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) this rank's
+ * stage of the scheduled model, whose cut lines must make p stages, with
+ * the slots its schedule keeps in flight (1F1B min(p - s, grad_accum),
+ * GPipe grad_accum); the batch tensors give the shapes. */
+static slapo_status build_stage(trainer *t) {
+  int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
+  if (p == 1) return SLAPO_OK;
+  const slapo_train_config *c = &t->c;
+  int n = slapo_pp_stage_count(t->model);
+  if (n != p)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --pp %d needs %d stages, but the schedule "
+                       "(%s) cuts the model into %d; give %d cut lines (e.g. "
+                       "'transformer.h.5 cut'; slapo help cut)", p, p,
+                       c->schedule ? c->schedule : "none", n, p - 1);
+  if (slapo_dist_size(SLAPO_GROUP_TP) > 1)
+    return slapo_error(SLAPO_UNSUPPORTED, "train: --pp %d with --tp %d: pipeline and tensor "
+                       "parallelism together are not built yet", p,
+                       slapo_dist_size(SLAPO_GROUP_TP));
+  bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
+  int slots = !gpipe && p - s < c->grad_accum ? p - s : (int)c->grad_accum;
+  const slapo_tensor *in[2] = {t->x, t->y};
+  SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
+  say(t->cb, t->ud, "pipeline: %d stages, %s over %lld micro-batches; stage 0 (this "
+      "report's rank) holds %d parameters, sends %d values", p, gpipe ? "GPipe" : "1F1B",
+      (long long)c->grad_accum,
+      slapo_pp_stage_n_params(t->stage), slapo_pp_stage_n_send(t->stage));
+  return SLAPO_OK;
+}
+
 /* Loads the pair --resume names (or its kept previous pair) into the run. */
 static slapo_status resume_pair(trainer *t, slapo__ckpt_choice *ch, int64_t *start) {
   const slapo_train_config *c = &t->c;
@@ -590,19 +624,28 @@ static slapo_status train_step(trainer *t, int64_t step, slapo_train_event *e) {
     t->micro_in[2 * m] = t->xs[m], t->micro_in[2 * m + 1] = t->ys[m];
     t->envs[m] = (slapo_kernel_env){c->seed, (uint64_t)micro, true};
   }
-  SLAPO_TRY(slapo_train_accumulate(t->runner, (int)c->grad_accum, t->micro_in, t->envs, &loss,
-                                   NULL));
-  SLAPO_TRY(slapo_dist_kernel_status());
   float lr = slapo_lr_at(step, c->warmup, c->steps, c->lr, c->min_lr);
   double norm;
-  SLAPO_TRY(slapo_train_update(t->runner, t->model, t->opt, lr, c->grad_clip, &norm, &comm_s));
+  if (t->stage) {
+    SLAPO_TRY(slapo_pp_train_accumulate(t->stage, c->pp_schedule, (int)c->grad_accum,
+                                        t->micro_in, t->envs, &loss, NULL));
+    SLAPO_TRY(slapo_dist_kernel_status());
+    SLAPO_TRY(slapo_pp_train_update(t->stage, t->model, t->opt, lr, c->grad_clip, &norm, &comm_s));
+  } else {
+    SLAPO_TRY(slapo_train_accumulate(t->runner, (int)c->grad_accum, t->micro_in, t->envs, &loss,
+                                     NULL));
+    SLAPO_TRY(slapo_dist_kernel_status());
+    SLAPO_TRY(slapo_train_update(t->runner, t->model, t->opt, lr, c->grad_clip, &norm, &comm_s));
+  }
   double dt = now_s() - ts;
   *e = (slapo_train_event){.step = step + 1, .steps = c->steps, .loss = loss, .lr = lr,
                            .grad_norm = norm,
                            .tokens_per_s = (double)(c->batch * c->seq * c->grad_accum * D) / dt,
                            .comm_s = comm_s,
                            .elapsed_s = now_s() - t->t0,
-                           .peak_nbytes = slapo_runner_peak_nbytes(t->runner)};
+                           .peak_nbytes = t->stage ? slapo_plan_peak_nbytes(
+                                                         slapo_pp_stage_plan(t->stage))
+                                                   : slapo_runner_peak_nbytes(t->runner)};
   return SLAPO_OK;
 }
 
@@ -631,12 +674,16 @@ static slapo_status write_metrics(FILE *f, const char *path, const slapo_train_e
 static slapo_status report(trainer *t, slapo_train_event *e) {
   const slapo_train_config *c = &t->c;
   bool last = e->step == c->steps;
-  if ((c->val_every > 0 && e->step % c->val_every == 0) || last) {
+  bool val = (c->val_every > 0 && e->step % c->val_every == 0) || last;
+  bool save = c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last);
+  /* The stages' parameters (and for a checkpoint their moments) to every
+   * rank; the last step always validates, so sampling sees them too. */
+  if (t->stage && (val || save)) SLAPO_TRY(slapo_pp_gather(t->stage, t->model, save ? t->opt : NULL));
+  if (val) {
     SLAPO_TRY(eval_loss(t, &e->val_loss, &e->val_nats_per_byte));
     e->has_val = true;
   }
   if (t->metrics) SLAPO_TRY(write_metrics(t->metrics, t->c.metrics, e));
-  bool save = c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last);
   if (save) SLAPO_TRY(save_checkpoint(t, e->step));
   if (t->cb) t->cb(e, t->ud);
   if (save) say(t->cb, t->ud, "saved %s at step %lld", c->save, (long long)e->step);
@@ -713,6 +760,7 @@ static slapo_status run(trainer *t) {
   int64_t start;
   SLAPO_TRY(resume(t, &start));
   SLAPO_TRY(alloc_batches(t));
+  SLAPO_TRY(build_stage(t));
   t->t0 = now_s();
   for (int64_t step = start; step < t->c.steps; step++) {
     slapo_train_event e;

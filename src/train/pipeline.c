@@ -2,9 +2,7 @@
  * rank's pipeline stage (slapo_pp_train_accumulate): the stage's action
  * list (slapo_pp_actions, the same on every rank) executed in order, with
  * the activations and their gradients moved between neighbouring stages
- * by slapo_dist_pp_exchange; and the gradients of parameters several
- * stages hold (the tied embedding) summed over the pipeline
- * (slapo_pp_sum_tied_grads), as Megatron-LM sums its embedding group's.
+ * by slapo_dist_pp_exchange (the parameters across stages: pp_params.c).
  * Micro-batches are weighted by valid tokens as in slapo_train_accumulate
  * (accumulate.c), and the backwards run in micro-batch order, so the
  * gradients are bitwise those one process accumulates. Layer: train. */
@@ -188,68 +186,4 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, &sum, 1));
   *loss = sum;
   return SLAPO_OK;
-}
-
-/* ---- tied parameters ---- */
-
-typedef struct tie_state {
-  const slapo_pp_stage *st;
-  int n, cap;
-  slapo_parameter **params;
-  bool nomem;
-} tie_state;
-
-static void note_param(slapo_parameter *p, const char *path, void *ud) {
-  (void)path;
-  tie_state *t = ud;
-  for (int i = 0; i < t->n; i++)
-    if (t->params[i] == p) return; /* a tied parameter is visited once per owner */
-  if (t->n == t->cap) {
-    int cap = t->cap ? 2 * t->cap : 64;
-    slapo_parameter **a = slapo_realloc(t->params, (size_t)cap * sizeof *a);
-    if (!a) {
-      t->nomem = true;
-      return;
-    }
-    t->params = a, t->cap = cap;
-  }
-  t->params[t->n++] = p;
-}
-
-static bool stage_holds(const slapo_pp_stage *st, const slapo_parameter *p) {
-  for (int i = 0; i < slapo_pp_stage_n_params(st); i++)
-    if (slapo_pp_stage_param(st, i) == p) return true;
-  return false;
-}
-
-slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied) {
-  if (n_tied) *n_tied = 0;
-  tie_state t = {.st = st};
-  SLAPO_TRY(slapo_module_visit_params(model, note_param, &t));
-  int p = slapo_dist_size(SLAPO_GROUP_PP);
-  uint8_t *mine = slapo_calloc((size_t)t.n + 1, 1);
-  uint8_t *all = slapo_calloc((size_t)t.n * (size_t)p + 1, 1);
-  slapo_status s = t.nomem || !mine || !all
-                       ? slapo_error(SLAPO_NOMEM, "pp_sum_tied_grads: out of memory")
-                       : SLAPO_OK;
-  for (int i = 0; s == SLAPO_OK && i < t.n; i++) mine[i] = stage_holds(st, t.params[i]);
-  /* Which stage holds what: every rank has the same parameter list, so
-   * fixed-size records. */
-  if (s == SLAPO_OK) s = slapo_dist_all_gather_bytes(SLAPO_GROUP_PP, mine, all, t.n);
-  for (int i = 0; s == SLAPO_OK && i < t.n; i++) {
-    int holders = 0;
-    for (int r = 0; r < p; r++) holders += all[(size_t)r * (size_t)t.n + (size_t)i];
-    if (holders < 2) continue;
-    if (n_tied) (*n_tied)++;
-    slapo_tensor *g = t.params[i]->grad;
-    /* Stages without it add zeros (exact) from its grad, which their
-     * steps never write: the whole pipeline group takes part, rather
-     * than a group per tie. */
-    if (!mine[i]) memset(slapo_tensor_data(g), 0, slapo_tensor_nbytes(g));
-    s = slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, slapo_tensor_data(g), slapo_tensor_numel(g));
-  }
-  slapo_free(mine);
-  slapo_free(all);
-  slapo_free(t.params);
-  return s;
 }

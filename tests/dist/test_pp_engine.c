@@ -6,7 +6,9 @@
  * micro-batches, same thread count) and checks: the loss bitwise, every
  * gradient of a parameter its stage alone holds bitwise, the tied
  * embedding's (on both stages) within 1e-6 and bitwise the same on both
- * ranks. Errors that must fail on every rank alike, before any transfer:
+ * ranks; then a whole optimizer step (slapo_pp_train_update) and the
+ * model gathered back (slapo_pp_gather) against one process's step.
+ * Errors that must fail on every rank alike, before any transfer:
  * a rank holding another stage than its pipeline rank, too few slots.
  * CTest runs it under mpirun -np 2 with a timeout. */
 #include <stdarg.h>
@@ -110,6 +112,73 @@ static void test_gpipe_matches_one_process(void **state) {
   check_schedule(SLAPO_PP_GPIPE);
 }
 
+/* Weights of every parameter of m by path, copied (pt_result's grads). */
+static void take_weight(slapo_parameter *p, const char *path, void *ud) {
+  pt_result *r = ud;
+  slapo_tensor *g = p->grad;
+  p->grad = p->value; /* pt_take_grad copies p->grad */
+  pt_take_grad(p, path, r);
+  p->grad = g;
+}
+
+/* A whole optimizer step: one process's slapo_train_update against this
+ * stage's slapo_pp_train_update, then slapo_pp_gather: every rank then
+ * holds the whole model, every weight bitwise one process's but the tied
+ * embedding's (within 1e-6: its gradient sums in another order); the
+ * norm within rounding; the AdamW moments moved along with the weights. */
+static void test_update_and_gather(void **state) {
+  (void)state;
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
+  slapo_module *ref = pt_model(&k_tiny);
+  slapo_runner *run;
+  slapo_adamw *ref_opt, *opt;
+  double loss, want_norm, norm;
+  OK(slapo_runner_new(ref, NULL, &run));
+  OK(slapo_adamw_new(ref, &ac, &ref_opt));
+  OK(slapo_train_accumulate(run, M, g_flat, g_envs, &loss, NULL));
+  OK(slapo_train_update(run, ref, ref_opt, 1e-3f, 0, &want_norm, NULL));
+  pt_result want = {0};
+  OK(slapo_module_visit_params(ref, take_weight, &want));
+
+  slapo_sched *root = cut_model();
+  slapo_module *m = slapo_sched_module(root);
+  slapo_pp_stage *st;
+  OK(slapo_pp_stage_new(m, 2, g_flat, R, M, NULL, &st));
+  OK(slapo_adamw_new(m, &ac, &opt));
+  OK(slapo_pp_train_accumulate(st, SLAPO_PP_1F1B, M, g_flat, g_envs, &loss, NULL));
+  OK(slapo_pp_train_update(st, m, opt, 1e-3f, 0, &norm, NULL));
+  assert_float_equal(norm, want_norm, 1e-6 * want_norm);
+  OK(slapo_pp_gather(st, m, opt));
+  pt_result got = {0};
+  OK(slapo_module_visit_params(m, take_weight, &got));
+  assert_int_equal(got.n, want.n);
+  for (int i = 0; i < want.n; i++) {
+    int64_t n = slapo_tensor_numel(want.grads[i]);
+    const float *a = slapo_tensor_data(got.grads[i]), *b = slapo_tensor_data(want.grads[i]);
+    bool tied = P > 1 && !strcmp(want.paths[i], "transformer.wte.weight");
+    if (tied)
+      for (int64_t k = 0; k < n; k++) assert_float_equal(a[k], b[k], 1e-6);
+    else
+      assert_memory_equal(a, b, (size_t)n * sizeof(float));
+    slapo_tensor *gm, *gv, *wm, *wv;
+    OK(slapo_adamw_moments(opt, got.params[i], &gm, &gv));
+    OK(slapo_adamw_moments(ref_opt, want.params[i], &wm, &wv));
+    if (!tied) {
+      assert_memory_equal(slapo_tensor_data(gm), slapo_tensor_data(wm), (size_t)n * sizeof(float));
+      assert_memory_equal(slapo_tensor_data(gv), slapo_tensor_data(wv), (size_t)n * sizeof(float));
+    }
+  }
+  assert_int_equal(slapo_adamw_steps(opt), 1);
+  pt_result_free(&got);
+  pt_result_free(&want);
+  slapo_adamw_free(opt);
+  slapo_pp_stage_free(st);
+  pt_sched_free(root);
+  slapo_adamw_free(ref_opt);
+  slapo_runner_free(run);
+  slapo_module_free(ref);
+}
+
 static void test_errors_on_every_rank(void **state) {
   (void)state;
   if (P < 2) return;
@@ -142,6 +211,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_1f1b_matches_one_process),
       cmocka_unit_test(test_gpipe_matches_one_process),
+      cmocka_unit_test(test_update_and_gather),
       cmocka_unit_test(test_errors_on_every_rank),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
