@@ -444,6 +444,22 @@ typedef struct slapo_pp_stage slapo_pp_stage;
 /* 1 + the number of modules under root marked by `cut`. */
 int slapo_pp_stage_count(const slapo_module *root);
 
+/* What each block of root's longest module list costs (children named 0
+ * .. n-1: GPT-2's transformer.h, LLaMA's model.layers, BERT's
+ * bert.encoder.layer), for pipeline stages balanced without cut lines
+ * (slapo_pp_auto_cut): the ops of the step's forward for inputs shaped
+ * like in [n_in], each costed by a roofline from its shapes alone, the
+ * larger of slapo_node_flops / 8 and slapo_node_bytes (8 FLOPs a byte: a
+ * CPU core's f32 compute against its memory bandwidth), summed by the
+ * block that emitted it; the ops before the first block count to it
+ * (embeddings), those after the last to it (final norm, head, loss). The
+ * backward is taken to cost in proportion. *list: the list's path;
+ * *costs [*n]; both owned (slapo_free). Errors: SLAPO_NOT_FOUND (no
+ * module list), SLAPO_INVALID_ARG (a loss that is not a scalar), those of
+ * building the step, NOMEM. */
+slapo_status slapo_pp_block_costs(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                  char **list, double **costs, int *n);
+
 /* Builds stage `stage` (0-based) of root for a TRAIN step over inputs
  * shaped like in [n_in] (idx, targets), with n_slots micro-batches in
  * flight at most. opts as slapo_runner_new's (debug allocation is off:

@@ -235,6 +235,10 @@ typedef struct slapo_op {
    * communicate (a collective's layout agreed across its group): every rank
    * of a group plans the same graphs in the same order. */
   slapo_status (*prepare)(const slapo_node *node);
+  /* Floating-point operations of one call, from the node's shapes (a
+   * multiply-add counts 2), or NULL for an op whose cost is its memory
+   * traffic (elementwise, norms, shape ops): slapo_node_flops. */
+  double (*flops)(const slapo_node *node);
   const char *doc;          /* one line: math and source                     */
   slapo_op_test test;
 } slapo_op;
@@ -248,6 +252,13 @@ typedef struct slapo_op {
 #include "slapo/ops.def"
 #undef SLAPO_OP
 #define SLAPO_OP_DESC(name) (&slapo__op_##name)
+
+/* What a node costs, from its shapes alone (the same on every rank): its
+ * op's FLOPs (slapo_op.flops; 0 without), and the bytes it reads and
+ * writes (each input and its result once). Not for placeholders, which
+ * give 0. For balancing pipeline stages (slapo_pp_auto_cut). */
+double slapo_node_flops(const slapo_node *node);
+double slapo_node_bytes(const slapo_node *node);
 
 /* Descriptor for `name`, or NULL: the built-in ops of slapo/ops.def, then
  * run-time ops from slapo_op_register. */

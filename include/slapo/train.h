@@ -300,6 +300,20 @@ slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model
  * Errors: NOMEM, SLAPO_NOT_FOUND (opt is not over model), those of MPI. */
 slapo_status slapo_pp_gather(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt);
 
+/* `--pp k` without cut lines: splits the blocks of root's longest module
+ * list into k contiguous stages whose largest cost is least
+ * (slapo_pp_block_costs for inputs shaped like in [n_in], then
+ * slapo_pp_balance: the same cuts on every rank) and marks the block
+ * ending each stage as the `cut` primitive does. lines [cap] receives the
+ * schedule lines that make the same stages ("transformer.h.1 cut\n", one
+ * a cut); *share (may be NULL) the largest stage's share of the total
+ * cost. Errors: SLAPO_STATE (root is cut already), SLAPO_INVALID_ARG (k
+ * outside 1..4096, more stages than blocks: naming the list and its
+ * length), SLAPO_NOT_FOUND (no module list), SLAPO_LIMIT (lines too long
+ * for cap), those of slapo_pp_block_costs. */
+slapo_status slapo_pp_auto_cut(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                               int k, char *lines, size_t cap, double *share);
+
 /* What slapo_pp_verify found, over every stage of the pipeline. */
 typedef struct slapo_pp_verify_report {
   double loss;       /* the pipelined step's loss                        */

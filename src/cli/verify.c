@@ -38,7 +38,8 @@ static void on_check(const slapo_verify_check *c, const slapo_sched_steps *steps
 }
 
 static void verify_usage(void) {
-  printf("usage: slapo verify --schedule FILE [options]\n\n"
+  printf("usage: slapo verify --schedule FILE [options]\n"
+         "       mpirun -np K slapo verify --pp K [--schedule FILE] [options]\n\n"
          "Builds the unscheduled and the scheduled model from the same weights and seed,\n"
          "runs forward and backward on the same batch with dropout on, and compares the\n"
          "logits, the loss and every parameter gradient by path: bitwise where every\n"
@@ -138,6 +139,7 @@ static slapo_status verify(verify_args *v) {
  * mean nothing to one process. */
 static slapo_status scheduled_model(const verify_args *v, slapo_module **out) {
   SLAPO_TRY(build_model((void *)v, out));
+  if (!v->mo.schedule && !v->mo.precision) return SLAPO_OK;
   slapo_schedule_run run;
   slapo_status s = slapo_schedule_file_apply(*out, v->mo.schedule, v->mo.precision,
                                              v->mo.disabled, v->mo.n_disabled, &run);
@@ -165,8 +167,17 @@ static slapo_status verify_pp(verify_args *v) {
   if (s == SLAPO_OK) s = scheduled_model(v, &pp);
   if (s == SLAPO_OK) s = scheduled_model(v, &one);
   slapo_pp_verify_report r;
+  if (s == SLAPO_OK) print_start(v);
+  if (s == SLAPO_OK && slapo_pp_stage_count(pp) == 1) { /* no cut lines: balanced */
+    char lines[4096];
+    double share;
+    s = slapo_pp_auto_cut(pp, 2, (const slapo_tensor *const *)in, (int)v->mo.pp, lines,
+                          sizeof lines, &share);
+    if (s == SLAPO_OK)
+      printf("pipeline: no cut lines in the schedule; %lld stages balanced by cost (the largest "
+             "%.0f%% of the forward's):\n%s", (long long)v->mo.pp, 100 * share, lines);
+  }
   if (s == SLAPO_OK) {
-    print_start(v);
     s = slapo_pp_verify(pp, one, v->pp_schedule, m, (const slapo_tensor *const *)in, envs,
                         v->atol, &r);
   }
@@ -239,7 +250,7 @@ int cmd_verify(int argc, char **argv) {
       rc = cli_option_error("verify", opts, o, argv);
   }
   if (rc < 0 && optind < argc) rc = cli_usage_error("verify", "unexpected argument '%s'", argv[optind]);
-  if (rc < 0 && !v.mo.schedule && !v.mo.precision)
+  if (rc < 0 && !v.mo.schedule && !v.mo.precision && v.mo.pp <= 1)
     rc = cli_usage_error("verify", "%s", "--schedule FILE (or --precision bf16) is required");
   if (rc < 0 && v.bisect && v.mo.pp > 1)
     rc = cli_usage_error("verify", "%s", "--bisect checks prefixes of a schedule in one "
@@ -250,7 +261,7 @@ int cmd_verify(int argc, char **argv) {
                          "whole: give one of them");
   if (rc < 0 && (rc = cli_model_resolve(&v.mo, "verify")) == 0 &&
       (rc = cli_model_start(&v.mo, "verify", verify_fields, &v)) == 0) {
-    if (!v.mo.schedule && !v.mo.precision) { /* resolved from 'none' or '' */
+    if (!v.mo.schedule && !v.mo.precision && v.mo.pp <= 1) { /* resolved from 'none' or '' */
       rc = cli_usage_error("verify", "%s",
                            "--schedule none leaves nothing to verify; give a "
                            ".sched file or 'default'");

@@ -80,6 +80,14 @@ slapo_node *slapo__param_node(slapo_ctx *ctx, slapo_parameter *p);
 slapo_status slapo__step_forward(slapo_module *root, slapo_ctx *ctx, slapo__build_state *bs,
                                  int n_in, const slapo_tensor *const *in, slapo_node **ins,
                                  slapo_node **y);
+/* The step's forward of root for inputs shaped like in [n_in] into fg
+ * (pipeline.c), as slapo_step builds it: fbs's maps are created here
+ * (the caller frees them, also on error); ins [SLAPO_STEP_MAX_INPUTS]
+ * receives the placeholders, *y the loss. Errors: SLAPO_INVALID_ARG (a
+ * loss that is not a scalar), those of building the step, NOMEM. */
+slapo_status slapo__pp_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                               slapo_graph *fg, slapo__build_state *fbs, slapo_node **ins,
+                               slapo_node **y);
 /* Runs the step's rewrite rules on g to a fixpoint (step.c). */
 slapo_status slapo__step_rules(slapo_graph *g, bool training);
 /* slapo_call without the tracer's interception (call.c). */

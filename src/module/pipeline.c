@@ -227,18 +227,27 @@ static slapo_node *copy_node(copier *c, int i) {
 }
 
 /* The forward of the whole model, split: sp filled, *y the loss. */
-static slapo_status split_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
-                                  slapo_graph *fg, slapo__build_state *fbs, split *sp,
-                                  slapo_node **y, int *n_stages, slapo__index_bound *bounds) {
+slapo_status slapo__pp_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                               slapo_graph *fg, slapo__build_state *fbs, slapo_node **ins,
+                               slapo_node **y) {
   slapo_ctx *ctx;
+  SLAPO_TRY(slapo_map_new(&fbs->param_nodes));
+  SLAPO_TRY(slapo_map_new(&fbs->param_objs));
   SLAPO_TRY(slapo_ctx_new(fg, &ctx));
-  slapo_node *ins[SLAPO_STEP_MAX_INPUTS];
   slapo_status s = slapo__step_forward(root, ctx, fbs, n_in, in, ins, y);
   slapo_ctx_free(ctx);
   SLAPO_TRY(s);
   if ((*y)->ndim != 0)
     return slapo_error(SLAPO_INVALID_ARG, "pipeline: training needs a scalar loss from the %s "
                        "forward", root->type->name);
+  return SLAPO_OK;
+}
+
+static slapo_status split_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                  slapo_graph *fg, slapo__build_state *fbs, split *sp,
+                                  slapo_node **y, int *n_stages, slapo__index_bound *bounds) {
+  slapo_node *ins[SLAPO_STEP_MAX_INPUTS];
+  SLAPO_TRY(slapo__pp_forward(root, n_in, in, fg, fbs, ins, y));
   slapo__index_bounds(root, n_in, ins, bounds);
   slapo_graph_renumber(fg);
   sp->count = slapo_graph_count(fg);
@@ -252,7 +261,7 @@ static slapo_status split_forward(slapo_module *root, int n_in, const slapo_tens
   cut_list c = {0};
   int ends[MAX_BOUNDARY];
   const char *end_path[MAX_BOUNDARY];
-  s = collect_cuts(root, &c);
+  slapo_status s = collect_cuts(root, &c);
   if (s == SLAPO_OK) s = find_ends(&c, sp->nodes, sp->count, ends, end_path);
   *n_stages = c.n + 1;
   for (int k = 0, st = 0; s == SLAPO_OK && k < sp->count; k++) {
@@ -459,8 +468,6 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
   split sp = {0};
   slapo_node *fy = NULL;
   slapo_status s = slapo_graph_new(&fg);
-  if (s == SLAPO_OK) s = slapo_map_new(&fbs.param_nodes);
-  if (s == SLAPO_OK) s = slapo_map_new(&fbs.param_objs);
   if (s == SLAPO_OK)
     s = split_forward(root, n_in, in, fg, &fbs, &sp, &fy, &st->n_stages, st->bounds);
   if (s == SLAPO_OK && (stage < 0 || stage >= st->n_stages))

@@ -233,6 +233,14 @@ static slapo_node *fa_backward_example(slapo_ctx *ctx) {
   return slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_backward), 5, in, 2, a);
 }
 
+/* q k^T and p v: 2 x 2 T per element of the output [B, NH, T, HS], T the
+ * keys (the causal mask's skipped half is not subtracted). */
+static double fa_flops(const slapo_node *n) {
+  double e = 1;
+  for (int d = 0; d < n->ndim; d++) e *= (double)n->shape[d];
+  return 4.0 * e * (double)n->inputs[1]->shape[2];
+}
+
 SLAPO_OP_DESCRIPTOR(flash_attention) = {
     .name = "flash_attention",
     .n_inputs = -1,
@@ -240,6 +248,7 @@ SLAPO_OP_DESCRIPTOR(flash_attention) = {
     .ref = fa_ref,
     .fast = fa_fast,
     .backward = fa_backward,
+    .flops = fa_flops,
     .contiguous_inputs = true,
     .random = true,
     .doc = "(q [B, NH, T, HS], k, v [B, NKV, T, HS][, mask [B, T]]) -> dropout(softmax(scale "

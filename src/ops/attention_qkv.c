@@ -151,8 +151,15 @@ static slapo_node *backward_example(slapo_ctx *ctx) {
   return slapo_op_apply(ctx, SLAPO_OP_DESC(flash_attention_qkv_backward), 3, in, 3, a);
 }
 
+/* As flash_attention's: 4 T per element of the output [B, T, NH HS]. */
+static double flops(const slapo_node *n) {
+  return 4.0 * (double)n->shape[0] * (double)n->shape[1] * (double)n->shape[2] *
+         (double)n->shape[1];
+}
+
 SLAPO_OP_DESCRIPTOR(flash_attention_qkv) = {
     .name = "flash_attention_qkv",
+    .flops = flops,
     .n_inputs = -1,
     .infer = infer,
     .ref = fa_ref,

@@ -529,8 +529,17 @@ static slapo_node *backward_weights_example(slapo_ctx *ctx) {
   return backward_example(ctx, false);
 }
 
+/* 2 (Cin / groups) kh kw per element of the output: w [Cout, Cin / g, kh, kw]. */
+static double conv2d_flops(const slapo_node *n) {
+  const slapo_node *w = n->inputs[1];
+  double e = 1;
+  for (int d = 0; d < n->ndim; d++) e *= (double)n->shape[d];
+  return 2.0 * e * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+}
+
 SLAPO_OP_DESCRIPTOR(conv2d) = {
     .name = "conv2d",
+    .flops = conv2d_flops,
     .n_inputs = -1, /* (x, w) or (x, w, b); the count is checked by infer */
     .infer = conv2d_infer,
     .ref = conv2d_ref,

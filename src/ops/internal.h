@@ -14,6 +14,10 @@
  * in slapo/ops.h, so the definition is checked against the declaration). */
 #define SLAPO_OP_DESCRIPTOR(name) const slapo_op slapo__op_##name
 
+/* slapo_op.flops of an op contracting its first input's last axis K into
+ * each output element (matmul, linear): 2 K per element (ops/cost.c). */
+double slapo__flops_contract_last(const slapo_node *node);
+
 /* Next op index for the ctx's current origin path; -1 on allocation failure. */
 int slapo__ctx_next_op_seq(slapo_ctx *ctx);
 int slapo__ctx_next_random(slapo_ctx *ctx);

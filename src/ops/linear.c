@@ -132,6 +132,7 @@ static slapo_node *linear_example(slapo_ctx *ctx) {
 
 SLAPO_OP_DESCRIPTOR(linear) = {
     .name = "linear",
+    .flops = slapo__flops_contract_last,
     .n_inputs = -1, /* (x, w) or (x, w, b); the count is checked by infer */
     .infer = linear_infer,
     .ref = linear_ref,

@@ -149,6 +149,7 @@ static slapo_node *matmul_example(slapo_ctx *ctx) {
 SLAPO_OP_DESCRIPTOR(matmul) = {
     .name = "matmul",
     .n_inputs = 2,
+    .flops = slapo__flops_contract_last,
     .infer = matmul_infer,
     .ref = matmul_ref,
     .fast = matmul_fast,

@@ -513,14 +513,25 @@ static slapo_status build_model(trainer *t) {
 }
 
 /* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) this rank's
- * stage of the scheduled model, whose cut lines must make p stages, with
+ * stage of the scheduled model, whose cut lines must make p stages (none:
+ * slapo_pp_auto_cut balances p stages), with
  * the slots its schedule keeps in flight (1F1B min(p - s, grad_accum),
  * GPipe grad_accum); the batch tensors give the shapes. */
 static slapo_status build_stage(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
   if (p == 1) return SLAPO_OK;
   const slapo_train_config *c = &t->c;
+  const slapo_tensor *in[2] = {t->x, t->y};
   int n = slapo_pp_stage_count(t->model);
+  if (n == 1) { /* no cut lines: balanced by cost */
+    char lines[4096];
+    double share;
+    SLAPO_TRY(slapo_pp_auto_cut(t->model, 2, in, p, lines, sizeof lines, &share));
+    say(t->cb, t->ud, "pipeline: no cut lines in the schedule; %d stages balanced by cost (the "
+        "largest %.0f%% of the forward's), as these lines would make them:\n%.*s", p,
+        100 * share, (int)strlen(lines) - 1, lines);
+    n = p;
+  }
   if (n != p)
     return slapo_error(SLAPO_INVALID_ARG, "train: --pp %d needs %d stages, but the schedule "
                        "(%s) cuts the model into %d; give %d cut lines (e.g. "
@@ -532,12 +543,11 @@ static slapo_status build_stage(trainer *t) {
                        slapo_dist_size(SLAPO_GROUP_TP));
   bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
   int slots = !gpipe && p - s < c->grad_accum ? p - s : (int)c->grad_accum;
-  const slapo_tensor *in[2] = {t->x, t->y};
   SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
-  say(t->cb, t->ud, "pipeline: %d stages, %s over %lld micro-batches; stage 0 (this "
-      "report's rank) holds %d parameters, sends %d values", p, gpipe ? "GPipe" : "1F1B",
-      (long long)c->grad_accum,
-      slapo_pp_stage_n_params(t->stage), slapo_pp_stage_n_send(t->stage));
+  say(t->cb, t->ud, "pipeline: %d stages, %s over %lld micro-batch%s; stage 0 (this report's "
+      "rank) holds %d parameters and sends %d value%s", p, gpipe ? "GPipe" : "1F1B",
+      (long long)c->grad_accum, c->grad_accum > 1 ? "es" : "", slapo_pp_stage_n_params(t->stage),
+      slapo_pp_stage_n_send(t->stage), slapo_pp_stage_n_send(t->stage) > 1 ? "s" : "");
   return SLAPO_OK;
 }
 

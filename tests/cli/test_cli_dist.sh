@@ -162,7 +162,7 @@ check "train dp2 tokens a step" out "batch: 1 sequences of 32 tokens x 1 micro-b
 check "train dp2 plot (rank 0 writes)" out "plot: $TMP/p.svg"
 
 # Pipeline parallelism (issue 38): tiny cut after its second block into two
-# stages, one a rank. verify --pp: the pipelined step against one process
+# stages, one a rank (four stages further down). verify --pp: the pipelined step against one process
 # over the same 4 micro-batches, dropout 0.1: loss and untied gradients
 # bitwise, the tied embedding within 1e-6; 1F1B and GPipe, the default
 # schedule's FlashAttention and cc fusions with the cut, and `small`.
@@ -178,6 +178,20 @@ check "verify pp2 gpipe" out "2 stages (GPipe, 4 micro-batches)"
 check "verify pp2 gpipe ok" out "verify: ok"
 run "verify pp2 small" 0 $MPIRUN -np 2 "$SLAPO" verify --pp 2 --config small --seq 64 --grad-accum 3 --schedule "$PP_SCHED" --atol 1e-6
 check "verify pp2 small ok" out "verify: ok"
+# --pp without cut lines: the stages balanced by cost, their cut lines
+# printed; every family.
+run "verify pp2 balanced" 0 $MPIRUN -np 2 "$SLAPO" verify --pp 2 --schedule "$ROOT/schedules/gpt2.sched" --atol 1e-6
+check "verify pp2 balanced: lines" out "2 stages balanced by cost"
+check "verify pp2 balanced: cut" out "transformer.h.1 cut"
+check "verify pp2 balanced ok" out "verify: ok"
+run "verify pp2 llama" 0 $MPIRUN -np 2 "$SLAPO" verify --pp 2 --model llama --schedule "$ROOT/schedules/llama.sched"
+check "verify pp2 llama cut" out "model.layers.1 cut"
+check "verify pp2 llama ok" out "verify: ok"
+run "verify pp2 bert" 0 $MPIRUN -np 2 "$SLAPO" verify --pp 2 --model bert --atol 1e-6
+check "verify pp2 bert cut" out "bert.encoder.layer.1 cut"
+check "verify pp2 bert ok" out "verify: ok"
+run "pp5 > blocks" 1 $MPIRUN -np 5 "$SLAPO" verify --pp 5
+check "pp5 > blocks" err "--pp 5: transformer.h has 4 blocks to split into stages"
 # Training: 5 steps of 4 micro-batches print one process's losses (the tied
 # embedding's gradient sums in another order: 1e-6), and a checkpoint
 # saved by the stages resumes to the same step 4 as an unbroken run.
@@ -193,6 +207,19 @@ else
   failed=$((failed + 1))
   echo "FAIL train pp2: losses $(losses "$TMP/pp.2.jsonl" | tr '\n' ' ')" \
     "vs one process $(losses "$TMP/pp.1.jsonl" | tr '\n' ' ')"
+fi
+# Four stages, one block each, balanced without cut lines (the tied
+# embedding summed across the two middle stages too).
+run "train pp 1 process, 6 micro-batches" 0 "$SLAPO" $PP --steps 3 --grad-accum 6 --metrics "$TMP/pp4.1.jsonl"
+run "train pp4" 0 $MPIRUN -np 4 "$SLAPO" $PP --steps 3 --grad-accum 6 --pp 4 --metrics "$TMP/pp4.4.jsonl"
+check "train pp4 cuts" out "transformer.h.2 cut"
+if paste <(losses "$TMP/pp4.1.jsonl") <(losses "$TMP/pp4.4.jsonl") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad || NR != 3 }'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL train pp4: losses $(losses "$TMP/pp4.4.jsonl" | tr '\n' ' ')" \
+    "vs one process $(losses "$TMP/pp4.1.jsonl" | tr '\n' ' ')"
 fi
 run "train pp2 to step 4" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 4 --pp 2 --schedule "$PP_SCHED" --save "$TMP/pp.safetensors"
 want=$(grep -o "step 4/4 loss [0-9.]*" "$OUT")

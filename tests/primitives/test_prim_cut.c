@@ -229,6 +229,45 @@ static void test_default_schedule_stages(void **state) {
   slapo_module_free(c);
 }
 
+/* --pp K without cut lines: the blocks' costs (identical blocks cost
+ * alike; the first and last carry the embeddings and the head) and the
+ * balanced cuts, with their schedule lines; errors named. */
+static void test_auto_cut(void **state) {
+  (void)state;
+  char *list, lines[256];
+  double *cost, share;
+  int n;
+  slapo_module *m = pt_model(&k_tiny4);
+  OK(slapo_pp_block_costs(m, 2, g_flat, &list, &cost, &n));
+  assert_string_equal(list, "transformer.h");
+  assert_int_equal(n, 4);
+  assert_true(cost[1] > 0 && cost[1] == cost[2]);
+  assert_true(cost[0] > cost[1] && cost[3] > cost[1]);
+  slapo_free(list);
+  slapo_free(cost);
+  OK(slapo_pp_auto_cut(m, 2, g_flat, 1, lines, sizeof lines, &share));
+  assert_string_equal(lines, "");
+  assert_true(share == 1.0);
+  expect_status(slapo_pp_auto_cut(m, 2, g_flat, 5, lines, sizeof lines, NULL), SLAPO_INVALID_ARG,
+                "--pp 5: transformer.h has 4 blocks to split into stages");
+  OK(slapo_pp_auto_cut(m, 2, g_flat, 2, lines, sizeof lines, &share));
+  assert_string_equal(lines, "transformer.h.1 cut\n");
+  assert_int_equal(slapo_pp_stage_count(m), 2);
+  assert_true(share > 0.5 && share < 0.6);
+  expect_status(slapo_pp_auto_cut(m, 2, g_flat, 2, lines, sizeof lines, NULL), SLAPO_STATE,
+                "already cuts GPT2LMHeadModel into 2 stages");
+  slapo_module_free(m);
+  m = pt_model(&k_tiny4);
+  OK(slapo_pp_auto_cut(m, 2, g_flat, 4, lines, sizeof lines, NULL));
+  assert_string_equal(lines, "transformer.h.0 cut\ntransformer.h.1 cut\ntransformer.h.2 cut\n");
+  expect_status(slapo_pp_auto_cut(m, 2, g_flat, 4, lines, 8, NULL), SLAPO_STATE, "already");
+  slapo_module_free(m);
+  m = pt_model(&k_tiny4);
+  expect_status(slapo_pp_auto_cut(m, 2, g_flat, 4, lines, 24, NULL), SLAPO_LIMIT,
+                "3 cut lines exceed 24 bytes");
+  slapo_module_free(m);
+}
+
 static void test_cut_errors(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
@@ -360,6 +399,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_two_stages_match_one_process),
       cmocka_unit_test(test_default_schedule_stages),
+      cmocka_unit_test(test_auto_cut),
       cmocka_unit_test(test_cut_errors),
       cmocka_unit_test(test_stage_preconditions),
       cmocka_unit_test(test_toy_preconditions),
