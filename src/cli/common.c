@@ -216,6 +216,9 @@ int cli_model_resolve(cli_model_opts *m, const char *cmd) {
   }
   if (m->n_disabled && !m->schedule)
     return cli_usage_error(cmd, "%s", "--disable needs --schedule");
+  if (m->tp > 1 && m->pp > 1)
+    return cli_usage_error(cmd, "%s", "--tp and --pp together (tensor-parallel stages) are not "
+                           "built yet; give one of them (data parallelism combines with either)");
   return 0;
 }
 

@@ -221,6 +221,21 @@ else
   echo "FAIL train pp4: losses $(losses "$TMP/pp4.4.jsonl" | tr '\n' ' ')" \
     "vs one process $(losses "$TMP/pp4.1.jsonl" | tr '\n' ' ')"
 fi
+# Pipeline x data parallelism: 2 stages x 2 data-parallel ranks of 4
+# micro-batches each are one process's 8 micro-batches.
+run "train pp 1 process, 8 micro-batches" 0 "$SLAPO" $PP --steps 3 --grad-accum 8 --metrics "$TMP/ppdp.1.jsonl"
+run "train pp2 x dp2" 0 $MPIRUN -np 4 "$SLAPO" $PP --steps 3 --grad-accum 4 --pp 2 --metrics "$TMP/ppdp.4.jsonl"
+check "train pp2 x dp2 layout" out "world 4 = pp 2 x dp 2 x tp 1"
+if paste <(losses "$TMP/ppdp.1.jsonl") <(losses "$TMP/ppdp.4.jsonl") |
+  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad || NR != 3 }'; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  echo "FAIL train pp2 x dp2: losses $(losses "$TMP/ppdp.4.jsonl" | tr '\n' ' ')" \
+    "vs one process $(losses "$TMP/ppdp.1.jsonl" | tr '\n' ' ')"
+fi
+run "pp with tp" 2 "$SLAPO" train --pp 2 --tp 2
+check "pp with tp" err "--tp and --pp together (tensor-parallel stages) are not built yet"
 run "train pp2 to step 4" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 4 --pp 2 --schedule "$PP_SCHED" --save "$TMP/pp.safetensors"
 want=$(grep -o "step 4/4 loss [0-9.]*" "$OUT")
 run "train pp2 save at 2" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 2 --pp 2 --schedule "$PP_SCHED" --save "$TMP/pp2.safetensors"
