@@ -313,8 +313,9 @@ void cli_model_usage(FILE *f, const char *default_config) {
 
 void cli_pp_usage(FILE *f) {
   fprintf(f, "  --pp K              pipeline stages under mpirun -np N (N = K x data-parallel\n"
-             "                      size x --tp); the schedule's cut lines make the K stages,\n"
-             "                      run in 1F1B order over the --grad-accum micro-batches [1]\n"
+             "                      size); the schedule's cut lines make the K stages (none:\n"
+             "                      balanced by cost, the cut lines printed), run over the\n"
+             "                      --grad-accum micro-batches [1]\n"
              "  --pp-schedule S     1f1b (at most K - s micro-batches in flight on stage s)\n"
              "                      or gpipe (every forward, then every backward) [1f1b]\n");
 }
