@@ -13,7 +13,12 @@
  * includes waiting for the slower rank; with data parallelism a second
  * line times the gradient all-reduce alone (after a barrier) against a
  * memcpy of the same bytes on the same rank, medians of 7. Inputs are
- * random token ids. */
+ * random token ids. --grad-accum M runs M micro-batches a step (the same
+ * ids, their own dropout steps); --pp K runs them through K pipeline
+ * stages balanced by cost (slapo_pp_auto_cut; --gpipe: GPipe, else 1F1B),
+ * a stage's activations then being its plan's peak times its slots, the
+ * largest rank's, and the compute column includes the pipeline's
+ * transfers and its bubble. */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,12 +108,14 @@ static void time_grad_all_reduce(slapo_module *model, double *ar_ms, double *cop
 int main(int argc, char **argv) {
   const char *config = "small", *schedule = NULL;
   int64_t B = 4, T = 256, tp = 1;
-  int steps = 8;
+  int steps = 8, pp = 1, M = 1;
+  bool gpipe = false;
   static const struct option longs[] = {
       {"config", required_argument, NULL, 'c'}, {"batch", required_argument, NULL, 'b'},
       {"seq", required_argument, NULL, 't'},    {"steps", required_argument, NULL, 's'},
       {"schedule", required_argument, NULL, 'S'}, {"tp", required_argument, NULL, 'p'},
-      {NULL, 0, NULL, 0}};
+      {"pp", required_argument, NULL, 'P'}, {"grad-accum", required_argument, NULL, 'm'},
+      {"gpipe", no_argument, NULL, 'g'}, {NULL, 0, NULL, 0}};
   for (int c; (c = getopt_long(argc, argv, "", longs, NULL)) != -1;) {
     switch (c) {
     case 'c': config = optarg; break;
@@ -117,13 +124,17 @@ int main(int argc, char **argv) {
     case 's': steps = atoi(optarg); break;
     case 'S': schedule = optarg; break;
     case 'p': tp = atoll(optarg); break;
+    case 'P': pp = atoi(optarg); break;
+    case 'm': M = atoi(optarg); break;
+    case 'g': gpipe = true; break;
     default:
       fprintf(stderr, "usage: [mpirun -np N] bench_dist [--config C] [--batch B per data-parallel "
-                      "rank] [--seq T] [--steps N] [--schedule F] [--tp K]\n");
+                      "rank] [--seq T] [--steps N] [--schedule F] [--tp K] [--pp K [--gpipe]] "
+                      "[--grad-accum M]\n");
       return 2;
     }
   }
-  if (slapo_dist_init((int)tp) != SLAPO_OK) die("slapo_dist_init");
+  if (M < 1 || slapo_dist_init_pp((int)tp, pp) != SLAPO_OK) die("slapo_dist_init_pp");
   int rank = slapo_dist_rank(SLAPO_GROUP_WORLD), D = slapo_dist_size(SLAPO_GROUP_DP);
   /* Each data-parallel replica its own ids; ranks of one replica the same. */
   bench_model bm;
@@ -133,32 +144,56 @@ int main(int argc, char **argv) {
   slapo_runner *r = bm.runner;
   slapo_adamw *opt = bm.opt;
   const slapo_tensor *in[2] = {bm.x, bm.y};
+  const slapo_tensor **micro = calloc(2 * (size_t)M, sizeof *micro);
+  slapo_kernel_env *envs = calloc((size_t)M, sizeof *envs);
+  if (!micro || !envs) die("calloc");
+  for (int i = 0; i < 2 * M; i++) micro[i] = in[i % 2];
+  slapo_pp_stage *st = NULL;
+  double act_mib = 0;
+  if (pp > 1) {
+    char lines[1024];
+    int s = slapo_dist_rank(SLAPO_GROUP_PP), slots = gpipe || M < pp - s ? M : pp - s;
+    CHECK(slapo_pp_auto_cut(model, 2, in, pp, lines, sizeof lines, NULL));
+    CHECK(slapo_pp_stage_new(model, 2, in, s, slots, NULL, &st));
+    act_mib = (double)slapo_plan_peak_nbytes(slapo_pp_stage_plan(st)) * slots / (1024.0 * 1024.0);
+  }
   double *step = calloc((size_t)steps, sizeof *step), *tpc = calloc((size_t)steps, sizeof *tpc);
   double *dpc = calloc((size_t)steps, sizeof *dpc);
   if (!step || !tpc || !dpc) die("calloc");
   for (int s = -2; s < steps; s++) { /* two warm-up steps: build, plan, first touch */
     CHECK(slapo_dist_barrier(SLAPO_GROUP_WORLD));
     double t0 = bench_now_s(), loss, comm;
-    slapo_kernel_env env = {1, (uint64_t)(s + 2), true};
-    CHECK(slapo_train_accumulate(r, 1, in, &env, &loss, NULL));
-    double t_graph = collective_ms(r);
-    CHECK(slapo_train_update(r, model, opt, 6e-4f, 1.0, NULL, &comm));
+    for (int i = 0; i < M; i++)
+      envs[i] = (slapo_kernel_env){1, (uint64_t)((s + 2) * M + i), true};
+    double t_graph = 0;
+    if (st) {
+      CHECK(slapo_pp_train_accumulate(st, gpipe ? SLAPO_PP_GPIPE : SLAPO_PP_1F1B, M, micro, envs,
+                                      &loss, NULL));
+      CHECK(slapo_pp_train_update(st, model, opt, 6e-4f, 1.0, NULL, &comm));
+    } else {
+      CHECK(slapo_train_accumulate(r, M, micro, envs, &loss, NULL));
+      t_graph = collective_ms(r);
+      CHECK(slapo_train_update(r, model, opt, 6e-4f, 1.0, NULL, &comm));
+    }
     if (s >= 0) step[s] = 1e3 * (bench_now_s() - t0), tpc[s] = t_graph, dpc[s] = 1e3 * comm;
   }
   /* The slowest rank sets the pace: the maximum over ranks of each median. */
   double m[5] = {bench_median(step, steps), bench_median(tpc, steps), bench_median(dpc, steps), peak_rss_mib(),
-                 (double)slapo_runner_peak_nbytes(r) / (1024.0 * 1024.0)};
+                 st ? act_mib : (double)slapo_runner_peak_nbytes(r) / (1024.0 * 1024.0)};
   CHECK(slapo_dist_max_f64(SLAPO_GROUP_WORLD, m, 5));
   if (rank == 0) {
     char layout[160];
     slapo_dist_describe(layout, sizeof layout);
     char *semi = strchr(layout, ';');
     if (semi) *semi = '\0';
-    double tokens = (double)(B * T * D);
-    printf("bench_dist: %s %s B%lld/rank T%lld: %.1f tok/s, step %.1f ms = compute %.1f + tp "
+    double tokens = (double)(B * T * D * M);
+    char mb[64] = "";
+    if (M > 1 || pp > 1)
+      snprintf(mb, sizeof mb, " x %d micro-batches%s", M, pp > 1 ? gpipe ? " GPipe" : " 1F1B" : "");
+    printf("bench_dist: %s %s B%lld/rank T%lld%s: %.1f tok/s, step %.1f ms = compute %.1f + tp "
            "collectives %.1f + dp all-reduce %.1f ms (%.0f%% communication), planned "
            "activations %.0f MiB, peak RSS %.0f MiB a rank%s%s\n",
-           layout, config, (long long)B, (long long)T, tokens / (m[0] / 1e3), m[0],
+           layout, config, (long long)B, (long long)T, mb, tokens / (m[0] / 1e3), m[0],
            m[0] - m[1] - m[2], m[1], m[2], 100 * (m[1] + m[2]) / m[0], m[4], m[3],
            schedule ? ", schedule " : "", schedule ? schedule : "");
   }
@@ -169,7 +204,8 @@ int main(int argc, char **argv) {
       printf("bench_dist: gradient all-reduce alone %.2f ms for %.1f MB = %.2fx a memcpy of the "
              "same bytes (%.2f ms)\n", ar, mb, ar / cp, cp);
   }
-  free(step), free(tpc), free(dpc);
+  free(step), free(tpc), free(dpc), free(micro), free(envs);
+  slapo_pp_stage_free(st);
   bench_model_free(&bm);
   slapo_dist_finalize();
   return 0;

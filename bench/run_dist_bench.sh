@@ -11,6 +11,10 @@
 #            weak scaling)
 #   tp2xdp2  TP 2 x DP 2 (mpirun -np 4, oversubscribed where there are fewer
 #            than 4 cores), gpt2_tp.sched
+# and, with M = GRAD_ACCUM (8) micro-batches a step, gpt2.sched:
+#   1procM   1 process, 2 threads        1procM1t  1 process, 1 thread
+#   pp2      2 pipeline stages balanced by cost (1 thread each), 1F1B
+#   pp2gpipe the same in GPipe order
 # CONFIG (small), B = BATCH (4), SEQ (256). Prints each row's bench_dist
 # lines per round, then the medians: tokens/s and their ratio to 1proc and
 # to 1proc1t, step and communication ms, and for the DP rows the gradient
@@ -22,6 +26,7 @@ BUILD=${1:?usage: run_dist_bench.sh BUILD [ROWS...]}
 shift
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 CONFIG=${CONFIG:-small} BATCH=${BATCH:-4} SEQ=${SEQ:-256} STEPS=${STEPS:-6} ROUNDS=${ROUNDS:-3}
+M=${GRAD_ACCUM:-8}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 MPI="timeout 900 mpirun --oversubscribe --bind-to none"
 common="--config $CONFIG --seq $SEQ --steps $STEPS"
@@ -35,6 +40,10 @@ row() { # row NAME BUILD_DIR: the command line
   dp2) echo "env OMP_NUM_THREADS=1 $MPI -np 2 $B $common --batch $((BATCH / 2)) --schedule $ROOT/schedules/gpt2.sched" ;;
   dp2b) echo "env OMP_NUM_THREADS=1 $MPI -np 2 $B $common --batch $BATCH --schedule $ROOT/schedules/gpt2.sched" ;;
   tp2xdp2) echo "env OMP_NUM_THREADS=1 $MPI -np 4 $B $common --batch $((BATCH / 2)) --tp 2 --schedule $ROOT/schedules/gpt2_tp.sched" ;;
+  1procM) echo "env OMP_NUM_THREADS=2 timeout 900 $B $common --batch $BATCH --grad-accum $M --schedule $ROOT/schedules/gpt2.sched" ;;
+  1procM1t) echo "env OMP_NUM_THREADS=1 timeout 900 $B $common --batch $BATCH --grad-accum $M --schedule $ROOT/schedules/gpt2.sched" ;;
+  pp2) echo "env OMP_NUM_THREADS=1 $MPI -np 2 $B $common --batch $BATCH --grad-accum $M --pp 2 --schedule $ROOT/schedules/gpt2.sched" ;;
+  pp2gpipe) echo "env OMP_NUM_THREADS=1 $MPI -np 2 $B $common --batch $BATCH --grad-accum $M --pp 2 --gpipe --schedule $ROOT/schedules/gpt2.sched" ;;
   *) echo "run_dist_bench.sh: unknown row $1" >&2; exit 2 ;;
   esac
 }
@@ -69,8 +78,9 @@ def base(name, k):
     b = name + ("@before" if k.endswith("@before") else "")
     return med(rows[b], 0) if b in rows else None
 for k, v in rows.items():
-    b1, b1t = base("1proc", k), base("1proc1t", k)
-    ratios = "".join(f" ({med(v, 0) / b:.2f}x {n})" for b, n in ((b1, "1proc"), (b1t, "1proc1t")) if b)
+    # rows with micro-batches compare with one process running as many
+    names = ("1procM", "1procM1t") if k.startswith(("1procM", "pp")) else ("1proc", "1proc1t")
+    ratios = "".join(f" ({med(v, 0) / b:.2f}x {n})" for n in names if (b := base(n, k)))
     comm = med(v, 3) + med(v, 4)
     print(f"  {k:16s} {med(v, 0):8.1f} tok/s{ratios}  step {med(v, 1):7.1f} ms  comm {comm:6.1f} ms "
           f"({100 * comm / med(v, 1):.0f}%)  activations {med(v, 5):.0f} MiB  RSS {med(v, 6):.0f} MiB")
