@@ -268,9 +268,8 @@ int cmd_verify(int argc, char **argv) {
     } else {
       slapo_status s = v.mo.pp > 1 ? verify_pp(&v) : verify(&v);
       /* --pp: a verdict or an argument every rank reached alike */
-      if ((s == SLAPO_VERIFY || s == SLAPO_INVALID_ARG) && v.mo.pp > 1)
-        return cli_model_opts_deinit(&v.mo), cli_fail_together(s);
-      rc = s == SLAPO_OK ? 0 : cli_fail(s);
+      bool together = v.mo.pp > 1 && (s == SLAPO_VERIFY || s == SLAPO_INVALID_ARG);
+      rc = s == SLAPO_OK ? 0 : together ? cli_fail_together(s) : cli_fail(s);
     }
   }
   cli_model_opts_deinit(&v.mo);

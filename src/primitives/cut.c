@@ -46,8 +46,10 @@ static slapo_status apply(slapo_sched *node, const slapo_sched_entry *e) {
   "  no node of its own (fused away or never called), is called more than\n"   \
   "  once or with other modules' nodes among its own, or leaves nothing for\n"  \
   "  the stage after it.\n"                                                      \
-  "  One process ignores cut lines. Verified: slapo verify --pp K compares the\n" \
-  "  stages with one process (bitwise but the tied embedding's gradient).\n"
+  "  One process ignores cut lines. Without any, --pp K balances K stages by\n"   \
+  "  each block's cost and prints the cut lines it chose. Verified: slapo\n"      \
+  "  verify --pp K compares the stages with one process (bitwise but the tied\n" \
+  "  embedding's gradient).\n"
 
 SLAPO_PRIMITIVE_DESCRIPTOR(cut) = {
     .name = "cut",
