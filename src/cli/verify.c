@@ -107,12 +107,18 @@ static void print_start(const verify_args *v) {
   }
 }
 
+/* The config's dimensions, with --seq checked against its context. */
+static slapo_status model_dims(const verify_args *v, slapo_model_dims *dims) {
+  SLAPO_TRY(v->mo.family->dims(v->mo.config, dims));
+  if (v->seq > dims->n_ctx)
+    return slapo_error(SLAPO_INVALID_ARG, "verify: --seq %lld exceeds the %s context of %lld",
+                       (long long)v->seq, v->mo.config, (long long)dims->n_ctx);
+  return SLAPO_OK;
+}
+
 static slapo_status verify(verify_args *v) {
   slapo_model_dims dims;
-  SLAPO_TRY(v->mo.family->dims(v->mo.config, &dims));
-  if (v->seq > dims.n_ctx)
-    return slapo_error(SLAPO_INVALID_ARG, "verify: --seq %lld exceeds the %s context of %lld",
-                       (long long)v->seq, v->mo.config, (long long)dims.n_ctx);
+  SLAPO_TRY(model_dims(v, &dims));
   slapo_sched_log *log = NULL;
   slapo_tensor *idx = NULL, *tgt = NULL;
   size_t first_bad = 0;
@@ -151,10 +157,7 @@ static slapo_status scheduled_model(const verify_args *v, slapo_module **out) {
  * micro-batches (slapo_pp_verify); the tied gradients within --atol. */
 static slapo_status verify_pp(verify_args *v) {
   slapo_model_dims dims;
-  SLAPO_TRY(v->mo.family->dims(v->mo.config, &dims));
-  if (v->seq > dims.n_ctx)
-    return slapo_error(SLAPO_INVALID_ARG, "verify: --seq %lld exceeds the %s context of %lld",
-                       (long long)v->seq, v->mo.config, (long long)dims.n_ctx);
+  SLAPO_TRY(model_dims(v, &dims));
   int m = (int)v->grad_accum;
   slapo_tensor **in = slapo_calloc(2 * (size_t)m, sizeof *in);
   slapo_kernel_env *envs = slapo_calloc((size_t)m, sizeof *envs);

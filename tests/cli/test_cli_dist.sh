@@ -91,19 +91,22 @@ check "verify gpt2_tp_composite tp4 dropout ok" out "verify: ok"
 # 8e-4 when the flattened attention's dropout drew as if replicated).
 DROP="train --config tiny --data $TEXT --steps 3 --batch 2 --seq 32 --sample 0 --dropout 0.1"
 losses() { grep -o '"loss": [-0-9.e+]*' "$1" | cut -d' ' -f2; }
+# same_losses NAME ONE OTHER N : the metrics files ONE and OTHER hold N
+# losses each, equal to 1e-6 (a check passed or failed).
+same_losses() {
+  if paste <(losses "$2") <(losses "$3") |
+    awk -v n="$4" '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad || NR != n }'; then
+    passed=$((passed + 1))
+  else
+    failed=$((failed + 1))
+    echo "FAIL $1: losses $(losses "$3" | tr '\n' ' ') vs one process $(losses "$2" | tr '\n' ' ')"
+  fi
+}
 for fam in gpt2 llama bert; do
   run "train $fam dropout 1 process" 0 "$SLAPO" $DROP --model $fam --metrics "$TMP/$fam.1.jsonl"
   run "train $fam dropout tp2 composite" 0 $MPIRUN -np 2 "$SLAPO" $DROP --model $fam --tp 2 \
     --schedule "$ROOT/schedules/${fam}_tp_composite.sched" --metrics "$TMP/$fam.2.jsonl"
-  if [ "$(losses "$TMP/$fam.1.jsonl" | wc -l)" -eq 3 ] &&
-    paste <(losses "$TMP/$fam.1.jsonl") <(losses "$TMP/$fam.2.jsonl") |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad }'; then
-    passed=$((passed + 1))
-  else
-    failed=$((failed + 1))
-    echo "FAIL train $fam dropout tp2 composite: losses $(losses "$TMP/$fam.2.jsonl" | tr '\n' ' ')" \
-      "vs one process $(losses "$TMP/$fam.1.jsonl" | tr '\n' ' ')"
-  fi
+  same_losses "train $fam dropout tp2 composite" "$TMP/$fam.1.jsonl" "$TMP/$fam.2.jsonl" 3
 done
 
 # Tensor parallelism changes no number beyond rounding: the same run on one
@@ -199,41 +202,19 @@ PP="train --config tiny --data $TEXT --batch 2 --seq 32 --sample 0 --grad-accum 
 run "train pp 1 process" 0 "$SLAPO" $PP --steps 5 --schedule "$PP_SCHED" --metrics "$TMP/pp.1.jsonl"
 run "train pp2" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 5 --pp 2 --schedule "$PP_SCHED" --metrics "$TMP/pp.2.jsonl"
 check "train pp2 stages" out "pipeline: 2 stages, 1F1B over 4 micro-batches"
-if [ "$(losses "$TMP/pp.1.jsonl" | wc -l)" -eq 5 ] &&
-  paste <(losses "$TMP/pp.1.jsonl") <(losses "$TMP/pp.2.jsonl") |
-  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad }'; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-  echo "FAIL train pp2: losses $(losses "$TMP/pp.2.jsonl" | tr '\n' ' ')" \
-    "vs one process $(losses "$TMP/pp.1.jsonl" | tr '\n' ' ')"
-fi
+same_losses "train pp2" "$TMP/pp.1.jsonl" "$TMP/pp.2.jsonl" 5
 # Four stages, one block each, balanced without cut lines (the tied
 # embedding summed across the two middle stages too).
 run "train pp 1 process, 6 micro-batches" 0 "$SLAPO" $PP --steps 3 --grad-accum 6 --metrics "$TMP/pp4.1.jsonl"
 run "train pp4" 0 $MPIRUN -np 4 "$SLAPO" $PP --steps 3 --grad-accum 6 --pp 4 --metrics "$TMP/pp4.4.jsonl"
 check "train pp4 cuts" out "transformer.h.2 cut"
-if paste <(losses "$TMP/pp4.1.jsonl") <(losses "$TMP/pp4.4.jsonl") |
-  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad || NR != 3 }'; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-  echo "FAIL train pp4: losses $(losses "$TMP/pp4.4.jsonl" | tr '\n' ' ')" \
-    "vs one process $(losses "$TMP/pp4.1.jsonl" | tr '\n' ' ')"
-fi
+same_losses "train pp4" "$TMP/pp4.1.jsonl" "$TMP/pp4.4.jsonl" 3
 # Pipeline x data parallelism: 2 stages x 2 data-parallel ranks of 4
 # micro-batches each are one process's 8 micro-batches.
 run "train pp 1 process, 8 micro-batches" 0 "$SLAPO" $PP --steps 3 --grad-accum 8 --metrics "$TMP/ppdp.1.jsonl"
 run "train pp2 x dp2" 0 $MPIRUN -np 4 "$SLAPO" $PP --steps 3 --grad-accum 4 --pp 2 --metrics "$TMP/ppdp.4.jsonl"
 check "train pp2 x dp2 layout" out "world 4 = pp 2 x dp 2 x tp 1"
-if paste <(losses "$TMP/ppdp.1.jsonl") <(losses "$TMP/ppdp.4.jsonl") |
-  awk '{ d = $1 - $2; if (d < 0) d = -d; if (NF != 2 || d > 1e-6) bad = 1 } END { exit bad || NR != 3 }'; then
-  passed=$((passed + 1))
-else
-  failed=$((failed + 1))
-  echo "FAIL train pp2 x dp2: losses $(losses "$TMP/ppdp.4.jsonl" | tr '\n' ' ')" \
-    "vs one process $(losses "$TMP/ppdp.1.jsonl" | tr '\n' ' ')"
-fi
+same_losses "train pp2 x dp2" "$TMP/ppdp.1.jsonl" "$TMP/ppdp.4.jsonl" 3
 run "pp with tp" 2 "$SLAPO" train --pp 2 --tp 2
 check "pp with tp" err "--tp and --pp together (tensor-parallel stages) are not built yet"
 run "train pp2 to step 4" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 4 --pp 2 --schedule "$PP_SCHED" --save "$TMP/pp.safetensors"
