@@ -299,6 +299,8 @@ stall() {
 }
 stall "stalled rank (dp2)" --batch 1
 stall "stalled rank (tp2)" --tp 2 --schedule "$TP_SCHED"
+# A stopped pipeline stage: its neighbour waits in a point-to-point exchange.
+stall "stalled rank (pp2)" --pp 2 --grad-accum 2
 run "comm timeout bad value" 2 "$SLAPO" $COMMON --comm-timeout 0
 check "comm timeout bad value" err "--comm-timeout: bad value '0'; expected seconds > 0"
 SLAPO_COMM_TIMEOUT=soon run "SLAPO_COMM_TIMEOUT bad value" 1 "$SLAPO" $COMMON
@@ -332,6 +334,9 @@ mismatch "--config" "--config: rank 0 has tiny, rank 1 has small" \
   "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --config small"
 mismatch "--seq" "--seq: rank 0 has 32, rank 1 has 16" \
   "--tp 2 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED --seq 16"
+mismatch "--pp" "--pp: rank 0 has 2, rank 1 has 1" "--pp 2" ""
+mismatch "--pp-schedule" "--pp-schedule: rank 0 has 1f1b, rank 1 has gpipe" "--pp 2" \
+  "--pp 2 --pp-schedule gpipe"
 mismatch "--tp" "--tp: rank 0 has 1, rank 1 has 2" \
   "--tp 1 --schedule $TP_SCHED" "--tp 2 --schedule $TP_SCHED"
 mismatch "--tp not dividing" "--tp: rank 0 has 3, rank 1 has 1" "--tp 3" "--tp 1"
