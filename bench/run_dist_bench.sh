@@ -67,7 +67,7 @@ import re, statistics, sys
 rows, ar = {}, {}
 for line in open(sys.argv[1]):
     k, rest = line.split(" ", 1)
-    m = re.search(r"([\d.]+) tok/s, step ([\d.]+) ms = compute ([-\d.]+) \+ tp collectives ([\d.]+) \+ dp all-reduce ([\d.]+) ms.*planned activations (\d+) MiB, peak RSS (\d+) MiB", rest)
+    m = re.search(r"([\d.]+) tok/s, step ([\d.]+) ms = compute ([-\d.]+) \+ tp collectives ([\d.]+) \+ dp all-reduce ([\d.]+) ms.*planned activations (\d+) MiB, peak RSS (\d+) MiB a rank \((\d+) MiB after", rest)
     if m:
         rows.setdefault(k, []).append([float(x) for x in m.groups()])
     m = re.search(r"all-reduce alone ([\d.]+) ms for ([\d.]+) MB = ([\d.]+)x a memcpy of the same bytes \(([\d.]+) ms\)", rest)
@@ -83,7 +83,8 @@ for k, v in rows.items():
     ratios = "".join(f" ({med(v, 0) / b:.2f}x {n})" for n in names if (b := base(n, k)))
     comm = med(v, 3) + med(v, 4)
     print(f"  {k:16s} {med(v, 0):8.1f} tok/s{ratios}  step {med(v, 1):7.1f} ms  comm {comm:6.1f} ms "
-          f"({100 * comm / med(v, 1):.0f}%)  activations {med(v, 5):.0f} MiB  RSS {med(v, 6):.0f} MiB")
+          f"({100 * comm / med(v, 1):.0f}%)  activations {med(v, 5):.0f} MiB  RSS {med(v, 6):.0f} MiB "
+          f"peak, {med(v, 7):.0f} MiB after")
     if k in ar:
         a = ar[k]
         print(f"  {'':16s} gradient all-reduce alone {med(a, 0):.1f} ms for {med(a, 1):.1f} MB = "

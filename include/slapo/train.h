@@ -56,21 +56,30 @@ void slapo_adamw_step(slapo_adamw *o, float lr);
  * step, in the same pass over memory; otherwise the gradients are left as
  * they were (unscaled). */
 void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool zero_grads);
-/* Restricts the updates to the parameters for which keep(p, ud) is true
- * (a pipeline stage's own: slapo_pp_train_update); the others, and their
- * moments, are left as they are, while the step count t still counts
- * every step. keep NULL: every parameter again. Save and load still cover
- * every parameter. */
-void slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
-                        void *ud);
+/* slapo_adamw_new keeping moments only for the parameters for which
+ * keep(p, ud) is true (a pipeline stage's own: slapo_pp_adamw_new); the
+ * others are *released*: no memory, not updated, not loaded (the rank
+ * holding them loads theirs). keep NULL: every parameter. */
+slapo_status slapo_adamw_new_select(slapo_module *model, const slapo_adamw_config *cfg,
+                                    bool (*keep)(const slapo_parameter *p, void *ud), void *ud,
+                                    slapo_adamw **out);
+/* Releases the moments of the parameters for which keep(p, ud) is false
+ * and gives the others (zeroed) moments where they had none; the step
+ * count t still counts every step. keep NULL: every parameter kept.
+ * Errors: NOMEM. */
+slapo_status slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
+                                void *ud);
 /* The moments m and v of parameter p (borrowed: shaped like p, f32 or bf16
- * by state_bf16), for moving them between ranks. Errors: SLAPO_NOT_FOUND
- * (p is not one of the optimizer's). */
-slapo_status slapo_adamw_moments(const slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
+ * by state_bf16; zeroed ones allocated if p's were released), for moving
+ * them between ranks. Errors: SLAPO_NOT_FOUND (p is not one of the
+ * optimizer's), NOMEM. */
+slapo_status slapo_adamw_moments(slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
                                  slapo_tensor **v);
 /* Number of steps taken (t). */
 int64_t slapo_adamw_steps(const slapo_adamw *o);
-/* Saves / loads the state to / from a safetensors file; save is atomic. The
+/* Saves / loads the state to / from a safetensors file; save is atomic and
+ * needs every parameter's moments (SLAPO_STATE naming a released one);
+ * load fills the moments that are not released. The
  * file holds `<param>.exp_avg` and `<param>.exp_avg_sq` (f32) per parameter
  * path and the step count t as metadata "step", in the layout of the model's
  * weights file: a 2-D parameter for which `transposed(path)` is true (may be
@@ -283,7 +292,8 @@ slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *mod
  * (slapo_pp_sum_tied_grads), the stage's gradients all-reduced over the
  * data-parallel group, the global norm (each parameter's squares counted
  * once, on the first stage holding it, summed over the pipeline), then
- * AdamW at `lr` over the stage's own parameters (slapo_adamw_select)
+ * AdamW at `lr` over the stage's own parameters (slapo_adamw_select
+ * releases the moments of the others, as slapo_pp_adamw_new creates it)
  * reading the gradients clipped to max_norm (<= 0: not clipped). A
  * parameter no stage reads is stage 0's, with a zero gradient. Then every
  * holder of a tied parameter must have bitwise the same weights (a digest
@@ -293,9 +303,19 @@ slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *mod
  * step), SLAPO_COMM, NOMEM, those of MPI. */
 slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt,
                                    float lr, double max_norm, double *norm, double *comm_s);
+/* The optimizer of this rank's stage (instead of slapo_adamw_new): AdamW
+ * over the parameters the stage holds (slapo_adamw_new_select), no
+ * moments for the others; and the gradients of the parameters it neither
+ * holds nor shares with another stage are freed (their grad NULL): it
+ * never computes them. So a rank keeps the gradients and AdamW state of
+ * its stage alone; the weights stay whole (slapo_pp_gather). Every rank
+ * of the group calls it. Errors: NOMEM, those of MPI. */
+slapo_status slapo_pp_adamw_new(const slapo_pp_stage *st, slapo_module *model,
+                                const slapo_adamw_config *cfg, slapo_adamw **out);
 /* Every rank of the pipeline gets the whole model again: each parameter's
- * weights (and with opt, its AdamW moments) broadcast from the first stage
- * holding it. For what runs the whole model (validation, sampling) and for
+ * weights (and with opt, its AdamW moments, allocated where released until
+ * the next slapo_pp_train_update) broadcast from the first stage holding
+ * it. For what runs the whole model (validation, sampling) and for
  * checkpoints, which rank 0 writes. Every rank of the group calls it.
  * Errors: NOMEM, SLAPO_NOT_FOUND (opt is not over model), those of MPI. */
 slapo_status slapo_pp_gather(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt);

@@ -14,9 +14,10 @@
 typedef struct slot {
   slapo_parameter *p;
   char *path;
-  slapo_tensor *m, *v; /* same shape as p; f32, or bf16 (state_bf16) */
+  /* Same shape as p; f32, or bf16 (state_bf16). NULL: released by
+   * slapo_adamw_select (another rank's parameter): not updated. */
+  slapo_tensor *m, *v;
   uint64_t rng_key;    /* state_bf16: the stochastic rounding's Philox key */
-  bool skip;           /* slapo_adamw_select left it out of the updates */
 } slot;
 
 struct slapo_adamw {
@@ -25,12 +26,33 @@ struct slapo_adamw {
   slot *slots;
   int64_t t;
   slapo_status status;
+  bool (*keep)(const slapo_parameter *p, void *ud); /* while creating */
+  void *keep_ud;
 };
+
+/* Zeroed moments for slot s. */
+static slapo_status moments_new(const slapo_adamw *o, slot *s) {
+  slapo_dtype dt = o->cfg.state_bf16 ? SLAPO_DTYPE_BF16 : SLAPO_DTYPE_F32;
+  const slapo_tensor *w = s->p->value;
+  if (slapo_tensor_new(dt, w->ndim, w->shape, &s->m) == SLAPO_OK &&
+      slapo_tensor_new(dt, w->ndim, w->shape, &s->v) == SLAPO_OK)
+    return SLAPO_OK;
+  slapo_tensor_free(s->m);
+  s->m = NULL;
+  return slapo_error(SLAPO_NOMEM, "adamw: out of memory for the moments of %s", s->path);
+}
+
+static void moments_free(slot *s) {
+  slapo_tensor_free(s->m);
+  slapo_tensor_free(s->v);
+  s->m = s->v = NULL;
+}
 
 static void add_slot(slapo_parameter *p, const char *path, void *ud) {
   slapo_adamw *o = ud;
   if (o->status != SLAPO_OK) return;
-  if (slapo_tensor_is_meta(p->value) || !p->grad) {
+  bool kept = !o->keep || o->keep(p, o->keep_ud);
+  if (slapo_tensor_is_meta(p->value) || (kept && !p->grad)) {
     o->status = slapo_error(SLAPO_STATE, "adamw: parameter %s is not materialized", path);
     return;
   }
@@ -49,24 +71,29 @@ static void add_slot(slapo_parameter *p, const char *path, void *ud) {
   s->p = p;
   s->path = slapo_strdup(path);
   s->rng_key = slapo_rng_key(slapo_hash_str(path), 0x4164616d57ull /* "AdamW" */);
-  slapo_dtype dt = o->cfg.state_bf16 ? SLAPO_DTYPE_BF16 : SLAPO_DTYPE_F32;
-  if (!s->path || slapo_tensor_new(dt, p->value->ndim, p->value->shape, &s->m) != SLAPO_OK ||
-      slapo_tensor_new(dt, p->value->ndim, p->value->shape, &s->v) != SLAPO_OK) {
-    slapo_free(s->path);
-    slapo_tensor_free(s->m);
+  if (!s->path) {
     o->status = slapo_error(SLAPO_NOMEM, "adamw: out of memory for %s", path);
     return;
   }
   o->n++;
+  if (kept) o->status = moments_new(o, s);
 }
 
 slapo_status slapo_adamw_new(slapo_module *model, const slapo_adamw_config *cfg,
                              slapo_adamw **out) {
+  return slapo_adamw_new_select(model, cfg, NULL, NULL, out);
+}
+
+slapo_status slapo_adamw_new_select(slapo_module *model, const slapo_adamw_config *cfg,
+                                    bool (*keep)(const slapo_parameter *p, void *ud), void *ud,
+                                    slapo_adamw **out) {
   *out = NULL;
   slapo_adamw *o = slapo_calloc(1, sizeof *o);
   if (!o) return slapo_error(SLAPO_NOMEM, "adamw: out of memory");
   o->cfg = *cfg;
+  o->keep = keep, o->keep_ud = ud;
   slapo_status s = slapo_module_visit_params(model, add_slot, o);
+  o->keep = NULL, o->keep_ud = NULL;
   if (s == SLAPO_OK) s = o->status;
   if (s != SLAPO_OK) {
     slapo_adamw_free(o);
@@ -80,8 +107,7 @@ void slapo_adamw_free(slapo_adamw *o) {
   if (!o) return;
   for (int i = 0; i < o->n; i++) {
     slapo_free(o->slots[i].path);
-    slapo_tensor_free(o->slots[i].m);
-    slapo_tensor_free(o->slots[i].v);
+    moments_free(&o->slots[i]);
   }
   slapo_free(o->slots);
   slapo_free(o);
@@ -89,15 +115,21 @@ void slapo_adamw_free(slapo_adamw *o) {
 
 int64_t slapo_adamw_steps(const slapo_adamw *o) { return o->t; }
 
-void slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
-                        void *ud) {
-  for (int i = 0; i < o->n; i++) o->slots[i].skip = keep && !keep(o->slots[i].p, ud);
+slapo_status slapo_adamw_select(slapo_adamw *o, bool (*keep)(const slapo_parameter *p, void *ud),
+                                void *ud) {
+  for (int i = 0; i < o->n; i++) {
+    slot *s = &o->slots[i];
+    if (keep && !keep(s->p, ud)) moments_free(s);
+    else if (!s->m) SLAPO_TRY(moments_new(o, s));
+  }
+  return SLAPO_OK;
 }
 
-slapo_status slapo_adamw_moments(const slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
+slapo_status slapo_adamw_moments(slapo_adamw *o, const slapo_parameter *p, slapo_tensor **m,
                                  slapo_tensor **v) {
   for (int i = 0; i < o->n; i++)
     if (o->slots[i].p == p) {
+      if (!o->slots[i].m) SLAPO_TRY(moments_new(o, &o->slots[i]));
       *m = o->slots[i].m, *v = o->slots[i].v;
       return SLAPO_OK;
     }
@@ -239,7 +271,7 @@ void slapo_adamw_step_scaled(slapo_adamw *o, float lr, float grad_scale, bool ze
   const float c2 = (float)(1.0 - pow(b2, (double)o->t));
   for (int i = 0; i < o->n; i++) {
     slot *s = &o->slots[i];
-    if (s->skip) continue;
+    if (!s->m) continue; /* another rank's parameter */
     float *w = slapo_tensor_data(s->p->value); /* [numel] */
     float *g = slapo_tensor_data(s->p->grad);
     void *m = slapo_tensor_data(s->m), *v = slapo_tensor_data(s->v);
@@ -307,6 +339,10 @@ slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
   slapo_tensor **views = slapo_calloc((size_t)n + 1, sizeof *views);
   char **owned = slapo_calloc((size_t)n + 1, sizeof *owned);
   slapo_status s = (names && ts && owned && views) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
+  for (int i = 0; s == SLAPO_OK && i < o->n; i++)
+    if (!o->slots[i].m)
+      s = slapo_error(SLAPO_STATE, "adamw: the moments of %s are another rank's (slapo_pp_gather "
+                      "brings them here before a save)", o->slots[i].path);
   for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
     size_t len = strlen(o->slots[i].path) + sizeof ".exp_avg_sq"; /* the longer suffix + NUL */
     owned[2 * i] = slapo_malloc(len);
@@ -372,7 +408,8 @@ slapo_status slapo_adamw_load(slapo_adamw *o, const char *path,
    * model changes nothing; then copy. */
   for (int pass = 0; pass < 2; pass++) {
     for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
-      for (int k = 0; s == SLAPO_OK && k < 2; k++) {
+      /* A released slot's moments are loaded by the rank holding them. */
+      for (int k = 0; s == SLAPO_OK && o->slots[i].m && k < 2; k++) {
         char *name = slapo_malloc(strlen(o->slots[i].path) + sizeof ".exp_avg_sq");
         if (!name) {
           s = slapo_error(SLAPO_NOMEM, "adamw: out of memory");

@@ -507,8 +507,14 @@ static slapo_status build_model(trainer *t) {
   if (c->warmup >= c->steps)
     say(t->cb, t->ud, "note: --warmup %lld is not shorter than --steps %lld: the learning rate "
         "never reaches its peak", (long long)c->warmup, (long long)c->steps);
-  SLAPO_TRY(slapo_runner_new(t->model, NULL, &t->runner));
+  return slapo_runner_new(t->model, NULL, &t->runner);
+}
+
+/* AdamW: under pipeline parallelism over the stage's own parameters. */
+static slapo_status new_optimizer(trainer *t) {
+  const slapo_train_config *c = &t->c;
   slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, c->weight_decay, c->optimizer_state_bf16};
+  if (t->stage) return slapo_pp_adamw_new(t->stage, t->model, &ac, &t->opt);
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
@@ -767,10 +773,11 @@ static slapo_status run(trainer *t) {
   SLAPO_TRY(check_config(t));
   SLAPO_TRY(load_data(t));
   SLAPO_TRY(build_model(t));
-  int64_t start;
-  SLAPO_TRY(resume(t, &start));
   SLAPO_TRY(alloc_batches(t));
   SLAPO_TRY(build_stage(t));
+  SLAPO_TRY(new_optimizer(t));
+  int64_t start;
+  SLAPO_TRY(resume(t, &start));
   t->t0 = now_s();
   for (int64_t step = start; step < t->c.steps; step++) {
     slapo_train_event e;

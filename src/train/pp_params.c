@@ -169,13 +169,31 @@ slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model
   double nm = s == SLAPO_OK ? grad_norm(&o) : NAN;
   if (s == SLAPO_OK && isnan(nm))
     s = slapo_error(SLAPO_COMM, "pipeline: the gradient norm's all-reduce failed");
+  /* Only the stage's own parameters move (a no-op after slapo_pp_adamw_new
+   * or a previous step; after slapo_pp_gather it releases the moments that
+   * came for a checkpoint). */
+  if (s == SLAPO_OK) s = slapo_adamw_select(opt, is_mine, &o);
   if (s == SLAPO_OK) {
-    slapo_adamw_select(opt, is_mine, &o);
     slapo_adamw_step_scaled(opt, lr, slapo_clip_scale(nm, max_norm), false);
-    slapo_adamw_select(opt, NULL, NULL);
     s = check_tied(&o, slapo_adamw_steps(opt));
   }
   if (norm) *norm = nm;
+  slapo__pp_owners_free(&o);
+  return s;
+}
+
+slapo_status slapo_pp_adamw_new(const slapo_pp_stage *st, slapo_module *model,
+                                const slapo_adamw_config *cfg, slapo_adamw **out) {
+  slapo__pp_owners o;
+  SLAPO_TRY(slapo__pp_owners_of(st, model, &o));
+  /* Gradients the stage never computes; a tied parameter keeps its grad on
+   * every stage (the tie sum adds zeros from it where not held). */
+  for (int i = 0; i < o.n; i++)
+    if (!o.mine[i] && o.holders[i] < 2) {
+      slapo_tensor_free(o.params[i]->grad);
+      o.params[i]->grad = NULL;
+    }
+  slapo_status s = slapo_adamw_new_select(model, cfg, is_mine, &o, out);
   slapo__pp_owners_free(&o);
   return s;
 }

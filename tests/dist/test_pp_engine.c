@@ -14,6 +14,8 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
@@ -125,7 +127,9 @@ static void take_weight(slapo_parameter *p, const char *path, void *ud) {
  * stage's slapo_pp_train_update, then slapo_pp_gather: every rank then
  * holds the whole model, every weight bitwise one process's but the tied
  * embedding's (within 1e-6: its gradient sums in another order); the
- * norm within rounding; the AdamW moments moved along with the weights. */
+ * norm within rounding; the AdamW moments moved along with the weights.
+ * The stage's optimizer (slapo_pp_adamw_new) keeps no gradient or moments
+ * of another stage's parameters: a save needs the gather first. */
 static void test_update_and_gather(void **state) {
   (void)state;
   slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
@@ -144,11 +148,24 @@ static void test_update_and_gather(void **state) {
   slapo_module *m = slapo_sched_module(root);
   slapo_pp_stage *st;
   OK(slapo_pp_stage_new(m, 2, g_flat, R, M, NULL, &st));
-  OK(slapo_adamw_new(m, &ac, &opt));
+  OK(slapo_pp_adamw_new(st, m, &ac, &opt));
+  /* Another stage's block: no gradient here, its moments not either. */
+  slapo_parameter *other = slapo_module_param_at(m, R == 0 ? "transformer.h.1.mlp.c_fc.weight"
+                                                             : "transformer.h.0.mlp.c_fc.weight");
+  assert_non_null(other);
+  if (P > 1) assert_null(other->grad);
   OK(slapo_pp_train_accumulate(st, SLAPO_PP_1F1B, M, g_flat, g_envs, &loss, NULL));
   OK(slapo_pp_train_update(st, m, opt, 1e-3f, 0, &norm, NULL));
   assert_float_equal(norm, want_norm, 1e-6 * want_norm);
+  char path[] = "/tmp/slapo_pp_optim_XXXXXX";
+  int fd = mkstemp(path);
+  assert_true(fd >= 0);
+  close(fd);
+  if (P > 1)
+    expect_status(slapo_adamw_save(opt, path, NULL), SLAPO_STATE, "are another rank's");
   OK(slapo_pp_gather(st, m, opt));
+  OK(slapo_adamw_save(opt, path, NULL)); /* now whole: rank 0 writes */
+  unlink(path);
   pt_result got = {0};
   OK(slapo_module_visit_params(m, take_weight, &got));
   assert_int_equal(got.n, want.n);
