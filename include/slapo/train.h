@@ -278,6 +278,16 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
                                        const slapo_tensor *const *inputs,
                                        const slapo_kernel_env *envs, double *loss,
                                        int64_t *n_valid);
+/* Forward only through the pipeline (validation): n batches, inputs [2 n]
+ * and envs [n] as slapo_pp_train_accumulate's (envs' training false: no
+ * dropout), each received from the previous stage, run in slot 0 and sent
+ * on, stage s + 1 running batch i while stage s runs i + 1; losses [n]
+ * (each batch's mean loss, from the last stage) on every rank of the
+ * group: as one process's EVAL step gives them. Errors: SLAPO_INVALID_ARG
+ * (n < 1, the group does not match the stage), those of the forwards and
+ * of MPI. */
+slapo_status slapo_pp_eval(slapo_pp_stage *st, int n, const slapo_tensor *const *inputs,
+                           const slapo_kernel_env *envs, double *losses);
 /* Sums the gradient of every parameter of `model` that more than one
  * stage holds (GPT-2's tied wte / lm_head on the first and last stages)
  * over the pipeline group, after slapo_pp_train_accumulate: each holder
@@ -305,19 +315,26 @@ slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model
                                    float lr, double max_norm, double *norm, double *comm_s);
 /* The optimizer of this rank's stage (instead of slapo_adamw_new): AdamW
  * over the parameters the stage holds (slapo_adamw_new_select), no
- * moments for the others; and the gradients of the parameters it neither
- * holds nor shares with another stage are freed (their grad NULL): it
- * never computes them. So a rank keeps the gradients and AdamW state of
- * its stage alone; the weights stay whole (slapo_pp_gather). Every rank
- * of the group calls it. Errors: NOMEM, those of MPI. */
+ * moments for the others (which may be released already). Every rank of
+ * the group calls it. Errors: NOMEM, those of MPI. */
 slapo_status slapo_pp_adamw_new(const slapo_pp_stage *st, slapo_module *model,
                                 const slapo_adamw_config *cfg, slapo_adamw **out);
-/* Every rank of the pipeline gets the whole model again: each parameter's
- * weights (and with opt, its AdamW moments, allocated where released until
- * the next slapo_pp_train_update) broadcast from the first stage holding
- * it. For what runs the whole model (validation, sampling) and for
- * checkpoints, which rank 0 writes. Every rank of the group calls it.
- * Errors: NOMEM, SLAPO_NOT_FOUND (opt is not over model), those of MPI. */
+/* Cuts this rank's memory to its stage: every parameter the stage does
+ * not hold becomes a meta tensor (its weights freed) and loses its grad,
+ * except that a parameter several stages hold keeps its grad everywhere
+ * (the tie sum adds zeros from it); with opt, the others' moments are
+ * released too (slapo_adamw_select). The stage runs on as before; what
+ * needs the whole model (a checkpoint, sampling) calls slapo_pp_gather
+ * first, and this again after. Every rank of the group calls it. Errors:
+ * NOMEM, those of MPI. */
+slapo_status slapo_pp_release(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt);
+/* The whole model on stage 0 (the pipeline group's rank 0, which writes
+ * checkpoints and samples): each parameter it does not hold is made
+ * whole there (materialized if released) and its weights, and with opt
+ * its AdamW moments, are sent to it by the first stage holding it. The
+ * other ranks send and keep what they had. Every rank of the group calls
+ * it. Errors: NOMEM, SLAPO_NOT_FOUND (opt is not over model), those of
+ * MPI. */
 slapo_status slapo_pp_gather(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt);
 
 /* `--pp k` without cut lines: splits the blocks of root's longest module

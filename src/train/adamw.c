@@ -52,7 +52,7 @@ static void add_slot(slapo_parameter *p, const char *path, void *ud) {
   slapo_adamw *o = ud;
   if (o->status != SLAPO_OK) return;
   bool kept = !o->keep || o->keep(p, o->keep_ud);
-  if (slapo_tensor_is_meta(p->value) || (kept && !p->grad)) {
+  if (kept && (slapo_tensor_is_meta(p->value) || !p->grad)) {
     o->status = slapo_error(SLAPO_STATE, "adamw: parameter %s is not materialized", path);
     return;
   }
@@ -339,11 +339,15 @@ slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
   slapo_tensor **views = slapo_calloc((size_t)n + 1, sizeof *views);
   char **owned = slapo_calloc((size_t)n + 1, sizeof *owned);
   slapo_status s = (names && ts && owned && views) ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "adamw: out of memory");
-  for (int i = 0; s == SLAPO_OK && i < o->n; i++)
+  /* Rank 0 writes, so it needs every moment; the others skip the ones
+   * they released (another pipeline stage's). */
+  bool writer = slapo_dist_rank(SLAPO_GROUP_WORLD) == 0;
+  for (int i = 0; s == SLAPO_OK && writer && i < o->n; i++)
     if (!o->slots[i].m)
       s = slapo_error(SLAPO_STATE, "adamw: the moments of %s are another rank's (slapo_pp_gather "
                       "brings them here before a save)", o->slots[i].path);
   for (int i = 0; s == SLAPO_OK && i < o->n; i++) {
+    if (!o->slots[i].m) continue;
     size_t len = strlen(o->slots[i].path) + sizeof ".exp_avg_sq"; /* the longer suffix + NUL */
     owned[2 * i] = slapo_malloc(len);
     owned[2 * i + 1] = slapo_malloc(len);
@@ -363,8 +367,7 @@ slapo_status slapo_adamw_save_meta(const slapo_adamw *o, const char *path,
   snprintf(step, sizeof step, "%lld", (long long)o->t);
   const char *mk[16] = {"step"}, *mv[16] = {step};
   for (int i = 0; i < n_meta; i++) mk[1 + i] = keys[i], mv[1 + i] = values[i];
-  if (s == SLAPO_OK && slapo_dist_rank(SLAPO_GROUP_WORLD) == 0)
-    s = slapo_safetensors_write(path, n, names, ts, 1 + n_meta, mk, mv);
+  if (s == SLAPO_OK && writer) s = slapo_safetensors_write(path, n, names, ts, 1 + n_meta, mk, mv);
   for (int i = 0; owned && i < n; i++) slapo_free(owned[i]);
   for (int i = 0; views && i < n; i++) slapo_tensor_free(views[i]);
   slapo_free(owned);

@@ -139,27 +139,46 @@ static double target_bytes(const trainer *t, const slapo_tensor *y) {
 /* The validation loss: the mean over every counted target of the
  * val_batches batches (each batch's mean weighted by its count; masked LM
  * batches count different numbers of chosen positions). */
+/* The mean losses of validation batches first, first + D, ... (k of them,
+ * k <= grad_accum) into loss [k]: one EVAL step each, or under pipeline
+ * parallelism forward only through the stages (the micro-batch tensors
+ * are free between steps), each batch's targets left in t->ys. */
+static slapo_status eval_batches(const trainer *t, int64_t first, int64_t D, int k, double *loss) {
+  const slapo_train_config *c = &t->c;
+  for (int m = 0; m < k; m++) {
+    int64_t b = first + m * D;
+    SLAPO_TRY(draw_batch(t, true, b, t->xs[m], t->ys[m]));
+    t->micro_in[2 * m] = t->xs[m], t->micro_in[2 * m + 1] = t->ys[m];
+    t->envs[m] = (slapo_kernel_env){c->seed, (uint64_t)b, false};
+    const slapo_tensor *out;
+    if (t->stage) continue;
+    SLAPO_TRY(slapo_step(t->runner, 2, t->micro_in + 2 * m, SLAPO_STEP_EVAL, &t->envs[m], &out));
+    loss[m] = (double)*(const float *)slapo_tensor_data(out);
+  }
+  return t->stage ? slapo_pp_eval(t->stage, k, t->micro_in, t->envs, loss) : SLAPO_OK;
+}
+
 static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   const slapo_train_config *c = &t->c;
-  double sum = 0, bytes = 0;
+  double sum = 0, bytes = 0, loss[64];
   int64_t total = 0;
-  /* Data-parallel ranks split the validation batches and sum; so do
-   * pipeline ranks, which hold the whole model again (slapo_pp_gather). */
-  int dp = slapo_dist_size(SLAPO_GROUP_DP), pp = slapo_dist_size(SLAPO_GROUP_PP);
-  int D = dp * pp, d = slapo_dist_rank(SLAPO_GROUP_PP) * dp + slapo_dist_rank(SLAPO_GROUP_DP);
-  for (int64_t b = d; b < c->val_batches; b += D) {
-    SLAPO_TRY(draw_batch(t, true, b, t->x, t->y));
-    const slapo_tensor *in[2] = {t->x, t->y}, *loss;
-    slapo_kernel_env env = {c->seed, (uint64_t)b, false};
-    SLAPO_TRY(slapo_step(t->runner, 2, in, SLAPO_STEP_EVAL, &env, &loss));
-    int64_t n = count_valid(t->y);
-    sum += (double)*(const float *)slapo_tensor_data(loss) * (double)n;
-    total += n;
-    bytes += target_bytes(t, t->y);
+  /* Data-parallel ranks split the validation batches and sum; the ranks of
+   * a pipeline run theirs together, in chunks of at most grad_accum. */
+  int64_t D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
+  int64_t chunk = c->grad_accum < 64 ? c->grad_accum : 64;
+  for (int64_t b = d; b < c->val_batches; b += chunk * D) {
+    int k = (int)((c->val_batches - b + D - 1) / D < chunk ? (c->val_batches - b + D - 1) / D
+                                                            : chunk);
+    SLAPO_TRY(eval_batches(t, b, D, k, loss));
+    for (int m = 0; m < k; m++) {
+      int64_t n = count_valid(t->ys[m]);
+      sum += loss[m] * (double)n;
+      total += n;
+      bytes += target_bytes(t, t->ys[m]);
+    }
   }
   double acc[3] = {sum, (double)total, bytes};
   SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_DP, acc, 3));
-  SLAPO_TRY(slapo_dist_all_reduce_f64(SLAPO_GROUP_PP, acc, 3));
   *out = acc[1] > 0 ? acc[0] / acc[1] : 0.0;
   *per_byte = t->tok && acc[2] > 0 ? acc[0] / acc[2] : NAN;
   return SLAPO_OK;
@@ -191,10 +210,14 @@ static slapo_status write_pair_file(int file, const char *path, const char *pair
 }
 
 /* The pair protocol (train/checkpoint.c) keeps the last good pair through
- * a save that fails, as on a full disk. */
+ * a save that fails, as on a full disk. Under pipeline parallelism the
+ * writer (stage 0) holds the whole model and its moments for the save. */
 static slapo_status save_checkpoint(const trainer *t, int64_t step) {
   pair_writer pw = {t, step};
-  return slapo__ckpt_save(t->c.save, step, write_pair_file, &pw);
+  if (t->stage) SLAPO_TRY(slapo_pp_gather(t->stage, t->model, t->opt));
+  slapo_status s = slapo__ckpt_save(t->c.save, step, write_pair_file, &pw);
+  if (t->stage && s == SLAPO_OK) s = slapo_pp_release(t->stage, t->model, t->opt);
+  return s;
 }
 
 static void trainer_free(trainer *t) {
@@ -692,9 +715,6 @@ static slapo_status report(trainer *t, slapo_train_event *e) {
   bool last = e->step == c->steps;
   bool val = (c->val_every > 0 && e->step % c->val_every == 0) || last;
   bool save = c->save && ((c->save_every > 0 && e->step % c->save_every == 0) || last);
-  /* The stages' parameters (and for a checkpoint their moments) to every
-   * rank; the last step always validates, so sampling sees them too. */
-  if (t->stage && (val || save)) SLAPO_TRY(slapo_pp_gather(t->stage, t->model, save ? t->opt : NULL));
   if (val) {
     SLAPO_TRY(eval_loss(t, &e->val_loss, &e->val_nats_per_byte));
     e->has_val = true;
@@ -778,6 +798,9 @@ static slapo_status run(trainer *t) {
   SLAPO_TRY(new_optimizer(t));
   int64_t start;
   SLAPO_TRY(resume(t, &start));
+  /* A pipeline rank keeps its stage's parameters alone from here (the
+   * model whole again on stage 0 for a checkpoint and the sample). */
+  if (t->stage) SLAPO_TRY(slapo_pp_release(t->stage, t->model, NULL));
   t->t0 = now_s();
   for (int64_t step = start; step < t->c.steps; step++) {
     slapo_train_event e;
@@ -794,7 +817,10 @@ static slapo_status run(trainer *t) {
     say(t->cb, t->ud, "sample: skipped: %s trains a masked LM, which predicts masked positions "
         "from both sides and generates nothing left to right (--sample 0 silences this)",
         t->fam->name);
-  return samples(t) ? sample_text(t) : SLAPO_OK;
+  if (!samples(t)) return SLAPO_OK;
+  /* Under pipeline parallelism stage 0 samples, from the whole model. */
+  if (t->stage) SLAPO_TRY(slapo_pp_gather(t->stage, t->model, NULL));
+  return t->stage && slapo_dist_rank(SLAPO_GROUP_PP) != 0 ? SLAPO_OK : sample_text(t);
 }
 
 slapo_status slapo_train(const slapo_train_config *cfg, slapo_train_cb cb, void *ud) {

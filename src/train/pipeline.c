@@ -187,3 +187,35 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
   *loss = sum;
   return SLAPO_OK;
 }
+
+/* ---- forward only (validation) ---- */
+
+slapo_status slapo_pp_eval(slapo_pp_stage *st, int n, const slapo_tensor *const *inputs,
+                           const slapo_kernel_env *envs, double *losses) {
+  int s = slapo_pp_stage_index(st), p = slapo_pp_stage_n_stages(st);
+  if (n < 1 || p != slapo_dist_size(SLAPO_GROUP_PP) || s != slapo_dist_rank(SLAPO_GROUP_PP))
+    return slapo_error(SLAPO_INVALID_ARG, "pp_eval: %d batches on stage %d of %d, in a pipeline "
+                       "group of %d where this rank is %d", n, s, p,
+                       slapo_dist_size(SLAPO_GROUP_PP), slapo_dist_rank(SLAPO_GROUP_PP));
+  int n_recv = slapo_pp_stage_n_recv(st), n_send = slapo_pp_stage_n_send(st);
+  slapo_tensor **recv = slapo_calloc((size_t)n_recv + 1, sizeof *recv);
+  const slapo_tensor **send = slapo_calloc((size_t)n_send + 1, sizeof *send);
+  slapo_status e = recv && send ? SLAPO_OK : slapo_error(SLAPO_NOMEM, "pp_eval: out of memory");
+  for (int k = 0; k < n_recv && recv; k++) recv[k] = slapo_pp_stage_recv_buf(st, 0, k);
+  /* Each batch through slot 0: receive, forward, send on. Stage s + 1
+   * runs batch i while stage s runs batch i + 1 (a forward-only GPipe). */
+  for (int i = 0; e == SLAPO_OK && i < n; i++) {
+    losses[i] = 0;
+    if (s > 0) e = slapo_dist_pp_exchange(-1, 0, NULL, s - 1, n_recv, recv, TAG);
+    if (e == SLAPO_OK) e = slapo_pp_stage_forward(st, 0, 2, inputs + 2 * i, &envs[i]);
+    for (int k = 0; e == SLAPO_OK && k < n_send; k++) send[k] = slapo_pp_stage_sent(st, k);
+    if (e == SLAPO_OK && s + 1 < p) e = slapo_dist_pp_exchange(s + 1, n_send, send, -1, 0, NULL, TAG);
+    if (e == SLAPO_OK && s + 1 == p)
+      losses[i] = (double)*(const float *)slapo_tensor_data(slapo_pp_stage_loss(st));
+  }
+  slapo_free(recv);
+  slapo_free(send);
+  SLAPO_TRY(e);
+  /* The last stage's losses to every rank (the others add zeros: exact). */
+  return slapo_dist_all_reduce_f64(SLAPO_GROUP_PP, losses, n);
+}

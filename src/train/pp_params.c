@@ -4,9 +4,10 @@
  * optimizer step of a stage (slapo_pp_train_update: the tied gradients
  * summed over the pipeline as Megatron-LM sums its embedding group's, the
  * norm summed over stages with a tied parameter counted once, AdamW over
- * the stage's own parameters, then a bitwise check of the tied copies) and
- * the whole model on every rank again (slapo_pp_gather: validation,
- * sampling, checkpoints). Layer: train. */
+ * the stage's own parameters, then a bitwise check of the tied copies); a
+ * rank's memory cut to its stage's parameters (slapo_pp_adamw_new,
+ * slapo_pp_release) and the whole model on stage 0 again when it must
+ * write or sample it (slapo_pp_gather). Layer: train. */
 #include <math.h>
 #include <string.h>
 
@@ -14,6 +15,10 @@
 #include "slapo/dist.h"
 #include "slapo/ops/vmath.h"
 #include "train/internal.h"
+
+/* The gather's messages: apart from the engine's (tag 0), though no
+ * transfer of a step is outstanding when it runs. */
+enum { GATHER_TAG = 100 };
 
 static void note_param(slapo_parameter *p, const char *path, void *ud) {
   (void)path;
@@ -186,35 +191,69 @@ slapo_status slapo_pp_adamw_new(const slapo_pp_stage *st, slapo_module *model,
                                 const slapo_adamw_config *cfg, slapo_adamw **out) {
   slapo__pp_owners o;
   SLAPO_TRY(slapo__pp_owners_of(st, model, &o));
-  /* Gradients the stage never computes; a tied parameter keeps its grad on
-   * every stage (the tie sum adds zeros from it where not held). */
-  for (int i = 0; i < o.n; i++)
-    if (!o.mine[i] && o.holders[i] < 2) {
-      slapo_tensor_free(o.params[i]->grad);
-      o.params[i]->grad = NULL;
-    }
   slapo_status s = slapo_adamw_new_select(model, cfg, is_mine, &o, out);
   slapo__pp_owners_free(&o);
   return s;
 }
 
-/* Broadcasts t's bytes from stage `root` over the pipeline group. */
-static slapo_status bcast(slapo_tensor *t, int root) {
-  return slapo_dist_broadcast(SLAPO_GROUP_PP, slapo_tensor_data(t),
-                              (int64_t)slapo_tensor_nbytes(t), root);
+/* p's value as a meta tensor of its shape (storage freed), or back as a
+ * materialized one (zeros, to be filled). */
+static slapo_status to_meta(slapo_parameter *p) {
+  if (slapo_tensor_is_meta(p->value)) return SLAPO_OK;
+  slapo_tensor *m;
+  SLAPO_TRY(slapo_tensor_new_meta(p->value->dtype, p->value->ndim, p->value->shape, &m));
+  slapo_tensor_free(p->value);
+  p->value = m;
+  return SLAPO_OK;
+}
+
+static slapo_status from_meta(slapo_parameter *p) {
+  if (!slapo_tensor_is_meta(p->value)) return SLAPO_OK;
+  slapo_tensor *t;
+  SLAPO_TRY(slapo_tensor_new(p->value->dtype, p->value->ndim, p->value->shape, &t));
+  slapo_tensor_free(p->value);
+  p->value = t;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_pp_release(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt) {
+  slapo__pp_owners o;
+  SLAPO_TRY(slapo__pp_owners_of(st, model, &o));
+  slapo_status s = SLAPO_OK;
+  for (int i = 0; s == SLAPO_OK && i < o.n; i++) {
+    if (o.mine[i]) continue;
+    s = to_meta(o.params[i]);
+    /* A tied parameter keeps its grad on every stage: the tie sum adds
+     * zeros from it where it is not held. */
+    if (o.holders[i] < 2) {
+      slapo_tensor_free(o.params[i]->grad);
+      o.params[i]->grad = NULL;
+    }
+  }
+  if (s == SLAPO_OK && opt) s = slapo_adamw_select(opt, is_mine, &o);
+  slapo__pp_owners_free(&o);
+  return s;
+}
+
+/* Parameter i's weights (and moments) from its first holder to stage 0. */
+static slapo_status gather_one(const slapo__pp_owners *o, int i, slapo_adamw *opt) {
+  int me = slapo_dist_rank(SLAPO_GROUP_PP), from = o->first[i];
+  if (from == 0 || (me != 0 && me != from)) return SLAPO_OK;
+  slapo_parameter *p = o->params[i];
+  slapo_tensor *t[3] = {p->value, NULL, NULL};
+  if (me == 0) SLAPO_TRY(from_meta(p));
+  t[0] = p->value;
+  if (opt) SLAPO_TRY(slapo_adamw_moments(opt, p, &t[1], &t[2]));
+  int n = opt ? 3 : 1;
+  if (me == 0) return slapo_dist_pp_exchange(-1, 0, NULL, from, n, t, GATHER_TAG);
+  return slapo_dist_pp_exchange(0, n, (const slapo_tensor *const *)t, -1, 0, NULL, GATHER_TAG);
 }
 
 slapo_status slapo_pp_gather(const slapo_pp_stage *st, slapo_module *model, slapo_adamw *opt) {
   slapo__pp_owners o;
   SLAPO_TRY(slapo__pp_owners_of(st, model, &o));
   slapo_status s = SLAPO_OK;
-  for (int i = 0; s == SLAPO_OK && i < o.n; i++) {
-    s = bcast(o.params[i]->value, o.first[i]);
-    slapo_tensor *m, *v;
-    if (s == SLAPO_OK && opt && (s = slapo_adamw_moments(opt, o.params[i], &m, &v)) == SLAPO_OK &&
-        (s = bcast(m, o.first[i])) == SLAPO_OK)
-      s = bcast(v, o.first[i]);
-  }
+  for (int i = 0; s == SLAPO_OK && i < o.n; i++) s = gather_one(&o, i, opt);
   slapo__pp_owners_free(&o);
   return s;
 }

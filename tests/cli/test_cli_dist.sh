@@ -225,6 +225,16 @@ check "train pp2 resume: same step 4" out "$want"
 # The stages' checkpoint is the whole model: it resumes on one process.
 run "resume pp2 -> 1" 0 "$SLAPO" $PP --steps 4 --schedule "$PP_SCHED" --resume "$TMP/pp2.safetensors"
 check "resume pp2 -> 1" out "resume: $TMP/pp2.safetensors at step 2"
+# Stage 0 samples from the whole model, gathered: greedy sampling writes
+# the one-process text.
+PSAMPLE="train --config tiny --data $TEXT --steps 20 --batch 2 --seq 32 --sample 30 --top-k 1 --grad-accum 2"
+run "sample pp 1 process" 0 "$SLAPO" $PSAMPLE
+tail -2 "$OUT" >"$TMP/psample1"
+run "sample pp2" 0 $MPIRUN -np 2 "$SLAPO" $PSAMPLE --pp 2
+tail -2 "$OUT" >"$TMP/psample2"
+if [ "$rc_ok" -eq 1 ] && [ -s "$TMP/psample1" ] && cmp -s "$TMP/psample1" "$TMP/psample2"; then
+  passed=$((passed + 1)); else failed=$((failed + 1))
+  echo "FAIL sample pp2: $(cat "$TMP/psample2") vs $(cat "$TMP/psample1")"; fi
 # Pipeline errors: a world --pp does not divide, stage counts that differ.
 run "pp does not divide" 1 $MPIRUN -np 3 "$SLAPO" verify --pp 2 --schedule "$TMP/cut.sched"
 check "pp does not divide" err "--pp 2 x --tp 1 = 2 does not divide the world size 3"
