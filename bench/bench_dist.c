@@ -157,10 +157,11 @@ int main(int argc, char **argv) {
     int s = slapo_dist_rank(SLAPO_GROUP_PP), slots = gpipe || M < pp - s ? M : pp - s;
     CHECK(slapo_pp_auto_cut(model, 2, in, pp, lines, sizeof lines, NULL));
     CHECK(slapo_pp_stage_new(model, 2, in, s, slots, NULL, &st));
-    /* The stage's own gradients and AdamW state (bench_model_new's
-     * optimizer covered the whole model: its pages count in the peak, not
-     * in the resident set after the steps). */
+    /* The stage's own weights, gradients and AdamW state, as slapo train
+     * keeps them (bench_model_new's whole model counts in the peak, not in
+     * the resident set after the steps). */
     slapo_adamw_free(bm.opt);
+    CHECK(slapo_pp_release(st, model, NULL));
     CHECK(slapo_pp_adamw_new(st, model, &(slapo_adamw_config){0.9f, 0.95f, 1e-8f, 0.1f, false},
                              &bm.opt));
     opt = bm.opt;
