@@ -468,12 +468,20 @@ slapo_status slapo_pp_block_costs(slapo_module *root, int n_in, const slapo_tens
  * emits no op of its own, its ops are not in sequence, two cuts end at
  * one op, nothing runs after the last cut, a stage that sends no
  * floating-point value), SLAPO_INVALID_ARG (stage out
- * of range, n_slots < 1, a loss that is not a scalar), those of building
- * a step, NOMEM. */
+ * of range, n_slots < 1, a loss that is not a scalar), SLAPO_STATE (a
+ * parameter the stage reads is not materialized; the others may be
+ * meta), those of building a step, NOMEM. */
 slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor *const *in,
                                 int stage, int n_slots, const slapo_plan_opts *opts,
                                 slapo_pp_stage **out);
 void slapo_pp_stage_free(slapo_pp_stage *st); /* NULL is fine */
+/* Materializes the parameters stage `stage` of root reads (as
+ * slapo_module_materialize would: each value a function of seed, path and
+ * index) and no other, on a meta model: a pipeline rank allocates its
+ * stage alone. Arguments as slapo_pp_stage_new's. Errors: those of
+ * building the stage's graph, NOMEM. */
+slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
+                                        const slapo_tensor *const *in, int stage, uint64_t seed);
 
 int slapo_pp_stage_index(const slapo_pp_stage *st);
 int slapo_pp_stage_n_stages(const slapo_pp_stage *st);

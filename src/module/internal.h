@@ -88,6 +88,9 @@ slapo_status slapo__step_forward(slapo_module *root, slapo_ctx *ctx, slapo__buil
 slapo_status slapo__pp_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
                                slapo_graph *fg, slapo__build_state *fbs, slapo_node **ins,
                                slapo_node **y);
+/* Materializes p (if meta) as slapo_module_materialize would, its values a
+ * function of seed, path and index (module.c). Errors: NOMEM. */
+slapo_status slapo__param_materialize(slapo_parameter *p, const char *path, uint64_t seed);
 /* Runs the step's rewrite rules on g to a fixpoint (step.c). */
 slapo_status slapo__step_rules(slapo_graph *g, bool training);
 /* slapo_call without the tracer's interception (call.c). */

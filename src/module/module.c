@@ -423,6 +423,12 @@ slapo_status slapo_module_name_params(slapo_module *m) {
   return s != SLAPO_OK ? s : st;
 }
 
+slapo_status slapo__param_materialize(slapo_parameter *p, const char *path, uint64_t seed) {
+  init_state st = {seed, SLAPO_OK};
+  init_param(p, path, &st);
+  return st.status;
+}
+
 slapo_status slapo_module_materialize(slapo_module *m, uint64_t seed) {
   init_state st = {seed, SLAPO_OK};
   slapo_status s = slapo_module_visit_params(m, init_param, &st);

@@ -446,18 +446,17 @@ static slapo_status plan_stage(slapo_pp_stage *st, const slapo_plan_opts *opts) 
   return slapo_tensor_new(SLAPO_DTYPE_F32, 0, NULL, &st->dloss);
 }
 
-slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor *const *in,
-                                int stage, int n_slots, const slapo_plan_opts *opts,
-                                slapo_pp_stage **out) {
+/* The stage's graph (no plan, no slots) into *out: what slapo_pp_stage_new
+ * and slapo_pp_stage_materialize share. The model may be meta. */
+static slapo_status stage_graph(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                int stage, const char *what, slapo_pp_stage **out) {
   *out = NULL;
-  SLAPO_NEED(root, "pp_stage_new");
+  SLAPO_NEED(root, what);
   if (n_in < 0 || n_in > SLAPO_STEP_MAX_INPUTS || (n_in > 0 && !in))
-    return slapo_error(SLAPO_INVALID_ARG, "pp_stage_new: %d inputs (at most %d)", n_in,
+    return slapo_error(SLAPO_INVALID_ARG, "%s: %d inputs (at most %d)", what, n_in,
                        SLAPO_STEP_MAX_INPUTS);
-  if (n_slots < 1)
-    return slapo_error(SLAPO_INVALID_ARG, "pp_stage_new: %d slots (need >= 1)", n_slots);
-  SLAPO_TRY(slapo_module_check_materialized(root, "pp_stage_new"));
   SLAPO_TRY(slapo__check_shards(root));
+  SLAPO_TRY(slapo_module_name_params(root)); /* a meta model's paths */
   slapo_pp_stage *st = slapo_calloc(1, sizeof *st);
   if (!st) return slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
   st->root = root;
@@ -471,8 +470,8 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
   if (s == SLAPO_OK)
     s = split_forward(root, n_in, in, fg, &fbs, &sp, &fy, &st->n_stages, st->bounds);
   if (s == SLAPO_OK && (stage < 0 || stage >= st->n_stages))
-    s = slapo_error(SLAPO_INVALID_ARG, "pp_stage_new: stage %d of %d (the schedule's cut lines "
-                    "make %d stages)", stage, st->n_stages, st->n_stages);
+    s = slapo_error(SLAPO_INVALID_ARG, "%s: stage %d of %d (the schedule's cut lines make %d "
+                    "stages)", what, stage, st->n_stages, st->n_stages);
   if (s == SLAPO_OK) s = build_stage(st, &sp, &fbs, fy);
   for (int i = 0; s == SLAPO_OK && i < n_in; i++) {
     char name[16];
@@ -480,8 +479,6 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
     for (slapo_node *n = slapo_graph_first(st->g); n; n = n->next)
       if (n->kind == SLAPO_NODE_PLACEHOLDER && !strcmp(n->target, name)) st->has_in[i] = true;
   }
-  if (s == SLAPO_OK) s = plan_stage(st, opts);
-  if (s == SLAPO_OK) s = make_slots(st, n_slots);
   slapo_free(sp.nodes);
   slapo_free(sp.stage_of);
   slapo_free(sp.last_use);
@@ -492,10 +489,46 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
     slapo_pp_stage_free(st);
     return s;
   }
+  *out = st;
+  return SLAPO_OK;
+}
+
+slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                int stage, int n_slots, const slapo_plan_opts *opts,
+                                slapo_pp_stage **out) {
+  *out = NULL;
+  if (n_slots < 1)
+    return slapo_error(SLAPO_INVALID_ARG, "pp_stage_new: %d slots (need >= 1)", n_slots);
+  slapo_pp_stage *st;
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_new", &st));
+  slapo_status s = SLAPO_OK;
+  /* Only what the stage reads must be materialized. */
+  for (int i = 0; s == SLAPO_OK && i < st->n_params; i++)
+    if (slapo_tensor_is_meta(st->params[i]->value))
+      s = slapo_error(SLAPO_STATE, "pp_stage_new: parameter %s of stage %d is not materialized "
+                      "(slapo_pp_stage_materialize or slapo_module_materialize allocates it)",
+                      st->params[i]->path, stage);
+  if (s == SLAPO_OK) s = plan_stage(st, opts);
+  if (s == SLAPO_OK) s = make_slots(st, n_slots);
+  if (s != SLAPO_OK) {
+    slapo_pp_stage_free(st);
+    return s;
+  }
   slapo_logf(1, "pipeline: stage %d of %d: %d nodes, receives %d values, sends %d, %d parameters",
              stage, st->n_stages, slapo_graph_count(st->g), st->n_recv, st->n_send, st->n_params);
   *out = st;
   return SLAPO_OK;
+}
+
+slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
+                                        const slapo_tensor *const *in, int stage, uint64_t seed) {
+  slapo_pp_stage *st;
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_materialize", &st));
+  slapo_status s = SLAPO_OK;
+  for (int i = 0; s == SLAPO_OK && i < st->n_params; i++)
+    s = slapo__param_materialize(st->params[i], st->params[i]->path, seed);
+  slapo_pp_stage_free(st);
+  return s;
 }
 
 void slapo_pp_stage_free(slapo_pp_stage *st) {

@@ -401,6 +401,15 @@ static slapo_status check_memory(trainer *t) {
   SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
   slapo_memory_format(&e, line, sizeof line);
   const double M = 1024.0 * 1024;
+  /* A pipeline rank allocates its stage's part of the model (not known
+   * before the stages are): the whole model's estimate is shown, not
+   * enforced. */
+  int pp = slapo_dist_size(SLAPO_GROUP_PP);
+  if (pp > 1) {
+    say(t->cb, t->ud, "memory: %s, of %.1f MiB available: the whole model's; each of the %d "
+        "pipeline ranks allocates its stage's part", line, (double)avail / M, pp);
+    return SLAPO_OK;
+  }
   if (e.total > avail)
     return slapo_error(SLAPO_LIMIT, "train: %s %s at batch %lld x seq %lld needs an estimated "
                        "%.1f MiB but %.1f MiB are available (%s): %s; use a smaller config, "
@@ -426,10 +435,6 @@ static void say_schedule(trainer *t) {
   }
 }
 
-/* The model: built on meta tensors, scheduled, checked against the memory
- * it will need, then materialized and initialized from a file. Values do
- * not depend on the order: each is a function of seed, path and index, and
- * replacement modules keep the replaced parameters. */
 /* What save_checkpoint's metadata says of a checkpoint to resume (or, with
  * any_config, to start from): the model family it was saved from, and for
  * a resume the config, must be this run's, and *step gets the step its
@@ -488,6 +493,43 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
   return SLAPO_OK;
 }
 
+/* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) the stages:
+ * the schedule's cut lines must make p of them, and without any,
+ * slapo_pp_auto_cut balances p. Then this rank materializes what its stage
+ * reads alone, unless a file is to load the whole model first (--resume,
+ * --init-from: the others are released after). The batch tensors give the
+ * shapes. */
+static slapo_status pp_stages(trainer *t) {
+  int p = slapo_dist_size(SLAPO_GROUP_PP);
+  const slapo_train_config *c = &t->c;
+  const slapo_tensor *in[2] = {t->x, t->y};
+  int n = slapo_pp_stage_count(t->model);
+  if (n == 1) { /* no cut lines: balanced by cost */
+    char lines[4096];
+    double share;
+    SLAPO_TRY(slapo_pp_auto_cut(t->model, 2, in, p, lines, sizeof lines, &share));
+    say(t->cb, t->ud, "pipeline: no cut lines in the schedule; %d stages balanced by cost (the "
+        "largest %.0f%% of the forward's), as these lines would make them:\n%.*s", p,
+        100 * share, (int)strlen(lines) - 1, lines);
+    n = p;
+  }
+  if (n != p)
+    return slapo_error(SLAPO_INVALID_ARG, "train: --pp %d needs %d stages, but the schedule "
+                       "(%s) cuts the model into %d; give %d cut lines (e.g. "
+                       "'transformer.h.5 cut'; slapo help cut)", p, p,
+                       c->schedule ? c->schedule : "none", n, p - 1);
+  if (slapo_dist_size(SLAPO_GROUP_TP) > 1)
+    return slapo_error(SLAPO_UNSUPPORTED, "train: --pp %d with --tp %d: pipeline and tensor "
+                       "parallelism together are not built yet", p,
+                       slapo_dist_size(SLAPO_GROUP_TP));
+  if (c->resume || c->init_from) return slapo_module_materialize(t->model, c->seed);
+  return slapo_pp_stage_materialize(t->model, 2, in, slapo_dist_rank(SLAPO_GROUP_PP), c->seed);
+}
+
+/* The model: built on meta tensors, scheduled, checked against the memory
+ * it will need, then materialized (under pipeline parallelism: its stage's part) and initialized from a file. Values do
+ * not depend on the order: each is a function of seed, path and index, and
+ * replacement modules keep the replaced parameters. */
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config,
@@ -515,7 +557,8 @@ static slapo_status build_model(trainer *t) {
   say(t->cb, t->ud, "model: %s %s (%s), %s, %.2fM parameters%s", t->fam->name, c->model_config,
       t->fam->hf_class, t->dims.summary, (double)slapo_module_numel(t->model) / 1e6, per_rank);
   SLAPO_TRY(check_memory(t));
-  SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
+  if (slapo_dist_size(SLAPO_GROUP_PP) > 1) SLAPO_TRY(pp_stages(t));
+  else SLAPO_TRY(slapo_module_materialize(t->model, c->seed));
   if (c->init_from) {
     int64_t ignored;
     SLAPO_TRY(check_saved(t, c->init_from, true, &ignored));
@@ -541,35 +584,13 @@ static slapo_status new_optimizer(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
-/* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) this rank's
- * stage of the scheduled model, whose cut lines must make p stages (none:
- * slapo_pp_auto_cut balances p stages), with
- * the slots its schedule keeps in flight (1F1B min(p - s, grad_accum),
- * GPipe grad_accum); the batch tensors give the shapes. */
+/* This rank's stage, with the slots its schedule keeps in flight (1F1B
+ * min(p - s, grad_accum), GPipe grad_accum). */
 static slapo_status build_stage(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
   if (p == 1) return SLAPO_OK;
   const slapo_train_config *c = &t->c;
   const slapo_tensor *in[2] = {t->x, t->y};
-  int n = slapo_pp_stage_count(t->model);
-  if (n == 1) { /* no cut lines: balanced by cost */
-    char lines[4096];
-    double share;
-    SLAPO_TRY(slapo_pp_auto_cut(t->model, 2, in, p, lines, sizeof lines, &share));
-    say(t->cb, t->ud, "pipeline: no cut lines in the schedule; %d stages balanced by cost (the "
-        "largest %.0f%% of the forward's), as these lines would make them:\n%.*s", p,
-        100 * share, (int)strlen(lines) - 1, lines);
-    n = p;
-  }
-  if (n != p)
-    return slapo_error(SLAPO_INVALID_ARG, "train: --pp %d needs %d stages, but the schedule "
-                       "(%s) cuts the model into %d; give %d cut lines (e.g. "
-                       "'transformer.h.5 cut'; slapo help cut)", p, p,
-                       c->schedule ? c->schedule : "none", n, p - 1);
-  if (slapo_dist_size(SLAPO_GROUP_TP) > 1)
-    return slapo_error(SLAPO_UNSUPPORTED, "train: --pp %d with --tp %d: pipeline and tensor "
-                       "parallelism together are not built yet", p,
-                       slapo_dist_size(SLAPO_GROUP_TP));
   bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
   int slots = !gpipe && p - s < c->grad_accum ? p - s : (int)c->grad_accum;
   SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
@@ -792,8 +813,8 @@ static slapo_status sample_text(trainer *t) {
 static slapo_status run(trainer *t) {
   SLAPO_TRY(check_config(t));
   SLAPO_TRY(load_data(t));
-  SLAPO_TRY(build_model(t));
   SLAPO_TRY(alloc_batches(t));
+  SLAPO_TRY(build_model(t));
   SLAPO_TRY(build_stage(t));
   SLAPO_TRY(new_optimizer(t));
   int64_t start;

@@ -83,10 +83,14 @@ static slapo_status sum_tied(const slapo__pp_owners *o, int *n_tied) {
   for (int i = 0; i < o->n; i++) {
     if (o->holders[i] < 2) continue;
     if (n_tied) (*n_tied)++;
-    slapo_tensor *g = o->params[i]->grad;
+    slapo_parameter *p = o->params[i];
     /* Stages without it add zeros (exact) from its grad, which their
-     * steps never write: the whole pipeline group takes part, rather
-     * than a group per tie. */
+     * steps never write (allocated once where the stage alone was
+     * materialized): the whole pipeline group takes part, rather than a
+     * group per tie. */
+    if (!p->grad)
+      SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_F32, p->value->ndim, p->value->shape, &p->grad));
+    slapo_tensor *g = p->grad;
     if (!o->mine[i]) memset(slapo_tensor_data(g), 0, slapo_tensor_nbytes(g));
     SLAPO_TRY(slapo_dist_all_reduce_f32(SLAPO_GROUP_PP, slapo_tensor_data(g),
                                         slapo_tensor_numel(g)));

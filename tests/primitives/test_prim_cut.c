@@ -268,6 +268,39 @@ static void test_auto_cut(void **state) {
   slapo_module_free(m);
 }
 
+/* A pipeline rank materializes its stage alone: on a meta model, stage 0's
+ * parameters get the values a whole materialize gives them, stage 1's
+ * stay meta, and building stage 1 then names what it lacks. */
+static void test_stage_materialize(void **state) {
+  (void)state;
+  slapo_module *full = pt_model(&k_tiny), *m;
+  OK(slapo_gpt2_new(&k_tiny, &m));
+  slapo_sched *root;
+  OK(slapo_sched_create(m, &root));
+  OK(slapo_cut(pt_at(root, "transformer.h.0")));
+  OK(slapo_pp_stage_materialize(m, 2, g_flat, 0, PT_SEED));
+  const char *mine[] = {"transformer.wte.weight", "transformer.wpe.weight",
+                        "transformer.h.0.mlp.c_fc.weight"};
+  for (int i = 0; i < 3; i++) {
+    const slapo_parameter *p = slapo_module_param_at(m, mine[i]);
+    const slapo_parameter *q = slapo_module_param_at(full, mine[i]);
+    assert_false(slapo_tensor_is_meta(p->value));
+    assert_memory_equal(slapo_tensor_data(p->value), slapo_tensor_data(q->value),
+                        slapo_tensor_nbytes(q->value));
+  }
+  const char *others[] = {"transformer.h.1.attn.c_attn.weight", "transformer.ln_f.weight"};
+  for (int i = 0; i < 2; i++)
+    assert_true(slapo_tensor_is_meta(slapo_module_param_at(m, others[i])->value));
+  slapo_pp_stage *st = NULL;
+  OK(slapo_pp_stage_new(m, 2, g_flat, 0, 1, NULL, &st));
+  slapo_pp_stage_free(st);
+  expect_status(slapo_pp_stage_new(m, 2, g_flat, 1, 1, NULL, &st), SLAPO_STATE,
+                "of stage 1 is not materialized");
+  assert_null(st);
+  pt_sched_free(root);
+  slapo_module_free(full);
+}
+
 static void test_cut_errors(void **state) {
   (void)state;
   slapo_sched *root = pt_sched_new(&k_tiny);
@@ -400,6 +433,7 @@ int main(void) {
       cmocka_unit_test(test_two_stages_match_one_process),
       cmocka_unit_test(test_default_schedule_stages),
       cmocka_unit_test(test_auto_cut),
+      cmocka_unit_test(test_stage_materialize),
       cmocka_unit_test(test_cut_errors),
       cmocka_unit_test(test_stage_preconditions),
       cmocka_unit_test(test_toy_preconditions),
