@@ -87,7 +87,6 @@ typedef struct trainer {
   slapo_pp_stage *stage; /* this rank's pipeline stage, or NULL (no --pp) */
   slapo_adamw *opt;
   slapo_schedule_run sched;
-  slapo_tensor *x, *y; /* validation batch */
   /* One idx / targets pair per micro-batch: the step's batch is drawn
    * before it runs, so the micro-batches can be weighted by valid tokens. */
   slapo_tensor **xs, **ys;
@@ -136,9 +135,6 @@ static double target_bytes(const trainer *t, const slapo_tensor *y) {
   return k;
 }
 
-/* The validation loss: the mean over every counted target of the
- * val_batches batches (each batch's mean weighted by its count; masked LM
- * batches count different numbers of chosen positions). */
 /* The mean losses of validation batches first, first + D, ... (k of them,
  * k <= grad_accum) into loss [k]: one EVAL step each, or under pipeline
  * parallelism forward only through the stages (the micro-batch tensors
@@ -158,6 +154,9 @@ static slapo_status eval_batches(const trainer *t, int64_t first, int64_t D, int
   return t->stage ? slapo_pp_eval(t->stage, k, t->micro_in, t->envs, loss) : SLAPO_OK;
 }
 
+/* The validation loss: the mean over every counted target of the
+ * val_batches batches (each batch's mean weighted by its count; masked LM
+ * batches count different numbers of chosen positions). */
 static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   const slapo_train_config *c = &t->c;
   double sum = 0, bytes = 0, loss[64];
@@ -222,8 +221,6 @@ static slapo_status save_checkpoint(const trainer *t, int64_t step) {
 
 static void trainer_free(trainer *t) {
   if (t->metrics) fclose(t->metrics);
-  slapo_tensor_free(t->x);
-  slapo_tensor_free(t->y);
   for (int64_t m = 0; t->xs && t->ys && m < t->c.grad_accum; m++) {
     slapo_tensor_free(t->xs[m]);
     slapo_tensor_free(t->ys[m]);
@@ -497,12 +494,12 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
  * the schedule's cut lines must make p of them, and without any,
  * slapo_pp_auto_cut balances p. Then this rank materializes what its stage
  * reads alone, unless a file is to load the whole model first (--resume,
- * --init-from: the others are released after). The batch tensors give the
- * shapes. */
+ * --init-from: the others are released after). The micro-batch tensors
+ * give the shapes. */
 static slapo_status pp_stages(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP);
   const slapo_train_config *c = &t->c;
-  const slapo_tensor *in[2] = {t->x, t->y};
+  const slapo_tensor *in[2] = {t->xs[0], t->ys[0]}; /* the shapes */
   int n = slapo_pp_stage_count(t->model);
   if (n == 1) { /* no cut lines: balanced by cost */
     char lines[4096];
@@ -527,9 +524,10 @@ static slapo_status pp_stages(trainer *t) {
 }
 
 /* The model: built on meta tensors, scheduled, checked against the memory
- * it will need, then materialized (under pipeline parallelism: its stage's part) and initialized from a file. Values do
- * not depend on the order: each is a function of seed, path and index, and
- * replacement modules keep the replaced parameters. */
+ * it will need, then materialized (under pipeline parallelism its stage's
+ * part: pp_stages) and initialized from a file. Values do not depend on
+ * the order: each is a function of seed, path and index, and replacement
+ * modules keep the replaced parameters. */
 static slapo_status build_model(trainer *t) {
   const slapo_train_config *c = &t->c;
   SLAPO_TRY(t->fam->create(c->model_config,
@@ -590,7 +588,7 @@ static slapo_status build_stage(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
   if (p == 1) return SLAPO_OK;
   const slapo_train_config *c = &t->c;
-  const slapo_tensor *in[2] = {t->x, t->y};
+  const slapo_tensor *in[2] = {t->xs[0], t->ys[0]}; /* the shapes */
   bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
   int slots = !gpipe && p - s < c->grad_accum ? p - s : (int)c->grad_accum;
   SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
@@ -654,8 +652,6 @@ static slapo_status alloc_batches(trainer *t) {
   if (!t->xs || !t->ys || !t->micro_in || !t->envs)
     return slapo_error(SLAPO_NOMEM, "train: out of memory for %zu micro-batches", k);
   int64_t shape[2] = {c->batch, c->seq};
-  SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->x));
-  SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->y));
   for (size_t m = 0; m < k; m++) {
     SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->xs[m]));
     SLAPO_TRY(slapo_tensor_new(SLAPO_DTYPE_I32, 2, shape, &t->ys[m]));
