@@ -202,6 +202,36 @@ static void test_update_and_gather(void **state) {
   slapo_module_free(ref);
 }
 
+/* Tied copies that drift apart (here: the last stage's copy of the
+ * embedding nudged by hand) end the next step on every rank, naming the
+ * parameter, both stages and the step. */
+static void test_tied_copies_checked(void **state) {
+  (void)state;
+  if (P < 2) return;
+  slapo_adamw_config ac = {0.9f, 0.95f, 1e-8f, 0.1f, false};
+  slapo_sched *root = cut_model();
+  slapo_module *m = slapo_sched_module(root);
+  slapo_pp_stage *st;
+  slapo_adamw *opt;
+  double loss;
+  OK(slapo_pp_stage_new(m, 2, g_flat, R, M, NULL, &st));
+  OK(slapo_pp_adamw_new(st, m, &ac, &opt));
+  OK(slapo_pp_train_accumulate(st, SLAPO_PP_1F1B, M, g_flat, g_envs, &loss, NULL));
+  OK(slapo_pp_train_update(st, m, opt, 1e-3f, 1.0, NULL, NULL));
+  if (R == P - 1) {
+    slapo_parameter *wte = slapo_module_param_at(m, "transformer.wte.weight");
+    ((float *)slapo_tensor_data(wte->value))[5] += 0.5f;
+  }
+  OK(slapo_pp_train_accumulate(st, SLAPO_PP_1F1B, M, g_flat, g_envs, &loss, NULL));
+  char want[160];
+  snprintf(want, sizeof want, "after step 2 the tied parameter transformer.wte.weight differs "
+           "between stage 0 and stage %d", P - 1);
+  expect_status(slapo_pp_train_update(st, m, opt, 1e-3f, 1.0, NULL, NULL), SLAPO_VERIFY, want);
+  slapo_adamw_free(opt);
+  slapo_pp_stage_free(st);
+  pt_sched_free(root);
+}
+
 static void test_errors_on_every_rank(void **state) {
   (void)state;
   if (P < 2) return;
@@ -235,6 +265,7 @@ int main(void) {
       cmocka_unit_test(test_1f1b_matches_one_process),
       cmocka_unit_test(test_gpipe_matches_one_process),
       cmocka_unit_test(test_update_and_gather),
+      cmocka_unit_test(test_tied_copies_checked),
       cmocka_unit_test(test_errors_on_every_rank),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
