@@ -478,7 +478,8 @@ void slapo_pp_stage_free(slapo_pp_stage *st); /* NULL is fine */
 /* Materializes the parameters stage `stage` of root reads (as
  * slapo_module_materialize would: each value a function of seed, path and
  * index) and no other, on a meta model: a pipeline rank allocates its
- * stage alone. Arguments as slapo_pp_stage_new's. Errors: those of
+ * stage alone. Stage 0 also gets the parameters no stage reads (the
+ * pipeline's optimizer counts them as stage 0's). Arguments as slapo_pp_stage_new's. Errors: those of
  * building the stage's graph, NOMEM. */
 slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
                                         const slapo_tensor *const *in, int stage, uint64_t seed);

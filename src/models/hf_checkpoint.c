@@ -133,7 +133,9 @@ static void check_one(slapo_parameter *p, const char *path, void *ud) {
 
 static void load_one(slapo_parameter *p, const char *path, void *ud) {
   load_state *st = ud;
-  if (st->status != SLAPO_OK) return;
+  /* Not materialized here: another pipeline stage's parameter, which the
+   * rank holding it loads (its presence and shape checked above). */
+  if (st->status != SLAPO_OK || slapo_tensor_is_meta(p->value)) return;
   slapo_tensor *t = NULL, *f32 = NULL, *view = NULL, *piece = NULL;
   char name[NAME_CAP];
   slapo_status s = lookup(st, p, path, name);
@@ -294,10 +296,20 @@ static void warn_unused(const load_state *st) {
              n_unused == 1 ? "is" : "are", list);
 }
 
+static void count_materialized(slapo_parameter *p, const char *path, void *ud) {
+  (void)path;
+  *(int64_t *)ud += !slapo_tensor_is_meta(p->value);
+}
+
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l) {
   char what[64];
   snprintf(what, sizeof what, "%s load", l->family);
-  SLAPO_TRY(slapo_module_check_materialized(model, what));
+  /* A model with nothing materialized is a mistake; one materialized in
+   * part is a pipeline rank's (slapo_pp_stage_materialize): it loads its
+   * part. */
+  int64_t n_materialized = 0;
+  SLAPO_TRY(slapo_module_visit_params(model, count_materialized, &n_materialized));
+  if (!n_materialized) SLAPO_TRY(slapo_module_check_materialized(model, what));
   slapo_safetensors *f;
   SLAPO_TRY(slapo_safetensors_read(path, &f));
   int n = slapo_safetensors_count(f);

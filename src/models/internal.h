@@ -49,10 +49,12 @@ typedef struct slapo__hf_layout {
 
 /* Loads every parameter of a materialized model from the file at `path`
  * (f32 or any float dtype, converted); nothing is copied if a tied head
- * differs from the embedding. Tensors of the file that the model does not
+ * differs from the embedding. In a model materialized in part (a pipeline
+ * rank's stage) the meta parameters are checked (present, right shape)
+ * but not loaded. Tensors of the file that the model does not
  * have are not read; rank 0 warns about them (slapo_logf SLAPO_LOG_WARN),
- * naming the first few and any layers past the model's. Errors: SLAPO_STATE (a
- * meta parameter), SLAPO_IO, SLAPO_NOT_FOUND (missing tensor, named),
+ * naming the first few and any layers past the model's. Errors: SLAPO_STATE (no
+ * parameter materialized), SLAPO_IO, SLAPO_NOT_FOUND (missing tensor, named),
  * SLAPO_SHAPE (both shapes named), SLAPO_PRECOND (untied head), NOMEM. */
 slapo_status slapo__hf_load(slapo_module *model, const char *path, const slapo__hf_layout *l);
 /* Writes every parameter object once (a tied head is omitted) atomically,

@@ -520,6 +520,36 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
   return SLAPO_OK;
 }
 
+typedef struct unread_state {
+  const slapo_map *read; /* canonical path -> parameter, of the forward */
+  uint64_t seed;
+  slapo_status status;
+} unread_state;
+
+static void materialize_unread(slapo_parameter *p, const char *path, void *ud) {
+  unread_state *u = ud;
+  if (u->status == SLAPO_OK && !slapo_map_get(u->read, p->path ? p->path : path))
+    u->status = slapo__param_materialize(p, path, u->seed);
+}
+
+/* The parameters no stage reads, materialized on stage 0: one process's
+ * AdamW still decays them, and a checkpoint holds them. */
+static slapo_status materialize_unread_params(slapo_module *root, int n_in,
+                                              const slapo_tensor *const *in, uint64_t seed) {
+  slapo_graph *fg = NULL;
+  slapo__build_state fbs = {0};
+  slapo_node *ins[SLAPO_STEP_MAX_INPUTS], *y;
+  slapo_status s = slapo_graph_new(&fg);
+  if (s == SLAPO_OK) s = slapo__pp_forward(root, n_in, in, fg, &fbs, ins, &y);
+  unread_state u = {fbs.param_objs, seed, SLAPO_OK};
+  if (s == SLAPO_OK) s = slapo_module_visit_params(root, materialize_unread, &u);
+  if (s == SLAPO_OK) s = u.status;
+  slapo_map_free(fbs.param_nodes);
+  slapo_map_free(fbs.param_objs);
+  slapo_graph_free(fg);
+  return s;
+}
+
 slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
                                         const slapo_tensor *const *in, int stage, uint64_t seed) {
   slapo_pp_stage *st;
@@ -528,6 +558,7 @@ slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
   for (int i = 0; s == SLAPO_OK && i < st->n_params; i++)
     s = slapo__param_materialize(st->params[i], st->params[i]->path, seed);
   slapo_pp_stage_free(st);
+  if (s == SLAPO_OK && stage == 0) s = materialize_unread_params(root, n_in, in, seed);
   return s;
 }
 

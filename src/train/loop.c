@@ -493,9 +493,8 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
 /* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) the stages:
  * the schedule's cut lines must make p of them, and without any,
  * slapo_pp_auto_cut balances p. Then this rank materializes what its stage
- * reads alone, unless a file is to load the whole model first (--resume,
- * --init-from: the others are released after). The micro-batch tensors
- * give the shapes. */
+ * reads alone (a file loads that part: --resume, --init-from). The
+ * micro-batch tensors give the shapes. */
 static slapo_status pp_stages(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP);
   const slapo_train_config *c = &t->c;
@@ -519,7 +518,6 @@ static slapo_status pp_stages(trainer *t) {
     return slapo_error(SLAPO_UNSUPPORTED, "train: --pp %d with --tp %d: pipeline and tensor "
                        "parallelism together are not built yet", p,
                        slapo_dist_size(SLAPO_GROUP_TP));
-  if (c->resume || c->init_from) return slapo_module_materialize(t->model, c->seed);
   return slapo_pp_stage_materialize(t->model, 2, in, slapo_dist_rank(SLAPO_GROUP_PP), c->seed);
 }
 
@@ -815,9 +813,6 @@ static slapo_status run(trainer *t) {
   SLAPO_TRY(new_optimizer(t));
   int64_t start;
   SLAPO_TRY(resume(t, &start));
-  /* A pipeline rank keeps its stage's parameters alone from here (the
-   * model whole again on stage 0 for a checkpoint and the sample). */
-  if (t->stage) SLAPO_TRY(slapo_pp_release(t->stage, t->model, NULL));
   t->t0 = now_s();
   for (int64_t step = start; step < t->c.steps; step++) {
     slapo_train_event e;

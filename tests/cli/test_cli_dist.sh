@@ -225,6 +225,11 @@ check "train pp2 resume: same step 4" out "$want"
 # The stages' checkpoint is the whole model: it resumes on one process.
 run "resume pp2 -> 1" 0 "$SLAPO" $PP --steps 4 --schedule "$PP_SCHED" --resume "$TMP/pp2.safetensors"
 check "resume pp2 -> 1" out "resume: $TMP/pp2.safetensors at step 2"
+# Each rank loads its stage's part of a file: --init-from a one-process
+# checkpoint trains as one process does from it.
+run "train pp init-from 1 process" 0 "$SLAPO" $PP --steps 2 --init-from "$TMP/pp2.safetensors" --metrics "$TMP/ppi.1.jsonl"
+run "train pp2 init-from" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 2 --pp 2 --init-from "$TMP/pp2.safetensors" --metrics "$TMP/ppi.2.jsonl"
+same_losses "train pp2 init-from" "$TMP/ppi.1.jsonl" "$TMP/ppi.2.jsonl" 2
 # Stage 0 samples from the whole model, gathered: greedy sampling writes
 # the one-process text.
 PSAMPLE="train --config tiny --data $TEXT --steps 20 --batch 2 --seq 32 --sample 30 --top-k 1 --grad-accum 2"

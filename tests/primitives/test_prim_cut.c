@@ -268,13 +268,22 @@ static void test_auto_cut(void **state) {
   slapo_module_free(m);
 }
 
+/* A parameter no forward reads, added to a meta GPT-2. */
+static slapo_parameter *add_unread(slapo_module *m) {
+  int64_t shape[1] = {4};
+  OK(slapo_module_add_param(m, "unread", 1, shape, SLAPO_INIT_ONES, 0));
+  return slapo_module_param(m, "unread");
+}
+
 /* A pipeline rank materializes its stage alone: on a meta model, stage 0's
- * parameters get the values a whole materialize gives them, stage 1's
- * stay meta, and building stage 1 then names what it lacks. */
+ * parameters get the values a whole materialize gives them, and those no
+ * stage reads too; stage 1's stay meta, and building stage 1 then names
+ * what it lacks. Stage 1 alone leaves the unread one meta. */
 static void test_stage_materialize(void **state) {
   (void)state;
-  slapo_module *full = pt_model(&k_tiny), *m;
+  slapo_module *full = pt_model(&k_tiny), *m, *m1;
   OK(slapo_gpt2_new(&k_tiny, &m));
+  slapo_parameter *unread = add_unread(m);
   slapo_sched *root;
   OK(slapo_sched_create(m, &root));
   OK(slapo_cut(pt_at(root, "transformer.h.0")));
@@ -291,6 +300,17 @@ static void test_stage_materialize(void **state) {
   const char *others[] = {"transformer.h.1.attn.c_attn.weight", "transformer.ln_f.weight"};
   for (int i = 0; i < 2; i++)
     assert_true(slapo_tensor_is_meta(slapo_module_param_at(m, others[i])->value));
+  assert_false(slapo_tensor_is_meta(unread->value));
+  assert_true(((const float *)slapo_tensor_data(unread->value))[3] == 1.0f);
+  OK(slapo_gpt2_new(&k_tiny, &m1));
+  slapo_parameter *unread1 = add_unread(m1);
+  slapo_sched *root1;
+  OK(slapo_sched_create(m1, &root1));
+  OK(slapo_cut(pt_at(root1, "transformer.h.0")));
+  OK(slapo_pp_stage_materialize(m1, 2, g_flat, 1, PT_SEED));
+  assert_true(slapo_tensor_is_meta(unread1->value));
+  assert_false(slapo_tensor_is_meta(slapo_module_param_at(m1, "transformer.ln_f.weight")->value));
+  pt_sched_free(root1);
   slapo_pp_stage *st = NULL;
   OK(slapo_pp_stage_new(m, 2, g_flat, 0, 1, NULL, &st));
   slapo_pp_stage_free(st);
