@@ -225,6 +225,15 @@ check "train pp2 resume: same step 4" out "$want"
 # The stages' checkpoint is the whole model: it resumes on one process.
 run "resume pp2 -> 1" 0 "$SLAPO" $PP --steps 4 --schedule "$PP_SCHED" --resume "$TMP/pp2.safetensors"
 check "resume pp2 -> 1" out "resume: $TMP/pp2.safetensors at step 2"
+# LLaMA (no tied weights) and BERT (masked LM, tied decoder) train as one
+# process does, validation through the stages included.
+for fam in llama bert; do
+  FP="train --model $fam --config tiny --data $TEXT --steps 3 --batch 2 --seq 32 --grad-accum 2 --sample 0 --val-every 3"
+  run "train $fam pp 1 process" 0 "$SLAPO" $FP --metrics "$TMP/$fam.pp1.jsonl"
+  run "train $fam pp2" 0 $MPIRUN -np 2 "$SLAPO" $FP --pp 2 --metrics "$TMP/$fam.pp2.jsonl"
+  same_losses "train $fam pp2" "$TMP/$fam.pp1.jsonl" "$TMP/$fam.pp2.jsonl" 3
+  check "train $fam pp2 validation" out "val_loss"
+done
 # Each rank loads its stage's part of a file: --init-from a one-process
 # checkpoint trains as one process does from it.
 run "train pp init-from 1 process" 0 "$SLAPO" $PP --steps 2 --init-from "$TMP/pp2.safetensors" --metrics "$TMP/ppi.1.jsonl"
