@@ -26,6 +26,10 @@ typedef enum slapo_group {
   SLAPO_GROUP_TP = 1,    /* the ranks sharing one model replica (--tp K)    */
   SLAPO_GROUP_DP = 2,    /* the ranks holding the same shard of the replicas */
   SLAPO_GROUP_PP = 3,    /* the stages of one pipeline (--pp K), in order    */
+  /* The first and the last stage of a pipeline, which hold the tied
+   * embedding (Megatron-LM's embedding group): size 2 there when K > 1, 1
+   * when K = 1, and 0 on a middle stage, which is not in it (rank -1). */
+  SLAPO_GROUP_EMBED = 4,
   SLAPO_GROUP_COUNT
 } slapo_group;
 

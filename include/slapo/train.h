@@ -289,11 +289,13 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
 slapo_status slapo_pp_eval(slapo_pp_stage *st, int n, const slapo_tensor *const *inputs,
                            const slapo_kernel_env *envs, double *losses);
 /* Sums the gradient of every parameter of `model` that more than one
- * stage holds (GPT-2's tied wte / lm_head on the first and last stages)
- * over the pipeline group, after slapo_pp_train_accumulate: each holder
- * then has the whole gradient (within rounding of one process's, which
- * sums in another order); a stage that does not hold it takes part with
- * its grad zeroed, and gets the sum too. Every rank of the group calls
+ * stage holds, after slapo_pp_train_accumulate: each holder then has the
+ * whole gradient (within rounding of one process's, which sums in another
+ * order). One the first and the last stage alone hold (GPT-2's tied wte /
+ * lm_head) is summed over the embedding group (SLAPO_GROUP_EMBED: the
+ * stages between move nothing); another tie over the pipeline group, a
+ * stage that does not hold it taking part with a zeroed grad (allocated
+ * if it had none) and getting the sum too. Every rank of the group calls
  * it; *n_tied (may be NULL) counts such parameters. Errors: NOMEM, those
  * of MPI. */
 slapo_status slapo_pp_sum_tied_grads(const slapo_pp_stage *st, slapo_module *model, int *n_tied);
@@ -320,9 +322,8 @@ slapo_status slapo_pp_train_update(const slapo_pp_stage *st, slapo_module *model
 slapo_status slapo_pp_adamw_new(const slapo_pp_stage *st, slapo_module *model,
                                 const slapo_adamw_config *cfg, slapo_adamw **out);
 /* Cuts this rank's memory to its stage: every parameter the stage does
- * not hold becomes a meta tensor (its weights freed) and loses its grad,
- * except that a parameter several stages hold keeps its grad everywhere
- * (the tie sum adds zeros from it); with opt, the others' moments are
+ * not hold becomes a meta tensor (its weights freed) and loses its grad;
+ * with opt, the others' moments are
  * released too (slapo_adamw_select). The stage runs on as before; what
  * needs the whole model (a checkpoint, sampling) calls slapo_pp_gather
  * first, and this again after. Every rank of the group calls it. Errors:

@@ -129,7 +129,15 @@ static slapo_status form_groups(int tp, int pp) {
           "MPI_Comm_split (data-parallel groups)");
   MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, rank % block, s, &g_dist.comm[SLAPO_GROUP_PP]),
           "MPI_Comm_split (pipeline groups)");
+  bool end = s == 0 || s == pp - 1;
+  MPI_TRY(MPI_Comm_split(MPI_COMM_WORLD, end ? rank % block : MPI_UNDEFINED, s,
+                         &g_dist.comm[SLAPO_GROUP_EMBED]),
+          "MPI_Comm_split (embedding groups)");
   for (int i = 0; i < SLAPO_GROUP_COUNT; i++) {
+    if (g_dist.comm[i] == MPI_COMM_NULL) { /* a middle stage: not in the group */
+      g_dist.size[i] = 0, g_dist.rank[i] = -1;
+      continue;
+    }
     MPI_Comm_set_errhandler(g_dist.comm[i], MPI_ERRORS_RETURN);
     MPI_Comm_size(g_dist.comm[i], &g_dist.size[i]);
     MPI_Comm_rank(g_dist.comm[i], &g_dist.rank[i]);

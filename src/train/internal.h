@@ -18,13 +18,13 @@ slapo_status slapo__micro_weights(int n_micro, const slapo_tensor *const *inputs
 
 /* The parameters of a pipeline (pp_params.c): every parameter of the
  * model in visit order (a tied one once), whether this rank's stage holds
- * it, and over the pipeline group its first holder (0 for a parameter no
- * stage reads: stage 0's, mine there) and holder count. */
+ * it, and over the pipeline group its first and last holder (0 for a
+ * parameter no stage reads: stage 0's, mine there) and holder count. */
 typedef struct slapo__pp_owners {
   int n, cap;
   slapo_parameter **params; /* [n] */
   uint8_t *mine;            /* [n] */
-  int *first;               /* [n] */
+  int *first, *last;        /* [n] */
   int *holders;             /* [n] */
   bool nomem;
 } slapo__pp_owners;

@@ -47,6 +47,7 @@ void slapo__pp_owners_free(slapo__pp_owners *o) {
   slapo_free(o->params);
   slapo_free(o->mine);
   slapo_free(o->first);
+  slapo_free(o->last);
   slapo_free(o->holders);
 }
 
@@ -58,17 +59,20 @@ slapo_status slapo__pp_owners_of(const slapo_pp_stage *st, slapo_module *model,
   size_t n = (size_t)o->n;
   o->mine = slapo_calloc(n + 1, 1);
   o->first = slapo_calloc(n + 1, sizeof *o->first);
+  o->last = slapo_calloc(n + 1, sizeof *o->last);
   o->holders = slapo_calloc(n + 1, sizeof *o->holders);
   uint8_t *all = slapo_calloc(n * (size_t)p + 1, 1);
-  slapo_status s = o->nomem || !o->mine || !o->first || !o->holders || !all
+  slapo_status s = o->nomem || !o->mine || !o->first || !o->last || !o->holders || !all
                        ? slapo_error(SLAPO_NOMEM, "pipeline: out of memory for %zu parameters", n)
                        : SLAPO_OK;
   for (size_t i = 0; s == SLAPO_OK && i < n; i++) o->mine[i] = stage_holds(st, o->params[i]);
   if (s == SLAPO_OK) s = slapo_dist_all_gather_bytes(SLAPO_GROUP_PP, o->mine, all, o->n);
   for (size_t i = 0; s == SLAPO_OK && i < n; i++) {
-    o->first[i] = 0; /* one that no stage reads is stage 0's (its grad zero) */
+    o->first[i] = o->last[i] = 0; /* one that no stage reads is stage 0's (its grad zero) */
     for (int r = p - 1; r >= 0; r--)
       if (all[(size_t)r * n + i]) o->first[i] = r, o->holders[i]++;
+    for (int r = 0; r < p; r++)
+      if (all[(size_t)r * n + i]) o->last[i] = r;
     if (!o->holders[i]) o->mine[i] = slapo_dist_rank(SLAPO_GROUP_PP) == 0;
   }
   slapo_free(all);
@@ -76,14 +80,23 @@ slapo_status slapo__pp_owners_of(const slapo_pp_stage *st, slapo_module *model,
   return s;
 }
 
-/* Sums the gradients of the parameters several stages hold over the
- * pipeline group; *n_tied (may be NULL) counts them. */
+/* Sums the gradients of the parameters several stages hold: over the
+ * embedding group (SLAPO_GROUP_EMBED) for one the first and the last stage
+ * alone hold (GPT-2's wte / lm_head), so the stages between move nothing,
+ * else over the pipeline group; *n_tied (may be NULL) counts them. */
 static slapo_status sum_tied(const slapo__pp_owners *o, int *n_tied) {
   if (n_tied) *n_tied = 0;
+  int p_size = slapo_dist_size(SLAPO_GROUP_PP);
   for (int i = 0; i < o->n; i++) {
     if (o->holders[i] < 2) continue;
     if (n_tied) (*n_tied)++;
     slapo_parameter *p = o->params[i];
+    if (o->holders[i] == 2 && o->first[i] == 0 && o->last[i] == p_size - 1) {
+      if (o->mine[i])
+        SLAPO_TRY(slapo_dist_all_reduce_f32(SLAPO_GROUP_EMBED, slapo_tensor_data(p->grad),
+                                            slapo_tensor_numel(p->grad)));
+      continue;
+    }
     /* Stages without it add zeros (exact) from its grad, which their
      * steps never write (allocated once where the stage alone was
      * materialized): the whole pipeline group takes part, rather than a
@@ -227,12 +240,10 @@ slapo_status slapo_pp_release(const slapo_pp_stage *st, slapo_module *model, sla
   for (int i = 0; s == SLAPO_OK && i < o.n; i++) {
     if (o.mine[i]) continue;
     s = to_meta(o.params[i]);
-    /* A tied parameter keeps its grad on every stage: the tie sum adds
-     * zeros from it where it is not held. */
-    if (o.holders[i] < 2) {
-      slapo_tensor_free(o.params[i]->grad);
-      o.params[i]->grad = NULL;
-    }
+    /* (A tie held by other stages than the first and the last one gets a
+     * zero buffer again in the tie sum, where needed.) */
+    slapo_tensor_free(o.params[i]->grad);
+    o.params[i]->grad = NULL;
   }
   if (s == SLAPO_OK && opt) s = slapo_adamw_select(opt, is_mine, &o);
   slapo__pp_owners_free(&o);
