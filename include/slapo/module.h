@@ -483,6 +483,15 @@ void slapo_pp_stage_free(slapo_pp_stage *st); /* NULL is fine */
  * building the stage's graph, NOMEM. */
 slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
                                         const slapo_tensor *const *in, int stage, uint64_t seed);
+/* What stage `stage` of root will need, without allocating (the model may
+ * be meta): *param_numel, the elements of the parameters it reads, and
+ * *act_nbytes, its planned activation peak times n_slots (one arena a
+ * micro-batch in flight; slot 0's is the plan's own). Arguments as
+ * slapo_pp_stage_new's. Errors: those of building and planning the
+ * stage's graph, NOMEM. */
+slapo_status slapo_pp_stage_estimate(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                     int stage, int n_slots, int64_t *param_numel,
+                                     size_t *act_nbytes);
 
 int slapo_pp_stage_index(const slapo_pp_stage *st);
 int slapo_pp_stage_n_stages(const slapo_pp_stage *st);

@@ -231,6 +231,7 @@ slapo_status slapo__pp_forward(slapo_module *root, int n_in, const slapo_tensor 
                                slapo_graph *fg, slapo__build_state *fbs, slapo_node **ins,
                                slapo_node **y) {
   slapo_ctx *ctx;
+  SLAPO_TRY(slapo_module_name_params(root)); /* a meta model's paths */
   SLAPO_TRY(slapo_map_new(&fbs->param_nodes));
   SLAPO_TRY(slapo_map_new(&fbs->param_objs));
   SLAPO_TRY(slapo_ctx_new(fg, &ctx));
@@ -456,7 +457,6 @@ static slapo_status stage_graph(slapo_module *root, int n_in, const slapo_tensor
     return slapo_error(SLAPO_INVALID_ARG, "%s: %d inputs (at most %d)", what, n_in,
                        SLAPO_STEP_MAX_INPUTS);
   SLAPO_TRY(slapo__check_shards(root));
-  SLAPO_TRY(slapo_module_name_params(root)); /* a meta model's paths */
   slapo_pp_stage *st = slapo_calloc(1, sizeof *st);
   if (!st) return slapo_error(SLAPO_NOMEM, "pipeline: out of memory");
   st->root = root;
@@ -518,6 +518,22 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
              stage, st->n_stages, slapo_graph_count(st->g), st->n_recv, st->n_send, st->n_params);
   *out = st;
   return SLAPO_OK;
+}
+
+slapo_status slapo_pp_stage_estimate(slapo_module *root, int n_in, const slapo_tensor *const *in,
+                                     int stage, int n_slots, int64_t *param_numel,
+                                     size_t *act_nbytes) {
+  slapo_pp_stage *st;
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_estimate", &st));
+  *param_numel = 0;
+  for (int i = 0; i < st->n_params; i++) *param_numel += slapo_tensor_numel(st->params[i]->value);
+  slapo_plan_opts po = {.accumulate_from = slapo_pp_stage_is_last(st) ? 1 + st->n_rgrad
+                                                                      : st->n_send + st->n_rgrad};
+  size_t peak = 0;
+  slapo_status s = slapo_plan_estimate(st->g, &po, &peak);
+  *act_nbytes = peak * (size_t)(n_slots > 0 ? n_slots : 1);
+  slapo_pp_stage_free(st);
+  return s;
 }
 
 typedef struct unread_state {

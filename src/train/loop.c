@@ -389,6 +389,9 @@ static bool samples(const trainer *t) {
  * kernel's OOM killer ends the process). */
 static slapo_status check_memory(trainer *t) {
   const slapo_train_config *c = &t->c;
+  /* A pipeline rank needs its stage's part: checked once the stages are
+   * known (pp_check_memory). */
+  if (slapo_dist_size(SLAPO_GROUP_PP) > 1) return SLAPO_OK;
   slapo_memory_estimate e;
   SLAPO_TRY(slapo_memory_estimate_train(t->model, c->batch, c->seq,
                                         samples(t) ? t->dims.n_ctx : 0, c->optimizer_state_bf16,
@@ -398,15 +401,6 @@ static slapo_status check_memory(trainer *t) {
   SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
   slapo_memory_format(&e, line, sizeof line);
   const double M = 1024.0 * 1024;
-  /* A pipeline rank allocates its stage's part of the model (not known
-   * before the stages are): the whole model's estimate is shown, not
-   * enforced. */
-  int pp = slapo_dist_size(SLAPO_GROUP_PP);
-  if (pp > 1) {
-    say(t->cb, t->ud, "memory: %s, of %.1f MiB available: the whole model's; each of the %d "
-        "pipeline ranks allocates its stage's part", line, (double)avail / M, pp);
-    return SLAPO_OK;
-  }
   if (e.total > avail)
     return slapo_error(SLAPO_LIMIT, "train: %s %s at batch %lld x seq %lld needs an estimated "
                        "%.1f MiB but %.1f MiB are available (%s): %s; use a smaller config, "
@@ -490,6 +484,48 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
   return SLAPO_OK;
 }
 
+/* The micro-batches this rank's stage keeps in flight: 1F1B's
+ * min(p - s, grad_accum), GPipe's grad_accum. */
+static int stage_slots(const trainer *t) {
+  int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
+  bool gpipe = t->c.pp_schedule == SLAPO_PP_GPIPE;
+  return !gpipe && p - s < t->c.grad_accum ? p - s : (int)t->c.grad_accum;
+}
+
+/* check_memory for a pipeline rank, before it allocates: its stage's
+ * weights, gradients, AdamW state and activation slots, and on stage 0
+ * the rest of the model it holds for a moment to save (weights and
+ * moments) or sample (weights). */
+static slapo_status pp_check_memory(trainer *t, const slapo_tensor *const *in) {
+  const slapo_train_config *c = &t->c;
+  int s = slapo_dist_rank(SLAPO_GROUP_PP);
+  int64_t numel;
+  size_t act, avail;
+  SLAPO_TRY(slapo_pp_stage_estimate(t->model, 2, in, s, stage_slots(t), &numel, &act));
+  const double per = 8.0 + (c->optimizer_state_bf16 ? 4.0 : 8.0); /* w, g; m, v */
+  double rest = (double)(slapo_module_numel(t->model) - numel);
+  double moment = rest * (c->optimizer_state_bf16 ? 4.0 : 8.0);
+  double whole = s != 0 ? 0 : c->save ? rest * 4.0 + moment : samples(t) ? rest * 4.0 : 0;
+  double need = (double)numel * per + (double)act + whole + (double)slapo_memory_resident();
+  char source[96];
+  SLAPO_TRY(slapo_memory_available(&avail, source, sizeof source));
+  const double M = 1024.0 * 1024;
+  char what[320], rest_of[96] = "";
+  if (whole > 0) snprintf(rest_of, sizeof rest_of, " + the rest of the model to save or sample "
+                          "%.1f MiB", whole / M);
+  snprintf(what, sizeof what, "stage %d: %.2fM parameters x %.0f bytes (weights, gradients, "
+           "AdamW) %.1f MiB + activations %.1f MiB (%d slot%s)%s + resident %.1f MiB = %.1f MiB",
+           s, (double)numel / 1e6, per, (double)numel * per / M, (double)act / M, stage_slots(t),
+           stage_slots(t) > 1 ? "s" : "", rest_of, (double)slapo_memory_resident() / M,
+           need / M);
+  if (need > (double)avail)
+    return slapo_error(SLAPO_LIMIT, "train: --pp %d: %s, but %.1f MiB are available (%s); use "
+                       "more stages, a smaller batch or sequence, or checkpoint activations",
+                       slapo_dist_size(SLAPO_GROUP_PP), what, (double)avail / M, source);
+  say(t->cb, t->ud, "memory: %s, of %.1f MiB available", what, (double)avail / M);
+  return SLAPO_OK;
+}
+
 /* Under pipeline parallelism (SLAPO_GROUP_PP of p > 1 ranks) the stages:
  * the schedule's cut lines must make p of them, and without any,
  * slapo_pp_auto_cut balances p. Then this rank materializes what its stage
@@ -518,6 +554,7 @@ static slapo_status pp_stages(trainer *t) {
     return slapo_error(SLAPO_UNSUPPORTED, "train: --pp %d with --tp %d: pipeline and tensor "
                        "parallelism together are not built yet", p,
                        slapo_dist_size(SLAPO_GROUP_TP));
+  SLAPO_TRY(pp_check_memory(t, in));
   return slapo_pp_stage_materialize(t->model, 2, in, slapo_dist_rank(SLAPO_GROUP_PP), c->seed);
 }
 
@@ -580,15 +617,14 @@ static slapo_status new_optimizer(trainer *t) {
   return slapo_adamw_new(t->model, &ac, &t->opt);
 }
 
-/* This rank's stage, with the slots its schedule keeps in flight (1F1B
- * min(p - s, grad_accum), GPipe grad_accum). */
+/* This rank's stage, with the slots its schedule keeps in flight. */
 static slapo_status build_stage(trainer *t) {
   int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
   if (p == 1) return SLAPO_OK;
   const slapo_train_config *c = &t->c;
   const slapo_tensor *in[2] = {t->xs[0], t->ys[0]}; /* the shapes */
   bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
-  int slots = !gpipe && p - s < c->grad_accum ? p - s : (int)c->grad_accum;
+  int slots = stage_slots(t);
   SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
   say(t->cb, t->ud, "pipeline: %d stages, %s over %lld micro-batch%s; stage 0 (this report's "
       "rank) holds %d parameters and sends %d value%s", p, gpipe ? "GPipe" : "1F1B",

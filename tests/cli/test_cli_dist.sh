@@ -202,6 +202,10 @@ PP="train --config tiny --data $TEXT --batch 2 --seq 32 --sample 0 --grad-accum 
 run "train pp 1 process" 0 "$SLAPO" $PP --steps 5 --schedule "$PP_SCHED" --metrics "$TMP/pp.1.jsonl"
 run "train pp2" 0 $MPIRUN -np 2 "$SLAPO" $PP --steps 5 --pp 2 --schedule "$PP_SCHED" --metrics "$TMP/pp.2.jsonl"
 check "train pp2 stages" out "pipeline: 2 stages, 1F1B over 4 micro-batches"
+check_re "train pp2 memory a stage" out "memory: stage 0: [0-9.]+M parameters x 16 bytes .* \(2 slots\)"
+# A stage that does not fit is refused before it allocates, with its figures.
+run "pp2 memory limit" nonzero timeout 60 $MPIRUN -np 2 -x SLAPO_MEMORY_LIMIT=1M "$SLAPO" $PP --steps 1 --pp 2
+check_re "pp2 memory limit" err "slapo: rank [01]: limit: train: --pp 2: stage [01]: .* but 1.0 MiB are available \(SLAPO_MEMORY_LIMIT\)"
 same_losses "train pp2" "$TMP/pp.1.jsonl" "$TMP/pp.2.jsonl" 5
 # Four stages, one block each, balanced without cut lines (the tied
 # embedding summed across the two middle stages too).
