@@ -268,11 +268,17 @@ static void test_auto_cut(void **state) {
   slapo_module_free(m);
 }
 
-/* A parameter no forward reads, added to a meta GPT-2. */
-static slapo_parameter *add_unread(slapo_module *m) {
+/* A meta tiny GPT-2 with a parameter no forward reads (*unread), cut
+ * after transformer.h.0; its schedule tree in *root (pt_sched_free). */
+static slapo_module *meta_cut_model(slapo_sched **root, slapo_parameter **unread) {
+  slapo_module *m;
+  OK(slapo_gpt2_new(&k_tiny, &m));
   int64_t shape[1] = {4};
   OK(slapo_module_add_param(m, "unread", 1, shape, SLAPO_INIT_ONES, 0));
-  return slapo_module_param(m, "unread");
+  *unread = slapo_module_param(m, "unread");
+  OK(slapo_sched_create(m, root));
+  OK(slapo_cut(pt_at(*root, "transformer.h.0")));
+  return m;
 }
 
 /* A pipeline rank materializes its stage alone: on a meta model, stage 0's
@@ -281,12 +287,9 @@ static slapo_parameter *add_unread(slapo_module *m) {
  * what it lacks. Stage 1 alone leaves the unread one meta. */
 static void test_stage_materialize(void **state) {
   (void)state;
-  slapo_module *full = pt_model(&k_tiny), *m, *m1;
-  OK(slapo_gpt2_new(&k_tiny, &m));
-  slapo_parameter *unread = add_unread(m);
-  slapo_sched *root;
-  OK(slapo_sched_create(m, &root));
-  OK(slapo_cut(pt_at(root, "transformer.h.0")));
+  slapo_sched *root, *root1;
+  slapo_parameter *unread, *unread1;
+  slapo_module *full = pt_model(&k_tiny), *m = meta_cut_model(&root, &unread);
   OK(slapo_pp_stage_materialize(m, 2, g_flat, 0, PT_SEED));
   const char *mine[] = {"transformer.wte.weight", "transformer.wpe.weight",
                         "transformer.h.0.mlp.c_fc.weight"};
@@ -302,11 +305,7 @@ static void test_stage_materialize(void **state) {
     assert_true(slapo_tensor_is_meta(slapo_module_param_at(m, others[i])->value));
   assert_false(slapo_tensor_is_meta(unread->value));
   assert_true(((const float *)slapo_tensor_data(unread->value))[3] == 1.0f);
-  OK(slapo_gpt2_new(&k_tiny, &m1));
-  slapo_parameter *unread1 = add_unread(m1);
-  slapo_sched *root1;
-  OK(slapo_sched_create(m1, &root1));
-  OK(slapo_cut(pt_at(root1, "transformer.h.0")));
+  slapo_module *m1 = meta_cut_model(&root1, &unread1);
   OK(slapo_pp_stage_materialize(m1, 2, g_flat, 1, PT_SEED));
   assert_true(slapo_tensor_is_meta(unread1->value));
   assert_false(slapo_tensor_is_meta(slapo_module_param_at(m1, "transformer.ln_f.weight")->value));
