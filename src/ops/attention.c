@@ -236,9 +236,7 @@ static slapo_node *fa_backward_example(slapo_ctx *ctx) {
 /* q k^T and p v: 2 x 2 T per element of the output [B, NH, T, HS], T the
  * keys (the causal mask's skipped half is not subtracted). */
 static double fa_flops(const slapo_node *n) {
-  double e = 1;
-  for (int d = 0; d < n->ndim; d++) e *= (double)n->shape[d];
-  return 4.0 * e * (double)n->inputs[1]->shape[2];
+  return 4.0 * (double)slapo_shape_numel(n->ndim, n->shape) * (double)n->inputs[1]->shape[2];
 }
 
 SLAPO_OP_DESCRIPTOR(flash_attention) = {

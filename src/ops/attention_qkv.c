@@ -153,8 +153,7 @@ static slapo_node *backward_example(slapo_ctx *ctx) {
 
 /* As flash_attention's: 4 T per element of the output [B, T, NH HS]. */
 static double flops(const slapo_node *n) {
-  return 4.0 * (double)n->shape[0] * (double)n->shape[1] * (double)n->shape[2] *
-         (double)n->shape[1];
+  return 4.0 * (double)slapo_shape_numel(n->ndim, n->shape) * (double)n->shape[1];
 }
 
 SLAPO_OP_DESCRIPTOR(flash_attention_qkv) = {

@@ -532,9 +532,8 @@ static slapo_node *backward_weights_example(slapo_ctx *ctx) {
 /* 2 (Cin / groups) kh kw per element of the output: w [Cout, Cin / g, kh, kw]. */
 static double conv2d_flops(const slapo_node *n) {
   const slapo_node *w = n->inputs[1];
-  double e = 1;
-  for (int d = 0; d < n->ndim; d++) e *= (double)n->shape[d];
-  return 2.0 * e * (double)(w->shape[1] * w->shape[2] * w->shape[3]);
+  return 2.0 * (double)slapo_shape_numel(n->ndim, n->shape) *
+         (double)(w->shape[1] * w->shape[2] * w->shape[3]);
 }
 
 SLAPO_OP_DESCRIPTOR(conv2d) = {

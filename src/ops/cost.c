@@ -5,10 +5,7 @@
 
 /* Elements of a node's value (a tuple-valued node: 0, its getitems count). */
 static double numel(const slapo_node *n) {
-  if (n->n_results > 0) return 0;
-  double k = 1;
-  for (int d = 0; d < n->ndim; d++) k *= (double)n->shape[d];
-  return k;
+  return n->n_results > 0 ? 0 : (double)slapo_shape_numel(n->ndim, n->shape);
 }
 
 double slapo_node_flops(const slapo_node *node) {
