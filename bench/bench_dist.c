@@ -154,7 +154,8 @@ int main(int argc, char **argv) {
   double act_mib = 0;
   if (pp > 1) {
     char lines[1024];
-    int s = slapo_dist_rank(SLAPO_GROUP_PP), slots = gpipe || M < pp - s ? M : pp - s;
+    int s = slapo_dist_rank(SLAPO_GROUP_PP);
+    int slots = slapo_pp_slots(gpipe ? SLAPO_PP_GPIPE : SLAPO_PP_1F1B, pp, s, M);
     CHECK(slapo_pp_auto_cut(model, 2, in, pp, lines, sizeof lines, NULL));
     CHECK(slapo_pp_stage_new(model, 2, in, s, slots, NULL, &st));
     /* The stage's own weights, gradients and AdamW state, as slapo train

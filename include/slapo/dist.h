@@ -294,6 +294,10 @@ typedef enum slapo_pp_schedule { SLAPO_PP_1F1B, SLAPO_PP_GPIPE } slapo_pp_schedu
 
 /* The most actions one stage's list holds for m micro-batches: 6 m. */
 int slapo_pp_max_actions(int m);
+/* The micro-batches stage `stage` of p keeps in flight over m under
+ * `sched` (the slots slapo_pp_stage_new needs): 1F1B's min(p - stage, m),
+ * GPipe's m; at least 1. */
+int slapo_pp_slots(slapo_pp_schedule sched, int p, int stage, int m);
 
 /* Stage `stage`'s actions under `sched` for p stages and m micro-batches,
  * in order, into out [cap] (caller-owned); *n their count. Errors:

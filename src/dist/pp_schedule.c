@@ -12,6 +12,11 @@
 
 int slapo_pp_max_actions(int m) { return 6 * (m > 0 ? m : 0); }
 
+int slapo_pp_slots(slapo_pp_schedule sched, int p, int stage, int m) {
+  int k = sched == SLAPO_PP_GPIPE || m < p - stage ? m : p - stage;
+  return k > 1 ? k : 1;
+}
+
 const char *slapo_pp_kind_name(slapo_pp_kind kind) {
   static const char *const names[] = {"forward",   "backward",  "send_act",
                                       "recv_act",  "send_grad", "recv_grad",

@@ -484,12 +484,10 @@ static slapo_status warn_unsharded(const trainer *t, int tp) {
   return SLAPO_OK;
 }
 
-/* The micro-batches this rank's stage keeps in flight: 1F1B's
- * min(p - s, grad_accum), GPipe's grad_accum. */
+/* The micro-batches this rank's stage keeps in flight (slapo_pp_slots). */
 static int stage_slots(const trainer *t) {
-  int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
-  bool gpipe = t->c.pp_schedule == SLAPO_PP_GPIPE;
-  return !gpipe && p - s < t->c.grad_accum ? p - s : (int)t->c.grad_accum;
+  return slapo_pp_slots(t->c.pp_schedule, slapo_dist_size(SLAPO_GROUP_PP),
+                        slapo_dist_rank(SLAPO_GROUP_PP), (int)t->c.grad_accum);
 }
 
 /* check_memory for a pipeline rank, before it allocates: its stage's

@@ -154,8 +154,7 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
                        "make %d stages; run with --pp %d)", rank, group, e.stage, e.p, e.p, e.p);
   if (n_micro < 1)
     return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: %d micro-batches", n_micro);
-  int stash = e.p - e.stage < n_micro ? e.p - e.stage : n_micro; /* 1F1B's bound */
-  int need = sched == SLAPO_PP_GPIPE ? n_micro : stash;
+  int need = slapo_pp_slots(sched, e.p, e.stage, n_micro);
   if (e.k < need)
     return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: stage %d was built with %d slots; "
                        "%s over %d micro-batches keeps up to %d in flight", e.stage, e.k,

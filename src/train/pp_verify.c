@@ -75,7 +75,7 @@ static slapo_status run_pp(slapo_module *pp, slapo_pp_schedule sched, int n_micr
                            const slapo_tensor *const *inputs, const slapo_kernel_env *envs,
                            slapo_pp_stage **st, double *loss) {
   int p = slapo_dist_size(SLAPO_GROUP_PP), s = slapo_dist_rank(SLAPO_GROUP_PP);
-  int slots = sched == SLAPO_PP_GPIPE || n_micro < p - s ? n_micro : p - s;
+  int slots = slapo_pp_slots(sched, p, s, n_micro);
   SLAPO_TRY(slapo_pp_stage_new(pp, 2, inputs, s, slots, NULL, st));
   SLAPO_TRY(slapo_pp_train_accumulate(*st, sched, n_micro, inputs, envs, loss, NULL));
   return slapo_pp_sum_tied_grads(*st, pp, NULL);

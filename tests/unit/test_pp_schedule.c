@@ -105,6 +105,10 @@ static void simulate(slapo_pp_schedule sched, int p, int m) {
     if (st[s].max_stash > bound)
       fail_msg("p=%d m=%d stage %d: %d micro-batches stashed, bound %d", p, m, s,
                st[s].max_stash, bound);
+    /* The slots a stage is built with are exactly what it stashes. */
+    if (slapo_pp_slots(sched, p, s, m) != st[s].max_stash)
+      fail_msg("p=%d m=%d stage %d: slapo_pp_slots %d, stashed %d", p, m, s,
+               slapo_pp_slots(sched, p, s, m), st[s].max_stash);
   }
 }
 
