@@ -138,6 +138,17 @@ static slapo_status run_actions(engine *e, const slapo_pp_action *acts, int n_ac
 
 static int max_int(int a, int b) { return a > b ? a : b; }
 
+/* This rank must run st: the pipeline group is the stage count, and the
+ * rank's place in it the stage's index. */
+static slapo_status check_group(const slapo_pp_stage *st, const char *what) {
+  int p = slapo_pp_stage_n_stages(st), s = slapo_pp_stage_index(st);
+  int group = slapo_dist_size(SLAPO_GROUP_PP), rank = slapo_dist_rank(SLAPO_GROUP_PP);
+  if (group == p && rank == s) return SLAPO_OK;
+  return slapo_error(SLAPO_INVALID_ARG, "%s: this rank is stage %d of a pipeline of %d ranks but "
+                     "holds stage %d of %d (the schedule's cut lines make %d stages; run with "
+                     "--pp %d)", what, rank, group, s, p, p, p);
+}
+
 slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sched, int n_micro,
                                        const slapo_tensor *const *inputs,
                                        const slapo_kernel_env *envs, double *loss,
@@ -147,11 +158,7 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
   SLAPO_NEED(st, "pp_train_accumulate");
   engine e = {.st = st, .stage = slapo_pp_stage_index(st), .p = slapo_pp_stage_n_stages(st),
               .k = slapo_pp_stage_n_slots(st), .last_fwd = -1, .last_bwd = -1};
-  int group = slapo_dist_size(SLAPO_GROUP_PP), rank = slapo_dist_rank(SLAPO_GROUP_PP);
-  if (group != e.p || rank != e.stage)
-    return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: this rank is stage %d of a "
-                       "pipeline of %d ranks but holds stage %d of %d (the schedule's cut lines "
-                       "make %d stages; run with --pp %d)", rank, group, e.stage, e.p, e.p, e.p);
+  SLAPO_TRY(check_group(st, "pp_train_accumulate"));
   if (n_micro < 1)
     return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: %d micro-batches", n_micro);
   int need = slapo_pp_slots(sched, e.p, e.stage, n_micro);
@@ -191,11 +198,10 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
 
 slapo_status slapo_pp_eval(slapo_pp_stage *st, int n, const slapo_tensor *const *inputs,
                            const slapo_kernel_env *envs, double *losses) {
+  SLAPO_NEED(st, "pp_eval");
+  if (n < 1) return slapo_error(SLAPO_INVALID_ARG, "pp_eval: %d batches", n);
+  SLAPO_TRY(check_group(st, "pp_eval"));
   int s = slapo_pp_stage_index(st), p = slapo_pp_stage_n_stages(st);
-  if (n < 1 || p != slapo_dist_size(SLAPO_GROUP_PP) || s != slapo_dist_rank(SLAPO_GROUP_PP))
-    return slapo_error(SLAPO_INVALID_ARG, "pp_eval: %d batches on stage %d of %d, in a pipeline "
-                       "group of %d where this rank is %d", n, s, p,
-                       slapo_dist_size(SLAPO_GROUP_PP), slapo_dist_rank(SLAPO_GROUP_PP));
   int n_recv = slapo_pp_stage_n_recv(st), n_send = slapo_pp_stage_n_send(st);
   slapo_tensor **recv = slapo_calloc((size_t)n_recv + 1, sizeof *recv);
   const slapo_tensor **send = slapo_calloc((size_t)n_send + 1, sizeof *send);
