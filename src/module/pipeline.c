@@ -226,7 +226,6 @@ static slapo_node *copy_node(copier *c, int i) {
   return c->val[i] = y;
 }
 
-/* The forward of the whole model, split: sp filled, *y the loss. */
 slapo_status slapo__pp_forward(slapo_module *root, int n_in, const slapo_tensor *const *in,
                                slapo_graph *fg, slapo__build_state *fbs, slapo_node **ins,
                                slapo_node **y) {
@@ -434,9 +433,15 @@ static slapo_status make_slots(slapo_pp_stage *st, int n_slots) {
   return SLAPO_OK;
 }
 
+/* The first output that accumulates (the parameters' gradients): after
+ * the loss or the sent values, and the received values' gradients. */
+static int accumulate_from(const slapo_pp_stage *st) {
+  return (slapo_pp_stage_is_last(st) ? 1 : st->n_send) + st->n_rgrad;
+}
+
 static slapo_status plan_stage(slapo_pp_stage *st, const slapo_plan_opts *opts) {
   slapo_plan_opts po = opts ? *opts : (slapo_plan_opts){0};
-  po.accumulate_from = slapo_pp_stage_is_last(st) ? 1 + st->n_rgrad : st->n_send + st->n_rgrad;
+  po.accumulate_from = accumulate_from(st);
   po.debug_alloc = false; /* spans need arenas */
   SLAPO_TRY(slapo_plan_new(st->g, &po, &st->plan));
   for (int i = 0; i < st->n_params; i++) {
@@ -447,10 +452,13 @@ static slapo_status plan_stage(slapo_pp_stage *st, const slapo_plan_opts *opts) 
   return slapo_tensor_new(SLAPO_DTYPE_F32, 0, NULL, &st->dloss);
 }
 
-/* The stage's graph (no plan, no slots) into *out: what slapo_pp_stage_new
- * and slapo_pp_stage_materialize share. The model may be meta. */
+/* The stage's graph (no plan, no slots) into *out: what slapo_pp_stage_new,
+ * _estimate and _materialize share. The model may be meta. read (may be
+ * NULL) receives the parameters the whole forward reads, by canonical path
+ * (owned, slapo_map_free). */
 static slapo_status stage_graph(slapo_module *root, int n_in, const slapo_tensor *const *in,
-                                int stage, const char *what, slapo_pp_stage **out) {
+                                int stage, const char *what, slapo_pp_stage **out,
+                                slapo_map **read) {
   *out = NULL;
   SLAPO_NEED(root, what);
   if (n_in < 0 || n_in > SLAPO_STEP_MAX_INPUTS || (n_in > 0 && !in))
@@ -483,7 +491,8 @@ static slapo_status stage_graph(slapo_module *root, int n_in, const slapo_tensor
   slapo_free(sp.stage_of);
   slapo_free(sp.last_use);
   slapo_map_free(fbs.param_nodes);
-  slapo_map_free(fbs.param_objs);
+  if (s == SLAPO_OK && read) *read = fbs.param_objs;
+  else slapo_map_free(fbs.param_objs);
   slapo_graph_free(fg);
   if (s != SLAPO_OK) {
     slapo_pp_stage_free(st);
@@ -500,7 +509,7 @@ slapo_status slapo_pp_stage_new(slapo_module *root, int n_in, const slapo_tensor
   if (n_slots < 1)
     return slapo_error(SLAPO_INVALID_ARG, "pp_stage_new: %d slots (need >= 1)", n_slots);
   slapo_pp_stage *st;
-  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_new", &st));
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_new", &st, NULL));
   slapo_status s = SLAPO_OK;
   /* Only what the stage reads must be materialized. */
   for (int i = 0; s == SLAPO_OK && i < st->n_params; i++)
@@ -524,11 +533,10 @@ slapo_status slapo_pp_stage_estimate(slapo_module *root, int n_in, const slapo_t
                                      int stage, int n_slots, int64_t *param_numel,
                                      size_t *act_nbytes) {
   slapo_pp_stage *st;
-  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_estimate", &st));
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_estimate", &st, NULL));
   *param_numel = 0;
   for (int i = 0; i < st->n_params; i++) *param_numel += slapo_tensor_numel(st->params[i]->value);
-  slapo_plan_opts po = {.accumulate_from = slapo_pp_stage_is_last(st) ? 1 + st->n_rgrad
-                                                                      : st->n_send + st->n_rgrad};
+  slapo_plan_opts po = {.accumulate_from = accumulate_from(st)};
   size_t peak = 0;
   slapo_status s = slapo_plan_estimate(st->g, &po, &peak);
   *act_nbytes = peak * (size_t)(n_slots > 0 ? n_slots : 1);
@@ -542,39 +550,27 @@ typedef struct unread_state {
   slapo_status status;
 } unread_state;
 
+/* A parameter no stage reads is materialized on stage 0: one process's
+ * AdamW still decays it, and a checkpoint holds it. */
 static void materialize_unread(slapo_parameter *p, const char *path, void *ud) {
   unread_state *u = ud;
   if (u->status == SLAPO_OK && !slapo_map_get(u->read, p->path ? p->path : path))
     u->status = slapo__param_materialize(p, path, u->seed);
 }
 
-/* The parameters no stage reads, materialized on stage 0: one process's
- * AdamW still decays them, and a checkpoint holds them. */
-static slapo_status materialize_unread_params(slapo_module *root, int n_in,
-                                              const slapo_tensor *const *in, uint64_t seed) {
-  slapo_graph *fg = NULL;
-  slapo__build_state fbs = {0};
-  slapo_node *ins[SLAPO_STEP_MAX_INPUTS], *y;
-  slapo_status s = slapo_graph_new(&fg);
-  if (s == SLAPO_OK) s = slapo__pp_forward(root, n_in, in, fg, &fbs, ins, &y);
-  unread_state u = {fbs.param_objs, seed, SLAPO_OK};
-  if (s == SLAPO_OK) s = slapo_module_visit_params(root, materialize_unread, &u);
-  if (s == SLAPO_OK) s = u.status;
-  slapo_map_free(fbs.param_nodes);
-  slapo_map_free(fbs.param_objs);
-  slapo_graph_free(fg);
-  return s;
-}
-
 slapo_status slapo_pp_stage_materialize(slapo_module *root, int n_in,
                                         const slapo_tensor *const *in, int stage, uint64_t seed) {
   slapo_pp_stage *st;
-  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_materialize", &st));
+  slapo_map *read = NULL;
+  SLAPO_TRY(stage_graph(root, n_in, in, stage, "pp_stage_materialize", &st, &read));
   slapo_status s = SLAPO_OK;
   for (int i = 0; s == SLAPO_OK && i < st->n_params; i++)
     s = slapo__param_materialize(st->params[i], st->params[i]->path, seed);
   slapo_pp_stage_free(st);
-  if (s == SLAPO_OK && stage == 0) s = materialize_unread_params(root, n_in, in, seed);
+  unread_state u = {read, seed, SLAPO_OK};
+  if (s == SLAPO_OK && stage == 0) s = slapo_module_visit_params(root, materialize_unread, &u);
+  if (s == SLAPO_OK) s = u.status;
+  slapo_map_free(read);
   return s;
 }
 
