@@ -305,6 +305,9 @@ int slapo_pp_slots(slapo_pp_schedule sched, int p, int stage, int m);
  * 0 .. p-1, cap below slapo_pp_max_actions(m)). */
 slapo_status slapo_pp_actions(slapo_pp_schedule sched, int p, int m, int stage,
                               slapo_pp_action *out, int cap, int *n);
+/* A schedule's name as the literature writes it ("1F1B", "GPipe"), static;
+ * "?" for a value outside the enum. */
+const char *slapo_pp_schedule_name(slapo_pp_schedule sched);
 /* A kind's name ("forward", "send_act_recv_grad", ...), static; "?" for a
  * value outside the enum. */
 const char *slapo_pp_kind_name(slapo_pp_kind kind);

@@ -177,8 +177,12 @@ bool cli_parse_precision(const char *s, bool *bf16) {
 }
 
 bool cli_parse_pp_schedule(const char *s, slapo_pp_schedule *out) {
-  *out = strcmp(s, "gpipe") ? SLAPO_PP_1F1B : SLAPO_PP_GPIPE;
-  return !strcmp(s, "1f1b") || !strcmp(s, "gpipe");
+  *out = strcmp(s, cli_pp_schedule_arg(SLAPO_PP_GPIPE)) ? SLAPO_PP_1F1B : SLAPO_PP_GPIPE;
+  return !strcmp(s, cli_pp_schedule_arg(*out));
+}
+
+const char *cli_pp_schedule_arg(slapo_pp_schedule sched) {
+  return sched == SLAPO_PP_GPIPE ? "gpipe" : "1f1b";
 }
 
 void cli_precision_for_speed(cli_model_opts *m, const char *cmd) {

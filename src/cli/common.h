@@ -50,8 +50,9 @@ bool cli_parse_i64(const char *s, int64_t *out);
 bool cli_parse_f(const char *s, double *out);
 /* "f32" (*bf16 false) or "bf16" (true): --precision, --optimizer-state. */
 bool cli_parse_precision(const char *s, bool *bf16);
-/* "1f1b" or "gpipe" (--pp-schedule). */
+/* "1f1b" or "gpipe" (--pp-schedule), and back. */
 bool cli_parse_pp_schedule(const char *s, slapo_pp_schedule *out);
+const char *cli_pp_schedule_arg(slapo_pp_schedule sched);
 /* "2,5,7" (positive, no duplicates) into a malloc'd array replacing *out. */
 bool cli_parse_list(const char *s, size_t **out, size_t *n);
 /* "45s", "3m05s", "1h02m"; "--" when unknown. */

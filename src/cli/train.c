@@ -201,7 +201,7 @@ static void train_fields(cli_fields *a, const void *ud) {
   cli_fields_i64(a, "--batch", c->batch);
   cli_fields_i64(a, "--seq", c->seq);
   cli_fields_i64(a, "--grad-accum", c->grad_accum);
-  cli_fields_str(a, "--pp-schedule", c->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
+  cli_fields_str(a, "--pp-schedule", cli_pp_schedule_arg(c->pp_schedule));
   cli_fields_f64(a, "--lr", c->lr);
   cli_fields_f64(a, "--min-lr", c->min_lr);
   cli_fields_i64(a, "--warmup", c->warmup);

@@ -80,7 +80,7 @@ static void print_start(const verify_args *v) {
   char pp[96] = "";
   if (mo->pp > 1)
     snprintf(pp, sizeof pp, " pp=%lld grad_accum=%lld pp_schedule=%s", (long long)mo->pp,
-             (long long)v->grad_accum, v->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
+             (long long)v->grad_accum, cli_pp_schedule_arg(v->pp_schedule));
   printf("slapo verify: model=%s config=%s schedule=%s%s batch=%lld seq=%lld dropout=%g "
          "atol=%g rtol=%g%s%s\n",
          mo->model, mo->config, mo->schedule ? mo->schedule : "none",
@@ -188,7 +188,7 @@ static slapo_status verify_pp(verify_args *v) {
     printf("pipeline: %lld stages (%s, %d micro-batches) against one process running "
            "--grad-accum %d: loss equal bitwise (%.8g); %d gradients equal bitwise, %d tied "
            "within %g (worst %.3g)\nverify: ok\n", (long long)v->mo.pp,
-           v->pp_schedule == SLAPO_PP_GPIPE ? "GPipe" : "1F1B", m, m, r.loss, r.n_bitwise,
+           slapo_pp_schedule_name(v->pp_schedule), m, m, r.loss, r.n_bitwise,
            r.n_tied, v->atol, r.tied_worst);
   for (int i = 0; in && i < 2 * m; i++) slapo_tensor_free(in[i]);
   slapo_free(in);
@@ -230,7 +230,7 @@ static void verify_fields(cli_fields *a, const void *ud) {
   cli_fields_i64(a, "--bisect", v->bisect);
   cli_fields_i64(a, "--final-only", !v->per_entry);
   cli_fields_i64(a, "--grad-accum", v->grad_accum);
-  cli_fields_str(a, "--pp-schedule", v->pp_schedule == SLAPO_PP_GPIPE ? "gpipe" : "1f1b");
+  cli_fields_str(a, "--pp-schedule", cli_pp_schedule_arg(v->pp_schedule));
 }
 
 int cmd_verify(int argc, char **argv) {

@@ -24,6 +24,10 @@ const char *slapo_pp_kind_name(slapo_pp_kind kind) {
   return (unsigned)kind < sizeof names / sizeof *names ? names[kind] : "?";
 }
 
+const char *slapo_pp_schedule_name(slapo_pp_schedule sched) {
+  return sched == SLAPO_PP_GPIPE ? "GPipe" : sched == SLAPO_PP_1F1B ? "1F1B" : "?";
+}
+
 typedef struct list {
   slapo_pp_action *a;
   int n;

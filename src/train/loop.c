@@ -621,11 +621,10 @@ static slapo_status build_stage(trainer *t) {
   if (p == 1) return SLAPO_OK;
   const slapo_train_config *c = &t->c;
   const slapo_tensor *in[2] = {t->xs[0], t->ys[0]}; /* the shapes */
-  bool gpipe = c->pp_schedule == SLAPO_PP_GPIPE;
   int slots = stage_slots(t);
   SLAPO_TRY(slapo_pp_stage_new(t->model, 2, in, s, slots, NULL, &t->stage));
   say(t->cb, t->ud, "pipeline: %d stages, %s over %lld micro-batch%s; stage 0 (this report's "
-      "rank) holds %d parameters and sends %d value%s", p, gpipe ? "GPipe" : "1F1B",
+      "rank) holds %d parameters and sends %d value%s", p, slapo_pp_schedule_name(c->pp_schedule),
       (long long)c->grad_accum, c->grad_accum > 1 ? "es" : "", slapo_pp_stage_n_params(t->stage),
       slapo_pp_stage_n_send(t->stage), slapo_pp_stage_n_send(t->stage) > 1 ? "s" : "");
   return SLAPO_OK;

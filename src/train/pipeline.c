@@ -165,7 +165,7 @@ slapo_status slapo_pp_train_accumulate(slapo_pp_stage *st, slapo_pp_schedule sch
   if (e.k < need)
     return slapo_error(SLAPO_INVALID_ARG, "pp_train_accumulate: stage %d was built with %d slots; "
                        "%s over %d micro-batches keeps up to %d in flight", e.stage, e.k,
-                       sched == SLAPO_PP_GPIPE ? "GPipe" : "1F1B", n_micro, need);
+                       slapo_pp_schedule_name(sched), n_micro, need);
   int cap = slapo_pp_max_actions(n_micro), n_acts = 0;
   int width = max_int(slapo_pp_stage_n_send(st), slapo_pp_stage_n_recv(st)) + 1;
   slapo_pp_action *acts = slapo_calloc((size_t)cap, sizeof *acts);

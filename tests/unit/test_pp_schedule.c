@@ -152,6 +152,9 @@ static void argument_errors(void **state) {
                 "stage 2 is outside 0 .. 1");
   expect_status(slapo_pp_actions(SLAPO_PP_GPIPE, 2, 4, 0, a, 10, &n), SLAPO_INVALID_ARG,
                 "room for 10 actions given; 4 micro-batches need 24");
+  assert_string_equal(slapo_pp_schedule_name(SLAPO_PP_1F1B), "1F1B");
+  assert_string_equal(slapo_pp_schedule_name(SLAPO_PP_GPIPE), "GPipe");
+  assert_string_equal(slapo_pp_schedule_name((slapo_pp_schedule)7), "?");
 }
 
 /* ---- balanced stages ---- */
