@@ -166,8 +166,8 @@ static slapo_status eval_loss(const trainer *t, double *out, double *per_byte) {
   int64_t D = slapo_dist_size(SLAPO_GROUP_DP), d = slapo_dist_rank(SLAPO_GROUP_DP);
   int64_t chunk = c->grad_accum < 64 ? c->grad_accum : 64;
   for (int64_t b = d; b < c->val_batches; b += chunk * D) {
-    int k = (int)((c->val_batches - b + D - 1) / D < chunk ? (c->val_batches - b + D - 1) / D
-                                                            : chunk);
+    int64_t left = (c->val_batches - b + D - 1) / D; /* this rank's batches from b on */
+    int k = (int)(left < chunk ? left : chunk);
     SLAPO_TRY(eval_batches(t, b, D, k, loss));
     for (int m = 0; m < k; m++) {
       int64_t n = count_valid(t->ys[m]);
